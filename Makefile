@@ -1,0 +1,59 @@
+# tformer: two commands do all the set-up.
+#   make lab   create .venv if missing, install, open JupyterLab on notebooks/
+#   make test  create .venv if missing, install, run every test (package, graders, notebooks)
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TORCH_SPEC      ?= torch>=2.4,<3
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+export TFORMER_SMALL ?= 1
+
+.PHONY: lab test install torch notebooks solutions bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# torch first: with an NVIDIA GPU the normal (CUDA) build; without one the CPU build, taken from a
+# local wheelhouse if pip has one (--no-index), else from PyTorch's CPU index. A plain `pip install
+# torch` on a CPU-only Linux laptop would pull several GB of CUDA libraries it cannot use.
+torch: $(PY)
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "torch $$($(PY) -c 'import torch; print(torch.__version__)') already installed"; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "NVIDIA GPU found: installing the CUDA build of torch"; \
+	  $(PIP) install "$(TORCH_SPEC)"; \
+	else \
+	  echo "no NVIDIA GPU: installing the CPU build of torch"; \
+	  $(PIP) install --no-index "$(TORCH_SPEC)" 2>/dev/null \
+	  || $(PIP) install --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) "$(TORCH_SPEC)" \
+	  || { echo "Could not install torch's CPU build from $(TORCH_CPU_INDEX)."; \
+	       echo "Install torch yourself into $(VENV) (https://pytorch.org/get-started), then rerun make."; exit 1; }; \
+	fi
+
+$(VENV)/.installed: pyproject.toml | torch
+	$(PIP) install --quiet -e ".[lab,dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+lab: install
+	$(VENV)/bin/jupyter lab notebooks/
+
+# Runs the package tests, the grader tests and every notebook (both forms) in small mode.
+test: install
+	$(PY) -m pytest -q --durations=25
+
+# Regenerate learner notebooks (stubs) and solution notebooks from their sources in notebooks/src/.
+notebooks: install
+	$(PY) -m tformer.notebooks build
+
+solutions: install
+	$(PY) -m tformer.notebooks build --solutions --out solutions/
+
+bench: install
+	$(PY) benchmarks/bench_core.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache solutions

@@ -1,0 +1,1 @@
+from tformer.cli import main; raise SystemExit(main())

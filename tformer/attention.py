@@ -1,0 +1,184 @@
+"""Scaled dot-product attention and multi-head attention (chapters 1-3, 14).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+`scaled_dot_product_attention` is the teaching reference: every step is visible and it returns the
+attention weights. `MultiHeadAttention` runs the same function through PyTorch's fused
+`F.scaled_dot_product_attention` (the fast path: flash / memory-efficient kernels where available)
+unless you ask for the weights; tests prove the two paths agree.
+
+Mask convention: bool, True = may attend, broadcastable to (..., T_q, T_k). A query whose keys are
+*all* masked gets zero weights and a zero output (not NaN): "attend to nothing" contributes nothing.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._checks import check_dim, check_float, check_mask, check_rank
+from .cache import KVCache
+from .masks import causal_mask, combine_masks
+
+_TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+_SDPA_HAS_GQA = _TORCH_VERSION >= (2, 5)  # F.scaled_dot_product_attention(enable_gqa=...)
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_rank(x, (2, 3, 4, 5), name, "(..., T, d)")
+        check_float(x, name)
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(f"attention: q, k, v must share leading dims (..., T, d); got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"attention: q and k need the same feature size d_k; got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"attention: k and v need the same length T_k; got k {tuple(k.shape)}, v {tuple(v.shape)}")
+
+
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 mask: torch.Tensor | None = None, dropout_p: float = 0.0
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference attention. q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v).
+
+    Returns (out (..., T_q, d_v), weights (..., T_q, T_k)). `mask`: bool, True = may attend.
+    Fully masked rows give weights 0 and output 0. `dropout_p` drops attention weights (training only:
+    pass 0 at evaluation).
+    """
+    _check_qkv(q, k, v)
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])       # (..., T_q, T_k)
+    if mask is not None:
+        check_mask(mask, t_q, t_k)
+        row_ok = mask.any(dim=-1, keepdim=True)                    # (..., T_q, 1): any key visible?
+        scores = scores.masked_fill(~(mask | ~row_ok), float("-inf"))  # fully masked rows stay finite
+        weights = torch.softmax(scores, dim=-1).masked_fill(~row_ok, 0.0)
+    else:
+        weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights
+
+
+def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                   is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+    """Same function as the reference through `F.scaled_dot_product_attention` (fused kernels).
+
+    q (B, H, T_q, d), k/v (B, H_kv, T_k, d) with H a multiple of H_kv (grouped-query attention).
+    `is_causal` (with no explicit mask) lets PyTorch pick the flash kernel.
+    """
+    h, h_kv = q.shape[1], k.shape[1]
+    kw = {}
+    if h != h_kv:
+        if _SDPA_HAS_GQA:
+            kw["enable_gqa"] = True
+        else:
+            k, v = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
+    row_ok = None
+    if mask is not None:
+        row_ok = mask.any(dim=-1, keepdim=True)
+        if bool(row_ok.all()):
+            row_ok = None
+        else:
+            mask = mask | ~row_ok          # give empty rows something finite to attend, zeroed below
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                         is_causal=is_causal and mask is None, **kw)
+    return out if row_ok is None else out.masked_fill(~row_ok, 0.0)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: h heads of size d_model / h, self- or cross-attention.
+
+    n_kv_heads < n_heads shares each key/value head among n_heads / n_kv_heads query heads:
+    grouped-query attention (GQA); n_kv_heads = 1 is multi-query attention (MQA). The KV cache then
+    holds n_kv_heads heads, which is the point.
+
+    The query, key and value projections live in one matrix `qkv` (one matmul for self-attention; the
+    rows are sliced for cross-attention), the layout of `torch.nn.MultiheadAttention` and GPT-2.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0,
+                 bias: bool = True, fast: bool = True):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if d_model % n_heads:
+            raise ValueError(f"MultiHeadAttention: n_heads={n_heads} must divide d_model={d_model}")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"MultiHeadAttention: n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+        self.fast = fast  # False: always use the reference path (it also returns the weights)
+        self.record_weights = False  # True: use the reference path and keep the weights in last_weights
+        self.last_weights: torch.Tensor | None = None  # (B, n_heads, T_q, T_k) from the last call
+        kv_dim = n_kv_heads * self.head_dim
+        self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)  # [W_q; W_k; W_v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)               # W_o
+
+    def _split(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, n, self.head_dim).transpose(1, 2)          # (B, T, n*hd) -> (B, n, T, hd)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                *, is_causal: bool = False, rope=None, cache: KVCache | None = None,
+                need_weights: bool = False):
+        """x (B, T_q, d_model); context (B, T_k, d_model) for cross-attention, else None.
+
+        mask: bool, True = may attend, broadcastable to (B, n_heads, T_q, T_k).
+        is_causal: add the causal mask (bottom-right aligned when a cache holds earlier tokens).
+        rope: a `RotaryEmbedding` applied to queries and keys (self-attention).
+        cache: a `KVCache`; self-attention appends to it, cross-attention fills it once and reuses it.
+        Returns out (B, T_q, d_model), or (out, weights (B, n_heads, T_q, T_k)) if need_weights.
+        """
+        check_rank(x, 3, "MultiHeadAttention(x)", "(B, T, d_model)")
+        check_dim(x, -1, self.d_model, "MultiHeadAttention(x)", "d_model")
+        b, t_q, d = x.shape
+        kv_dim = self.n_kv_heads * self.head_dim
+        past = cache.length if cache is not None else 0
+        if context is None:                                            # self-attention
+            q, k, v = self.qkv(x).split([d, kv_dim, kv_dim], dim=-1)
+            q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
+            if rope is not None:
+                q, k = rope(q, offset=past), rope(k, offset=past)
+            if cache is not None:
+                k, v = cache.append(k, v)
+        else:                                                          # cross-attention
+            check_rank(context, 3, "MultiHeadAttention(context)", "(B, T_k, d_model)")
+            check_dim(context, -1, self.d_model, "MultiHeadAttention(context)", "d_model")
+            if context.shape[0] != b:
+                raise ValueError(f"MultiHeadAttention: x has batch {b} but context has batch {context.shape[0]}")
+            w, bias = self.qkv.weight, self.qkv.bias
+            q = self._split(F.linear(x, w[:d], None if bias is None else bias[:d]), self.n_heads)
+            if cache is not None and cache.length:
+                k, v = cache.get()
+            else:
+                kv = F.linear(context, w[d:], None if bias is None else bias[d:])
+                k, v = (self._split(z, self.n_kv_heads) for z in kv.split([kv_dim, kv_dim], dim=-1))
+                if cache is not None:
+                    cache.store(k, v)
+            past = 0
+        t_k = k.shape[2]
+        if mask is not None:
+            check_mask(mask, t_q, t_k)
+        dropout_p = self.dropout if self.training else 0.0
+        causal_needed = is_causal and not (t_q == 1 and past > 0)      # one new token sees all the past
+        if need_weights or self.record_weights or not self.fast:
+            m = combine_masks(mask, causal_mask(t_q, t_k, device=x.device) if causal_needed else None)
+            if self.n_kv_heads != self.n_heads:
+                rep = self.n_heads // self.n_kv_heads
+                k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            y, weights = scaled_dot_product_attention(q, k, v, m, dropout_p)
+            if self.record_weights:
+                self.last_weights = weights.detach()
+        else:
+            weights = None
+            if causal_needed and mask is None and t_q == t_k:
+                y = fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p)
+            else:
+                m = combine_masks(mask, causal_mask(t_q, t_k, device=x.device) if causal_needed else None)
+                y = fast_attention(q, k, v, m, dropout_p=dropout_p)
+        y = self.out(y.transpose(1, 2).reshape(b, t_q, d))             # (B, H, T, hd) -> (B, T, d_model)
+        return (y, weights) if need_weights else y

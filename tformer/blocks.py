@@ -1,0 +1,116 @@
+"""The pieces around attention (chapter 5): position-wise FFN, LayerNorm, residual connections, and the
+encoder and decoder layers built from them.
+
+Post-LN (the paper):  x = LN(x + Sublayer(x))
+Pre-LN  (GPT-2, ViT): x = x + Sublayer(LN(x))
+Pre-LN keeps an identity path from the output to every layer, so deep stacks train without warmup;
+post-LN needs the warmup the paper uses (chapter 10 shows both).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import MultiHeadAttention
+from .cache import KVCache
+
+
+def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    """CLIP's GELU approximation x * sigmoid(1.702 x)."""
+    return x * torch.sigmoid(1.702 * x)
+
+
+ACTIVATIONS = {
+    "relu": F.relu,                                              # the paper
+    "gelu": F.gelu,                                              # BERT, ViT
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),        # GPT-2
+    "quick_gelu": quick_gelu,                                    # CLIP
+    "silu": F.silu,
+}
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = W_2 act(W_1 x + b_1) + b_2, applied to each position independently (same weights).
+
+    activation="swiglu": W_2 (silu(W_1 x) * W_3 x), the gated form used by Llama and Qwen.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
+        super().__init__()
+        if activation not in ACTIVATIONS and activation != "swiglu":
+            raise ValueError(f"FeedForward: activation must be one of {sorted(ACTIVATIONS) + ['swiglu']}, got {activation!r}")
+        self.activation = activation
+        self.fc1 = nn.Linear(d_model, d_ff, bias=bias)           # expand
+        self.gate = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None
+        self.fc2 = nn.Linear(d_ff, d_model, bias=bias)           # contract
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate is not None:
+            h = F.silu(self.fc1(x)) * self.gate(x)
+        else:
+            h = ACTIVATIONS[self.activation](self.fc1(x))
+        return self.fc2(self.dropout(h))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention + FFN, each wrapped in a residual connection and LayerNorm.
+
+    Serves the paper's encoder (post-LN, bidirectional), GPT (pre-LN, `is_causal=True`), BERT, ViT and
+    CLIP's towers. `ffn` replaces the dense FFN (a mixture-of-experts layer, chapter 13).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
+                 activation: str = "relu", n_kv_heads: int | None = None, bias: bool = True, eps: float = 1e-5,
+                 ffn: nn.Module | None = None):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias)
+        self.ffn = ffn if ffn is not None else FeedForward(d_model, d_ff, dropout, activation, bias)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
+                rope=None, cache: KVCache | None = None) -> torch.Tensor:
+        """x (B, T, d_model) -> (B, T, d_model)."""
+        def attend(h):
+            return self.drop1(self.attn(h, mask=mask, is_causal=is_causal, rope=rope, cache=cache))
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            return x + self.drop2(self.ffn(self.norm2(x)))
+        x = self.norm1(x + attend(x))
+        return self.norm2(x + self.drop2(self.ffn(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, FFN; post-LN or pre-LN."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
+                 activation: str = "relu", n_kv_heads: int | None = None, bias: bool = True, eps: float = 1e-5):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias)
+        self.ffn = FeedForward(d_model, d_ff, dropout, activation, bias)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model, eps=eps, bias=bias) for _ in range(3))
+        self.drop1, self.drop2, self.drop3 = (nn.Dropout(dropout) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None, *, is_causal: bool = True, rope=None,
+                self_cache: KVCache | None = None, cross_cache: KVCache | None = None) -> torch.Tensor:
+        """x (B, T, d_model) target side; memory (B, S, d_model) encoder output; memory_mask (B, 1, 1, S)."""
+        def self_attend(h):
+            return self.drop1(self.self_attn(h, mask=self_mask, is_causal=is_causal, rope=rope, cache=self_cache))
+
+        def cross_attend(h):
+            return self.drop2(self.cross_attn(h, memory, mask=memory_mask, cache=cross_cache))
+        if self.norm_first:
+            x = x + self_attend(self.norm1(x))
+            x = x + cross_attend(self.norm2(x))
+            return x + self.drop3(self.ffn(self.norm3(x)))
+        x = self.norm1(x + self_attend(x))
+        x = self.norm2(x + cross_attend(x))
+        return self.norm3(x + self.drop3(self.ffn(x)))
+

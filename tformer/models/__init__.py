@@ -1,0 +1,5 @@
+"""Models built from tformer's blocks."""
+from .gpt import GPT, GPTConfig
+from .transformer import Transformer, TransformerConfig
+
+__all__ = ["GPT", "GPTConfig", "Transformer", "TransformerConfig"]

@@ -1,0 +1,178 @@
+"""A decoder-only language model in the style of GPT-2 (chapters 11, 13, 14).
+
+    idx (B, T) -> token + position embeddings -> N x pre-LN block (causal) -> LayerNorm -> logits (B, T, V)
+
+The output projection is the token embedding matrix (tied). `GPT.from_hf_gpt2` loads weights named as
+in Hugging Face's `GPT2LMHeadModel`, so the course's own model can run real GPT-2.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .._checks import check_tokens
+from ..blocks import EncoderLayer
+from ..cache import KVCache, make_caches
+from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257            # GPT-2's byte-level BPE vocabulary
+    block_size: int = 1024             # context length the model is trained for
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int | None = None       # None = n_head (MHA); fewer = GQA, 1 = MQA
+    n_embd: int = 768                  # model width d
+    d_ff: int | None = None            # FFN width; None = 4 * n_embd
+    dropout: float = 0.0
+    bias: bool = True                  # biases in Linear and LayerNorm (GPT-2: True)
+    activation: str = "gelu_tanh"      # GPT-2's GELU; "swiglu" for the Llama-style FFN
+    eps: float = 1e-5                  # LayerNorm epsilon
+    positional: str = "learned"        # "learned" (GPT-2) or "rope"
+    rope_base: float = 10000.0
+    rope_scaling: str | None = None    # None, "linear", "ntk", "yarn" (chapter 8)
+    rope_factor: float = 1.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        d_ff = cfg.d_ff or 4 * cfg.n_embd
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        if cfg.positional == "learned":
+            self.wpe, self.rope = LearnedPositionalEmbedding(cfg.block_size, cfg.n_embd), None
+        elif cfg.positional == "rope":
+            self.wpe = None
+            self.rope = RotaryEmbedding(cfg.head_dim, cfg.block_size, cfg.rope_base, cfg.rope_scaling,
+                                        cfg.rope_factor, original_max_len=cfg.block_size)
+        else:
+            raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            EncoderLayer(cfg.n_embd, cfg.n_head, d_ff, cfg.dropout, norm_first=True, activation=cfg.activation,
+                         n_kv_heads=cfg.n_kv_head, bias=cfg.bias, eps=cfg.eps) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.eps, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight                       # weight tying
+        self.apply(self._init)
+        for name, p in self.named_parameters():                      # GPT-2: scale residual projections
+            if name.endswith(("attn.out.weight", "ffn.fc2.weight")):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        elif isinstance(m, LearnedPositionalEmbedding):
+            nn.init.normal_(m.weight, 0.0, 0.01)
+
+    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """idx (B, T) token ids -> logits (B, T, vocab_size). With `cache`, idx holds only new tokens."""
+        check_tokens(idx, "idx")
+        past = cache[0].length if cache is not None else 0
+        t = idx.shape[1]
+        if self.wpe is not None and past + t > self.cfg.block_size:
+            raise ValueError(f"GPT: {past + t} positions exceed block_size={self.cfg.block_size} "
+                             "(learned positions exist only up to block_size; crop the input)")
+        x = self.wte(idx)                                            # (B, T, d)
+        if self.wpe is not None:
+            x = self.wpe(x, past)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None)
+        return self.lm_head(self.ln_f(x))
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.wpe is not None:
+            n -= self.wpe.weight.numel()
+        return n
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append `max_new_tokens` tokens to idx (B, T); returns (B, T + max_new_tokens).
+
+        temperature=0 is greedy decoding. With the cache each step feeds only the newest token; once the
+        sequence outgrows block_size the model slides a window over the last block_size tokens (no cache),
+        the same as use_cache=False.
+        """
+        check_tokens(idx, "idx")
+        was_training = self.training
+        self.eval()
+        limit = self.cfg.block_size
+        cache = make_caches(self.cfg.n_layer, limit) if use_cache and idx.shape[1] <= limit else None
+        inp = idx
+        for _ in range(max_new_tokens):
+            if cache is not None and cache[0].length + inp.shape[1] > limit:
+                cache, inp = None, idx                                # past the context: sliding window
+            logits = self(inp if cache is not None else idx[:, -limit:], cache)[:, -1, :]  # (B, V)
+            nxt = sample_next(logits, temperature, top_k, generator)
+            idx = torch.cat([idx, nxt], dim=1)
+            inp = nxt
+        self.train(was_training)
+        return idx
+
+    @classmethod
+    def from_hf_gpt2(cls, model_or_state_dict, n_head: int | None = None) -> "GPT":
+        """Build a GPT from a Hugging Face `GPT2LMHeadModel` / `GPT2Model` or its state_dict.
+
+        A state_dict does not record the number of heads: pass `n_head` with it.
+        """
+        if isinstance(model_or_state_dict, nn.Module):
+            hf_cfg = model_or_state_dict.config
+            sd = model_or_state_dict.state_dict()
+            n_head = hf_cfg.n_head
+            eps = hf_cfg.layer_norm_epsilon
+            act = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
+                   "relu": "relu"}[hf_cfg.activation_function]
+        else:
+            sd, eps, act = dict(model_or_state_dict), 1e-5, "gelu_tanh"
+            if n_head is None:
+                raise ValueError("GPT.from_hf_gpt2: a state_dict does not say how many heads; pass n_head=")
+        sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
+        n_layer = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("h."))
+        vocab, d = sd["wte.weight"].shape
+        cfg = GPTConfig(vocab_size=vocab, block_size=sd["wpe.weight"].shape[0], n_layer=n_layer, n_head=n_head,
+                        n_embd=d, d_ff=sd["h.0.mlp.c_fc.weight"].shape[1], eps=eps, activation=act)
+        model = cls(cfg)
+        ours = {"wte.weight": sd["wte.weight"], "wpe.weight": sd["wpe.weight"],
+                "ln_f.weight": sd["ln_f.weight"], "ln_f.bias": sd["ln_f.bias"]}
+        names = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_attn": "attn.qkv", "attn.c_proj": "attn.out",
+                 "mlp.c_fc": "ffn.fc1", "mlp.c_proj": "ffn.fc2"}
+        for i in range(n_layer):
+            for hf, me in names.items():
+                w, b = sd[f"h.{i}.{hf}.weight"], sd[f"h.{i}.{hf}.bias"]
+                ours[f"blocks.{i}.{me}.weight"] = w.t() if hf.startswith(("attn", "mlp")) else w  # Conv1D is (in, out)
+                ours[f"blocks.{i}.{me}.bias"] = b
+        ours["lm_head.weight"] = ours["wte.weight"]
+        missing, unexpected = model.load_state_dict(ours, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"GPT.from_hf_gpt2: missing {missing}, unexpected {unexpected}")
+        return model
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """logits (B, V) -> next token ids (B, 1). temperature=0: argmax (greedy)."""
+    if temperature == 0.0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)

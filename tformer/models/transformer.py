@@ -1,0 +1,162 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+    src (B, S) -> embed * sqrt(d) + PE -> N x EncoderLayer -> memory (B, S, d)
+    tgt (B, T) -> embed * sqrt(d) + PE -> N x DecoderLayer(memory) -> logits (B, T, V)
+
+Source embedding, target embedding and the output projection share one matrix when the vocabulary is
+shared (the paper's section 3.4). Padding (token `pad_id`) is masked out of every attention over the
+source; target sequences are right-padded, so the causal mask already keeps real tokens away from pads.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn as nn
+
+from .._checks import check_tokens
+from ..blocks import DecoderLayer, EncoderLayer
+from ..cache import KVCache
+from ..masks import padding_mask
+from ..positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+
+@dataclass
+class TransformerConfig:
+    src_vocab_size: int = 37000        # the paper's shared EN-DE byte-pair vocabulary
+    tgt_vocab_size: int | None = None  # None: same vocabulary as the source (required for sharing)
+    d_model: int = 512                 # model width
+    n_heads: int = 8                   # attention heads (d_model / n_heads = 64 per head)
+    n_kv_heads: int | None = None      # None = n_heads; fewer for GQA/MQA
+    d_ff: int = 2048                   # FFN inner width
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1               # residual, attention and FFN dropout (P_drop)
+    max_len: int = 1024                # longest sequence the positional table covers
+    pad_id: int = 0                    # padding token id
+    norm_first: bool = False           # False = post-LN (the paper); True = pre-LN
+    final_norm: bool | None = None     # LayerNorm after each stack; None = same as norm_first
+    share_embeddings: bool = True      # tie source/target embeddings and the output projection
+    activation: str = "relu"
+    bias: bool = True
+    eps: float = 1e-5                  # LayerNorm epsilon
+    positional: str = "sinusoidal"     # "sinusoidal" (the paper) or "learned"
+
+    @classmethod
+    def base(cls, vocab_size: int, **kw) -> "TransformerConfig":
+        """Table 3, "base": N=6, d=512, d_ff=2048, h=8, P_drop=0.1 (65M parameters at 37k vocabulary)."""
+        return replace(cls(src_vocab_size=vocab_size), **kw)
+
+    @classmethod
+    def big(cls, vocab_size: int, **kw) -> "TransformerConfig":
+        """Table 3, "big": N=6, d=1024, d_ff=4096, h=16, P_drop=0.3 (213M parameters)."""
+        return replace(cls(src_vocab_size=vocab_size, d_model=1024, d_ff=4096, n_heads=16, dropout=0.3), **kw)
+
+    @property
+    def tgt_vocab(self) -> int:
+        return self.src_vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+
+
+class Encoder(nn.Module):
+    """A stack of encoder layers (+ a final LayerNorm for pre-LN)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.norm_first, cfg.activation,
+                         cfg.n_kv_heads, cfg.bias, cfg.eps) for _ in range(cfg.n_encoder_layers))
+        final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of decoder layers (+ a final LayerNorm for pre-LN)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.norm_first, cfg.activation,
+                         cfg.n_kv_heads, cfg.bias, cfg.eps) for _ in range(cfg.n_decoder_layers))
+        final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
+                cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            sc, cc = cache[i] if cache is not None else (None, None)
+            x = layer(x, memory, memory_mask=memory_mask, is_causal=True, self_cache=sc, cross_cache=cc)
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer. `logits = model(src, tgt)`: (B, S), (B, T) ids -> (B, T, V_tgt)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        if cfg.share_embeddings and cfg.tgt_vocab != cfg.src_vocab_size:
+            raise ValueError("TransformerConfig: share_embeddings needs one vocabulary "
+                             f"(src {cfg.src_vocab_size} vs tgt {cfg.tgt_vocab})")
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, cfg.d_model)
+        if cfg.positional == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
+        elif cfg.positional == "learned":
+            self.pos = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
+        else:
+            raise ValueError(f"TransformerConfig.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
+        self.drop = nn.Dropout(cfg.dropout)
+        self.encoder, self.decoder = Encoder(cfg), Decoder(cfg)
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+        if cfg.share_embeddings:
+            self.generator.weight = self.tgt_embed.weight            # three-way weight tying
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform matrices (as `nn.Transformer`), N(0, d^-1/2) embeddings (scaled by sqrt(d) later)."""
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name and "pos" not in name:
+                nn.init.xavier_uniform_(p)
+        for emb in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(emb.weight, 0.0, self.cfg.d_model ** -0.5)
+
+    def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0) -> torch.Tensor:
+        if offset + tokens.shape[1] > self.cfg.max_len:
+            raise ValueError(f"Transformer: sequence of {offset + tokens.shape[1]} tokens exceeds max_len={self.cfg.max_len}")
+        return self.drop(self.pos(table(tokens) * math.sqrt(self.cfg.d_model), offset))
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S) (True = real token)."""
+        check_tokens(src, "src")
+        src_mask = padding_mask(src, self.cfg.pad_id)
+        return self.encoder(self.embed(src, self.src_embed), src_mask), src_mask
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+               cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:
+        """tgt (B, T) (only the new tokens when a cache is given) -> logits (B, T, V_tgt)."""
+        check_tokens(tgt, "tgt")
+        offset = cache[0][0].length if cache is not None else 0
+        h = self.decoder(self.embed(tgt, self.tgt_embed, offset), memory, src_mask, cache)
+        return self.generator(h)
+
+    def new_cache(self, max_len: int | None = None) -> list[tuple[KVCache, KVCache]]:
+        """One (self-attention, cross-attention) cache pair per decoder layer."""
+        return [(KVCache(max_len), KVCache()) for _ in range(self.cfg.n_decoder_layers)]
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        check_tokens(src, "src")
+        check_tokens(tgt, "tgt")
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"Transformer: src batch {src.shape[0]} != tgt batch {tgt.shape[0]}")
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt, memory, src_mask)
+
+    def num_params(self) -> int:
+        """Parameters, counting tied matrices once."""
+        return sum(p.numel() for p in self.parameters())

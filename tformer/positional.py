@@ -1,0 +1,132 @@
+"""Positional information (chapters 4 and 8).
+
+Attention alone is permutation-equivariant: shuffle the tokens and the outputs shuffle the same way.
+Order enters through positions:
+  * sinusoidal (the paper): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)
+  * learned: a trainable table, one vector per position
+  * RoPE: rotate each (q, k) feature pair by an angle proportional to the position, so q.k depends
+    only on the relative offset; with position interpolation, NTK-aware and YaRN scaling for contexts
+    longer than the training length.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from ._checks import check_rank
+
+
+def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """(max_len, d_model): even features sin(pos * w_i), odd features cos(pos * w_i), w_i = base^(-2i/d)."""
+    if d_model % 2:
+        raise ValueError(f"sinusoidal_table: d_model must be even, got {d_model}")
+    pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)                     # (L, 1)
+    w = torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * w)
+    pe[:, 1::2] = torch.cos(pos * w)
+    return pe.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table to (B, T, d_model) embeddings (no parameters)."""
+
+    def __init__(self, d_model: int, max_len: int = 4096):
+        super().__init__()
+        self.max_len = max_len
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        check_rank(x, 3, "SinusoidalPositionalEncoding(x)", "(B, T, d_model)")
+        t = x.shape[1]
+        if offset + t > self.max_len:
+            raise ValueError(f"SinusoidalPositionalEncoding: positions up to {offset + t} exceed max_len={self.max_len}")
+        return x + self.pe[offset:offset + t].to(x.dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds a trainable (max_len, d_model) table; it cannot say anything about positions >= max_len."""
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        check_rank(x, 3, "LearnedPositionalEmbedding(x)", "(B, T, d_model)")
+        t = x.shape[1]
+        if offset + t > self.max_len:
+            raise ValueError(f"LearnedPositionalEmbedding: sequence of {offset + t} positions exceeds the "
+                             f"{self.max_len} it was built for")
+        return x + self.weight[offset:offset + t]
+
+
+def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0,
+                     original_max_len: int = 2048, beta_fast: float = 32.0, beta_slow: float = 1.0
+                     ) -> tuple[torch.Tensor, float]:
+    """Rotation frequencies (head_dim/2,) and the attention scale for a RoPE variant.
+
+    scaling=None: theta_i = base^(-2i/d).
+    "linear" (position interpolation): theta_i / factor, i.e. positions squeezed into the trained range.
+    "ntk" (NTK-aware): keep high frequencies, stretch low ones, by raising the base to
+        base * factor^(d / (d - 2)).
+    "yarn": interpolate only the dimensions whose wavelength is long compared with the training
+        length (a linear ramp between beta_slow and beta_fast rotations), and scale attention by
+        0.1 ln(factor) + 1.
+    """
+    if head_dim % 2:
+        raise ValueError(f"rope_frequencies: head_dim must be even, got {head_dim}")
+    i = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim          # 2i/d
+    inv = base ** (-i)
+    scale = 1.0
+    if scaling is None or factor == 1.0:
+        pass
+    elif scaling == "linear":
+        inv = inv / factor
+    elif scaling == "ntk":
+        inv = (base * factor ** (head_dim / (head_dim - 2))) ** (-i)
+    elif scaling == "yarn":
+        rotations = original_max_len * inv / (2 * math.pi)                   # turns within the trained length
+        keep = ((rotations - beta_slow) / (beta_fast - beta_slow)).clamp(0, 1)  # 1 = keep, 0 = interpolate
+        inv = inv / factor * (1 - keep) + inv * keep
+        scale = 0.1 * math.log(factor) + 1.0
+    else:
+        raise ValueError(f"rope_frequencies: scaling must be None, 'linear', 'ntk' or 'yarn', got {scaling!r}")
+    return inv.float(), scale
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dim."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE for (B, H, T, head_dim) queries/keys, half-split layout (as in GPT-NeoX and Llama)."""
+
+    def __init__(self, head_dim: int, max_len: int = 4096, base: float = 10000.0, scaling: str | None = None,
+                 factor: float = 1.0, original_max_len: int | None = None):
+        super().__init__()
+        self.head_dim, self.base, self.scaling, self.factor = head_dim, base, scaling, factor
+        self.original_max_len = original_max_len or max_len
+        inv, self.attn_scale = rope_frequencies(head_dim, base, scaling, factor, self.original_max_len)
+        self.register_buffer("inv_freq", inv, persistent=False)
+        self._build(max_len)
+
+    def _build(self, length: int) -> None:
+        t = torch.arange(length, dtype=torch.float32, device=self.inv_freq.device)
+        ang = torch.outer(t, self.inv_freq)                                  # (L, hd/2)
+        ang = torch.cat((ang, ang), dim=-1)                                  # (L, hd)
+        self.register_buffer("cos", ang.cos() * self.attn_scale, persistent=False)
+        self.register_buffer("sin", ang.sin() * self.attn_scale, persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        check_rank(x, 4, "RotaryEmbedding(x)", "(B, H, T, head_dim)")
+        t = x.shape[-2]
+        if offset + t > self.cos.shape[0]:
+            self._build(max(offset + t, 2 * self.cos.shape[0]))
+        cos = self.cos[offset:offset + t].to(x.dtype)
+        sin = self.sin[offset:offset + t].to(x.dtype)
+        return x * cos + rotate_half(x) * sin
