@@ -1,0 +1,189 @@
+"""tformer.train: schedule, label smoothing, Trainer (exact resume, accumulation, averaging)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tformer.train import (InverseSqrtSchedule, Trainer, TrainConfig, atomic_save, average_checkpoints,
+                           label_smoothed_cross_entropy, make_scheduler, noam_lr)
+
+
+# -- schedule -----------------------------------------------------------------------------------------
+def test_noam_formula_and_peak():
+    d, w = 512, 4000
+    for step in (1, 10, 3999, 4000, 4001, 100_000):
+        assert noam_lr(step, d, w) == pytest.approx(d ** -0.5 * min(step ** -0.5, step * w ** -1.5))
+    peak = max(range(1, 20_000, 7), key=lambda s: noam_lr(s, d, w))
+    assert abs(peak - w) <= 7
+    assert noam_lr(w, d, w) == pytest.approx((d * w) ** -0.5)
+    with pytest.raises(ValueError, match="from 1"):
+        noam_lr(0, d, w)
+
+
+def test_lambda_scheduler_reproduces_noam():
+    d, w = 64, 10
+    p = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.Adam([p], lr=(d * w) ** -0.5)
+    sched = make_scheduler(opt, "noam", w)
+    for step in range(1, 40):
+        assert opt.param_groups[0]["lr"] == pytest.approx(noam_lr(step, d, w))
+        opt.step()
+        sched.step()
+    assert InverseSqrtSchedule(w)(w - 1) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        make_scheduler(opt, "cosine", 10)
+
+
+# -- label smoothing ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothing_matches_pytorch(eps):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 11, generator=g, dtype=torch.float64)
+    target = torch.randint(1, 11, (3, 7), generator=g)
+    target[0, 5:] = 0
+    target[2, 1:] = 0
+    for red in ("mean", "sum"):
+        ref = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=0, label_smoothing=eps, reduction=red)
+        got = label_smoothed_cross_entropy(logits.float(), target, eps, ignore_index=0, reduction=red)
+        torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
+    none = label_smoothed_cross_entropy(logits, target, eps, ignore_index=0, reduction="none")
+    assert none.shape == target.shape and (none[target == 0] == 0).all()
+
+
+def test_label_smoothing_penalises_confidence():
+    # a very confident correct prediction costs more than a moderately confident one under smoothing
+    target = torch.tensor([0])
+    sharp, soft = torch.tensor([[30.0, 0, 0, 0]]), torch.tensor([[4.0, 0, 0, 0]])
+    assert label_smoothed_cross_entropy(sharp, target, 0.1) > label_smoothed_cross_entropy(soft, target, 0.1)
+    assert label_smoothed_cross_entropy(sharp, target, 0.0) < label_smoothed_cross_entropy(soft, target, 0.0)
+
+
+def test_label_smoothing_bad_input():
+    with pytest.raises(ValueError, match="leading shape"):
+        label_smoothed_cross_entropy(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="smoothing"):
+        label_smoothed_cross_entropy(torch.randn(2, 5), torch.zeros(2, dtype=torch.long), 1.0)
+    with pytest.raises(TypeError, match="floating"):
+        label_smoothed_cross_entropy(torch.ones(2, 5, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+
+
+# -- Trainer ------------------------------------------------------------------------------------------
+class Shuffled:
+    """A tiny regression set whose order depends only on the epoch (what exact resume needs)."""
+
+    def __init__(self, n=48, bs=8, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 6, generator=g)
+        self.y = self.x @ torch.randn(6, 1, generator=g) + 0.1 * torch.randn(n, 1, generator=g)
+        self.bs, self.epoch = bs, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        perm = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(100 + self.epoch))
+        for i in range(0, len(perm), self.bs):
+            j = perm[i:i + self.bs]
+            yield self.x[j], self.y[j]
+
+
+def make_model(seed=123, p=0.2):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(p), nn.Linear(16, 1))
+
+
+def mse_sum(model, batch):
+    x, y = batch
+    return ((model(x) - y) ** 2).sum(), y.numel()
+
+
+def cfg(**kw):
+    base = dict(max_steps=20, lr=1e-2, warmup=5, progress=False, log_every=5, save_every=7, seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_resume_gives_identical_weights(tmp_path):
+    full = Trainer(make_model(), mse_sum, Shuffled(), cfg(), out_dir=tmp_path / "a")
+    full.fit()
+    part = Trainer(make_model(), mse_sum, Shuffled(), cfg(), out_dir=tmp_path / "b")
+    part.fit(steps=9)                                     # "interrupted" mid-epoch (6 batches an epoch)
+    assert part.state.step == 9
+    resumed = Trainer(make_model(seed=999), mse_sum, Shuffled(), cfg(), out_dir=tmp_path / "b")
+    assert resumed.state.step == 9 and resumed.state.epoch == 1 and resumed.state.batch_in_epoch == 3
+    resumed.fit()
+    assert resumed.state.step == 20
+    for (k, a), b in zip(full.module.state_dict().items(), resumed.module.state_dict().values()):
+        assert torch.equal(a, b), k
+    # and the run really depends on the data position: a resume that forgot it diverges
+    wrong = Trainer(make_model(), mse_sum, Shuffled(), cfg(), out_dir=tmp_path / "c")
+    wrong.fit(steps=9)
+    w2 = Trainer(make_model(seed=999), mse_sum, Shuffled(), cfg(), out_dir=tmp_path / "c")
+    w2.state.batch_in_epoch = 0
+    w2.fit()
+    assert not torch.equal(w2.module[0].weight, full.module[0].weight)
+
+
+def test_checkpoint_files_atomic(tmp_path):
+    t = Trainer(make_model(), mse_sum, Shuffled(), cfg(snapshot_every=3, keep_snapshots=2), out_dir=tmp_path)
+    t.fit()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "last.pt" in names and "log.jsonl" in names
+    assert not [n for n in names if ".tmp" in n]
+    assert [p.name for p in t.snapshots()] == ["snapshot_0000015.pt", "snapshot_0000018.pt"]
+    atomic_save({"a": torch.ones(2)}, tmp_path / "x" / "y.pt")
+    assert torch.equal(torch.load(tmp_path / "x" / "y.pt")["a"], torch.ones(2))
+
+
+def test_accumulation_equals_one_big_batch():
+    """Two micro-batches of (sum, count) give the same update as their union in one batch."""
+    data = Shuffled(n=16, bs=16)
+    x, y = next(iter(data))
+    big = make_model(p=0.0)
+    small = make_model(p=0.0)
+    # uneven split: 5 + 11 items, so a plain average of two means would be wrong
+    t1 = Trainer(big, mse_sum, [(x, y)], cfg(max_steps=1, grad_clip=None))
+    t2 = Trainer(small, mse_sum, [(x[:5], y[:5]), (x[5:], y[5:])], cfg(max_steps=1, grad_clip=None, accum_steps=2))
+    t1.fit(), t2.fit()
+    for a, b in zip(big.parameters(), small.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    # the same update from a mean loss
+    mean_model = make_model(p=0.0)
+    Trainer(mean_model, lambda m, b: F.mse_loss(m(b[0]), b[1]), [(x, y)], cfg(max_steps=1, grad_clip=None)).fit()
+    for a, b in zip(big.parameters(), mean_model.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+def test_validation_budget_and_divergence(tmp_path):
+    calls = []
+    t = Trainer(make_model(), mse_sum, Shuffled(), cfg(eval_every=10), val_data=Shuffled(seed=1),
+                val_fn=lambda m: calls.append(m.training) or {"extra": 1.0})
+    out = t.fit()
+    assert "val_loss" in out and out["extra"] == 1.0 and calls == [False, False]
+    assert any("val_loss" in r for r in t.state.history)
+    none = Trainer(make_model(), mse_sum, Shuffled(), cfg(time_budget=0.0))
+    none.fit()
+    assert none.state.step == 0
+    boom = Trainer(make_model(), lambda m, b: m(b[0]).sum() * float("nan"), Shuffled(), cfg())
+    with pytest.raises(FloatingPointError, match="step 1"):
+        boom.fit()
+    with pytest.raises(ValueError, match="no batches"):
+        Trainer(make_model(), mse_sum, [], cfg()).fit()
+
+
+def test_average_checkpoints(tmp_path):
+    sds = []
+    for i in range(3):
+        m = make_model(seed=i)
+        sds.append(m.state_dict())
+        torch.save({"model": m.state_dict()} if i else m.state_dict(), tmp_path / f"{i}.pt")
+    avg = average_checkpoints(sorted(tmp_path.glob("*.pt")))
+    for k in sds[0]:
+        torch.testing.assert_close(avg[k], sum(sd[k].double() for sd in sds).float() / 3)
+    with pytest.raises(ValueError, match="no checkpoint"):
+        average_checkpoints([])
+    assert math.isfinite(float(avg["0.weight"].sum()))

@@ -1,0 +1,518 @@
+"""Training (chapter 10, reused by chapters 11-13): the paper's schedule, label smoothing, a Trainer.
+
+    lr(step) = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)        (Vaswani et al. 2017, eq. 3)
+
+rises linearly for `warmup` steps, then decays as 1/sqrt(step). Adam(0.9, 0.98, 1e-9), label smoothing
+0.1 and dropout 0.1 complete the recipe.
+
+`Trainer` is generic: a model, a loss function over one batch, and an iterable of batches.
+
+    def loss_fn(model, batch):                   # returns a mean loss, or (sum of losses, count)
+        src, tgt_in, tgt_out = batch
+        logits = model(src, tgt_in)
+        return label_smoothed_cross_entropy(logits, tgt_out, 0.1, ignore_index=0, reduction="sum"), \
+               (tgt_out != 0).sum()
+
+    trainer = Trainer(model, loss_fn, batches, TrainConfig(max_steps=1000, warmup=100, lr=1e-3), out_dir="runs/x")
+    trainer.fit()                                # resumes from runs/x/last.pt when it exists
+
+It gives: a tqdm progress bar, gradient accumulation and clipping, bf16 autocast on CUDA, periodic
+validation, atomic checkpoints (a temporary file then `os.replace`, so a crash never leaves a torn
+file), exact resume (model, optimizer, scheduler, RNG states, data position: an interrupted and
+resumed run ends with the same weights as an uninterrupted one), a time budget, the last few weight
+snapshots for checkpoint averaging, and DistributedDataParallel when launched by `torchrun`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ----------------------------------------------------------------------------------------------------
+# Learning-rate schedules
+
+
+def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
+    """The paper's learning rate at optimizer step `step` (counted from 1).
+
+    factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); the peak, at step == warmup, is
+    factor / sqrt(d_model * warmup).
+    """
+    if step < 1:
+        raise ValueError(f"noam_lr: steps are counted from 1, got step={step}")
+    if warmup < 1 or d_model < 1:
+        raise ValueError(f"noam_lr: expected warmup >= 1 and d_model >= 1, got warmup={warmup}, d_model={d_model}")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+class InverseSqrtSchedule:
+    """Multiplier for `LambdaLR`: linear warmup to 1 at `warmup`, then sqrt(warmup / step).
+
+    With the optimizer's lr set to the peak lr this is the paper's schedule (`noam_lr`) rescaled to that
+    peak; with lr = (d_model * warmup)^-0.5 it is exactly `noam_lr`. A class, not a lambda, so that the
+    scheduler's state can be saved. `LambdaLR` counts from 0: the first optimizer step uses step 1.
+    """
+
+    def __init__(self, warmup: int):
+        if warmup < 1:
+            raise ValueError(f"InverseSqrtSchedule: expected warmup >= 1, got {warmup}")
+        self.warmup = warmup
+
+    def __call__(self, i: int) -> float:
+        step = i + 1
+        return min(step / self.warmup, math.sqrt(self.warmup / step))
+
+
+class ConstantSchedule:
+    """Multiplier 1 after an optional linear warmup (for the "no decay" comparison)."""
+
+    def __init__(self, warmup: int = 0):
+        self.warmup = warmup
+
+    def __call__(self, i: int) -> float:
+        return min(1.0, (i + 1) / self.warmup) if self.warmup > 0 else 1.0
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, kind: str = "noam", warmup: int = 4000):
+    """A `LambdaLR` around the optimizer: kind "noam" (inverse square root) or "constant"."""
+    if kind == "noam":
+        fn = InverseSqrtSchedule(warmup)
+    elif kind == "constant":
+        fn = ConstantSchedule(warmup)
+    else:
+        raise ValueError(f"make_scheduler: kind must be 'noam' or 'constant', got {kind!r}")
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Label smoothing
+
+
+def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1,
+                                 ignore_index: int | None = None, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy against a smoothed target: (1 - eps) on the true class + eps / V on every class.
+
+    logits (..., V), target (...) class ids. loss = (1 - eps) * (-log p_y) + eps * mean_v(-log p_v),
+    the definition of `F.cross_entropy(label_smoothing=eps)`. Positions whose target is `ignore_index`
+    count nothing. reduction: "mean" (over counted positions), "sum" or "none" (shape of `target`).
+    Computed in float32 even under bf16 autocast.
+    """
+    if not logits.is_floating_point():
+        raise TypeError(f"label_smoothed_cross_entropy: logits must be floating point, got {logits.dtype}")
+    if logits.shape[:-1] != target.shape:
+        raise ValueError(f"label_smoothed_cross_entropy: expected logits (..., V) and target (...) with the same "
+                         f"leading shape, got logits {tuple(logits.shape)} and target {tuple(target.shape)}")
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label_smoothed_cross_entropy: expected 0 <= smoothing < 1, got {smoothing}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"label_smoothed_cross_entropy: reduction must be mean, sum or none, got {reduction!r}")
+    lprobs = F.log_softmax(logits.float(), dim=-1)                             # (..., V)
+    keep = torch.ones_like(target, dtype=torch.bool) if ignore_index is None else target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    nll = -lprobs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)                  # (...)
+    smooth = -lprobs.mean(dim=-1)                                             # (...)
+    loss = ((1.0 - smoothing) * nll + smoothing * smooth) * keep
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / keep.sum().clamp(min=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Distributed set-up
+
+
+def setup_distributed() -> tuple[int, int, int]:
+    """Join the process group `torchrun` describes (WORLD_SIZE > 1) and return (rank, world, local_rank).
+
+    NCCL on CUDA, gloo on CPU. Without torchrun (or when the group already exists) nothing new is started.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, 0
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size(), local
+
+
+def _dist_on() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def atomic_save(obj: Any, path: str | os.PathLike) -> None:
+    """`torch.save` to a temporary file in the same folder, then `os.replace`: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, torch.Tensor]:
+    """Average the model weights of several checkpoints (the paper averages the last 5 or 20).
+
+    Each file holds a model `state_dict`, or a dict with a "model" entry. Floating tensors are averaged
+    (in float64, cast back); integer tensors (step counters, ...) are taken from the last file.
+    """
+    paths = list(paths)
+    if not paths:
+        raise ValueError("average_checkpoints: no checkpoint paths given")
+    total: dict[str, torch.Tensor] = {}
+    last: dict[str, torch.Tensor] = {}
+    for p in paths:
+        sd = torch.load(p, map_location="cpu", weights_only=True)
+        sd = sd.get("model", sd)
+        if total and set(sd) != set(total):
+            raise ValueError(f"average_checkpoints: {p} has different parameter names from {paths[0]}")
+        for k, v in sd.items():
+            if v.is_floating_point():
+                total[k] = total[k] + v.double() if k in total else v.double()
+            else:
+                total.setdefault(k, v)
+            last[k] = v
+    return {k: (total[k] / len(paths)).to(last[k].dtype) if last[k].is_floating_point() else last[k] for k in total}
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+        state["numpy"] = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        pass
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy as np
+        np.random.set_state(state["numpy"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# The Trainer
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 1000              # optimizer steps in all (a resumed run counts from where it stopped)
+    time_budget: float | None = None   # minutes of training (summed over resumes); None = no limit
+    lr: float = 1e-3                   # peak learning rate (reached at the end of warmup)
+    schedule: str = "noam"             # "noam" (warmup, then 1/sqrt(step)) or "constant" (warmup, then flat)
+    warmup: int = 4000                 # warmup steps (the paper: 4000)
+    betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
+    adam_eps: float = 1e-9             # Adam epsilon (the paper)
+    weight_decay: float = 0.0          # AdamW-style decoupled decay; 0 = the paper's Adam
+    grad_clip: float | None = 1.0      # max global gradient norm; None = no clipping
+    accum_steps: int = 1               # micro-batches per optimizer step
+    amp: bool = True                   # bf16 autocast on CUDA (ignored on CPU)
+    eval_every: int = 0                # validate every N steps (0 = only at the end)
+    save_every: int = 0                # full checkpoint (last.pt) every N steps (0 = only at the end)
+    snapshot_every: int = 0            # weights-only snapshot for averaging every N steps (0 = off)
+    snapshot_minutes: float = 0.0      # ... or every M minutes of training (0 = off)
+    keep_snapshots: int = 5            # snapshots kept for checkpoint averaging
+    log_every: int = 10                # steps between progress-bar/log updates
+    seed: int = 0                      # seeds torch/python at the start of a fresh run
+    progress: bool = True              # tqdm progress bar (TQDM_DISABLE=1 also turns it off)
+    resume: bool = True                # continue from out_dir/last.pt when it exists
+
+
+@dataclass
+class TrainState:
+    step: int = 0                      # optimizer steps done
+    epoch: int = 0                     # passes over the training data begun
+    batch_in_epoch: int = 0            # micro-batches of the current epoch consumed
+    elapsed: float = 0.0               # seconds of training (excludes validation)
+    tokens: float = 0.0                # items counted by the loss (target tokens), all ranks
+    history: list = field(default_factory=list)
+
+
+LossOut = torch.Tensor | tuple[torch.Tensor, torch.Tensor | int | float]
+
+
+class Trainer:
+    """Train `model` on `train_data` with `loss_fn`; see the module docstring for an example.
+
+    model       an `nn.Module`; moved to `device`; wrapped in DistributedDataParallel when a process
+                group is running (`setup_distributed()` under torchrun). `trainer.module` is the bare model.
+    loss_fn     loss_fn(model, batch) -> a scalar mean loss, or (sum of per-item losses, item count).
+                With a count the trainer divides by the total count over micro-batches and ranks, so
+                every token weighs the same however the batch was split. Call `model(...)` (its forward)
+                so that DDP sees the computation. Batches are moved to `device` first (tensors, or
+                tuples/lists/dicts of tensors).
+    train_data  a re-iterable of batches, iterated epoch after epoch. For exact resume its order must
+                depend only on the epoch: give it `set_epoch(epoch)` (like `TokenBatcher` or a
+                DistributedSampler); on resume the consumed batches of the current epoch are skipped.
+    val_data    optional re-iterable of batches: validation loss with the same loss_fn, model in eval mode.
+    val_fn      optional val_fn(model) -> dict of extra metrics (e.g. BLEU), run at each validation.
+    optimizer   default Adam(betas, eps) at cfg.lr; scheduler default `make_scheduler(cfg.schedule, cfg.warmup)`.
+    out_dir     where last.pt, snapshots and log.jsonl go; None = keep nothing on disk.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module, Any], LossOut], train_data: Iterable,
+                 config: TrainConfig | None = None, *, val_data: Iterable | None = None,
+                 val_fn: Callable[[nn.Module], dict] | None = None, optimizer: torch.optim.Optimizer | None = None,
+                 scheduler=None, out_dir: str | os.PathLike | None = None, device: torch.device | str | None = None,
+                 extra_state: dict | None = None):
+        self.cfg = config or TrainConfig()
+        self.device = torch.device(device) if device is not None else (
+            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+        self.module = model.to(self.device)
+        self.rank = dist.get_rank() if _dist_on() else 0
+        self.world = dist.get_world_size() if _dist_on() else 1
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DDP(self.module, device_ids=ids)
+        else:
+            self.model = self.module
+        self.loss_fn, self.train_data, self.val_data, self.val_fn = loss_fn, train_data, val_data, val_fn
+        self.optimizer = optimizer or torch.optim.Adam(self.module.parameters(), lr=self.cfg.lr, betas=self.cfg.betas,
+                                                       eps=self.cfg.adam_eps, weight_decay=self.cfg.weight_decay)
+        self.scheduler = scheduler or make_scheduler(self.optimizer, self.cfg.schedule, self.cfg.warmup)
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.extra_state = extra_state or {}    # saved with last.pt (e.g. the run's model config)
+        self.state = TrainState()
+        self._resumed = False
+        if self.out_dir is not None and self.cfg.resume and (self.out_dir / "last.pt").exists():
+            self.load(self.out_dir / "last.pt")
+            self._resumed = True
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _autocast(self):
+        if self.cfg.amp and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _to_device(self, batch):
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self.device, non_blocking=True)
+        if isinstance(batch, (list, tuple)):
+            moved = [self._to_device(b) for b in batch]
+            return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+        if isinstance(batch, dict):
+            return {k: self._to_device(v) for k, v in batch.items()}
+        return batch
+
+    def _batches(self):
+        """Endless micro-batches; keeps `state.epoch` / `state.batch_in_epoch` at the data position."""
+        st = self.state
+        while True:
+            if hasattr(self.train_data, "set_epoch"):
+                self.train_data.set_epoch(st.epoch)
+            n = 0
+            for i, batch in enumerate(self.train_data):
+                n += 1
+                if i < st.batch_in_epoch:             # consumed before the interruption
+                    continue
+                st.batch_in_epoch = i + 1
+                yield batch
+            if n == 0:
+                raise ValueError("Trainer: train_data yielded no batches")
+            st.epoch += 1
+            st.batch_in_epoch = 0
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        st = self.state
+        rng = [_rng_state()]
+        if self.world > 1:                          # every rank's RNG (dropout masks differ per rank)
+            rng = [None] * self.world
+            dist.all_gather_object(rng, _rng_state())
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rng": rng, "world": self.world,
+                "train": {k: v for k, v in asdict(st).items()}, "config": asdict(self.cfg), "extra": self.extra_state}
+
+    def save(self, path: str | os.PathLike | None = None) -> None:
+        """Full checkpoint (atomic). All ranks must call it (it gathers their RNG states); rank 0 writes."""
+        sd = self.state_dict()
+        if self.rank == 0:
+            atomic_save(sd, path or self.out_dir / "last.pt")
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Restore everything `save` wrote: weights, optimizer, scheduler, RNG, data position, history."""
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        self.module.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(ck["scheduler"])
+        self.state = TrainState(**ck["train"])
+        rng = ck["rng"]
+        _set_rng_state(rng[self.rank] if len(rng) == self.world else rng[0])
+
+    def _snapshot(self) -> None:
+        """Weights only, for checkpoint averaging; keeps the last `keep_snapshots`."""
+        if self.rank != 0 or self.out_dir is None:
+            return
+        atomic_save(self.module.state_dict(), self.out_dir / f"snapshot_{self.state.step:07d}.pt")
+        for old in self.snapshots()[:-self.cfg.keep_snapshots]:
+            old.unlink(missing_ok=True)
+
+    def snapshots(self) -> list[Path]:
+        """Weight snapshots on disk, oldest first."""
+        return sorted(self.out_dir.glob("snapshot_*.pt")) if self.out_dir is not None else []
+
+    # -- evaluation ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Validation loss over `val_data` (+ `val_fn`'s metrics), model in eval mode. Rank 0 only."""
+        out: dict = {}
+        if self.rank != 0:
+            return out
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            if self.val_data is not None:
+                total, count = 0.0, 0.0
+                for batch in self.val_data:
+                    with self._autocast():
+                        res = self.loss_fn(self.module, self._to_device(batch))
+                    if isinstance(res, (tuple, list)):
+                        total += float(res[0]); count += float(res[1])
+                    else:
+                        total += float(res); count += 1
+                out["val_loss"] = total / max(count, 1e-9)
+            if self.val_fn is not None:
+                out.update(self.val_fn(self.module))
+        finally:
+            self.module.train(was_training)
+        return out
+
+    # -- training --------------------------------------------------------------------------------------
+    def train_step(self, micro_batches: list) -> tuple[float, float]:
+        """One optimizer step over `micro_batches`; returns (mean loss, count) over all ranks."""
+        cfg, model = self.cfg, self.model
+        loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        count = torch.zeros((), device=self.device, dtype=torch.float64)
+        weighted = None
+        for j, batch in enumerate(micro_batches):
+            sync = j == len(micro_batches) - 1 or self.world == 1
+            ctx = model.no_sync() if not sync else nullcontext()
+            with ctx:
+                with self._autocast():
+                    res = self.loss_fn(model, self._to_device(batch))
+                if isinstance(res, (tuple, list)):          # (sum, count): normalised after backward
+                    loss, n = res
+                    weighted = True
+                    loss.backward()
+                    count += float(n)
+                else:                                       # a mean: average the micro-batches
+                    loss, weighted = res / len(micro_batches), False
+                    loss.backward()
+                    count += 1.0 / len(micro_batches)
+                loss_sum += loss.detach().double()
+        stats = torch.stack([loss_sum, count])
+        if self.world > 1:
+            dist.all_reduce(stats)
+        if weighted:
+            # DDP averaged the gradients of per-rank sums: scale so the gradient is of (global sum / global count)
+            scale = self.world / max(float(stats[1]), 1e-12)
+            for p in self.module.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(scale)
+            mean = float(stats[0] / stats[1])
+        else:
+            mean = float(stats[0]) / self.world
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return mean, float(stats[1])
+
+    def fit(self, steps: int | None = None) -> dict:
+        """Train until `cfg.max_steps` or the time budget (or `steps` more steps, to stop early on purpose).
+
+        Returns the last log record. Writes last.pt (and validates) at the end.
+        """
+        from tqdm.auto import tqdm
+
+        cfg, st = self.cfg, self.state
+        if st.step == 0 and not self._resumed:
+            torch.manual_seed(cfg.seed + self.rank)
+            random.seed(cfg.seed + self.rank)
+        stop_at = cfg.max_steps if steps is None else min(cfg.max_steps, st.step + steps)
+        budget = None if cfg.time_budget is None else cfg.time_budget * 60.0
+        bar = tqdm(total=cfg.max_steps, initial=st.step, disable=not cfg.progress or self.rank != 0,
+                   desc="train", dynamic_ncols=True)
+        self.module.train()
+        batches = self._batches()
+        last_snap = st.elapsed
+        record: dict = {}
+        win_loss, win_n, win_tok, win_t = 0.0, 0, 0.0, 0.0
+        while st.step < stop_at and (budget is None or st.elapsed < budget):
+            t0 = time.perf_counter()
+            micro = [next(batches) for _ in range(cfg.accum_steps)]
+            loss, n = self.train_step(micro)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            st.step += 1
+            st.elapsed += dt
+            st.tokens += n
+            win_loss += loss; win_n += 1; win_tok += n; win_t += dt
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"Trainer: loss became {loss} at step {st.step} (lr too high? no warmup?)")
+            bar.update(1)
+            if st.step % cfg.log_every == 0 or st.step == stop_at:
+                record = {"step": st.step, "loss": win_loss / win_n, "lr": self.scheduler.get_last_lr()[0],
+                          "tokens_per_s": win_tok / max(win_t, 1e-9), "minutes": st.elapsed / 60}
+                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                tok_s=f"{record['tokens_per_s']:.0f}")
+                self._log(record)
+                win_loss, win_n, win_tok, win_t = 0.0, 0, 0.0, 0.0
+            if cfg.eval_every and st.step % cfg.eval_every == 0 and st.step < stop_at:
+                self._log({"step": st.step, "minutes": st.elapsed / 60, **self.evaluate()}, bar)
+            if (cfg.snapshot_every and st.step % cfg.snapshot_every == 0) or (
+                    cfg.snapshot_minutes and st.elapsed - last_snap >= cfg.snapshot_minutes * 60):
+                self._snapshot()
+                last_snap = st.elapsed
+            if self.out_dir is not None and cfg.save_every and st.step % cfg.save_every == 0:
+                self.save()
+        bar.close()
+        if self.out_dir is not None:                # before validating: the RNG state saved is the step's
+            self.save()
+        final = {"step": st.step, "minutes": st.elapsed / 60, **self.evaluate()}
+        if final.keys() - {"step", "minutes"}:
+            self._log(final)
+        return {**record, **final}
+
+    def _log(self, record: dict, bar=None) -> None:
+        self.state.history.append(record)
+        if bar is not None and len(record) > 2:
+            bar.write("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+        if self.out_dir is not None and self.rank == 0:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.out_dir / "log.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "make_scheduler", "label_smoothed_cross_entropy",
+           "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints", "setup_distributed"]
