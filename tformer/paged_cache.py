@@ -1,0 +1,244 @@
+"""A paged KV cache (chapter 14): PagedAttention's memory layout, in plain PyTorch.
+
+A contiguous `KVCache` reserves room for the longest sequence it may ever hold. Serving a batch of
+requests of mixed lengths that way wastes every slot between a request's real length and the maximum.
+vLLM's PagedAttention (Kwon et al., 2023) stores keys and values in fixed-size *blocks* instead:
+
+    pool     one tensor per layer: (n_blocks, H_kv, block_size, head_dim) for keys, the same for values
+    table    per sequence, the list of physical block ids holding its tokens, in order
+    allocator  a free list of block ids; a sequence takes a block when its last one is full and gives
+             all of them back when it finishes
+
+Token t of a sequence lives in block `table[t // block_size]`, slot `t % block_size`. The only waste is
+the unfilled tail of each sequence's last block (< block_size tokens), not (max_len - length).
+
+`PagedKVCache` has the interface of `KVCache` (`append`, `get`, `length`, `truncate`, `nbytes`), so a
+model runs on it unchanged: `model(idx, cache=pool.new_caches(batch))`. `append` writes the new keys
+into their blocks and returns them gathered in token order; the attention output is then exactly that
+of the contiguous cache (the tests assert it). A real serving kernel reads the blocks in place instead
+of gathering them; the memory accounting is the same.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_float, check_rank
+
+
+@dataclass
+class PagedConfig:
+    n_layers: int                      # attention layers sharing the pool (one block table for all)
+    n_kv_heads: int                    # key/value heads per layer (fewer than query heads for GQA/MQA)
+    head_dim: int                      # features per head
+    block_size: int = 16               # tokens per block (vLLM's default)
+    n_blocks: int = 256                # physical blocks in the pool (its capacity is n_blocks * block_size tokens)
+    dtype: torch.dtype = torch.float32
+
+    @classmethod
+    def for_model(cls, model, **kw) -> "PagedConfig":
+        """The sizes of a `tformer.models.GPT` (n_layer, n_kv_head or n_head, head_dim)."""
+        c = model.cfg
+        return cls(n_layers=c.n_layer, n_kv_heads=c.n_kv_head or c.n_head, head_dim=c.n_embd // c.n_head, **kw)
+
+
+class BlockPool:
+    """Physical storage of every layer's key/value blocks, and the allocator (a free list) over them."""
+
+    def __init__(self, cfg: PagedConfig, device: torch.device | str | None = None):
+        if cfg.block_size < 1 or cfg.n_blocks < 1:
+            raise ValueError(f"PagedConfig: block_size and n_blocks must be >= 1, got {cfg.block_size}, {cfg.n_blocks}")
+        self.cfg = cfg
+        shape = (cfg.n_layers, cfg.n_blocks, cfg.n_kv_heads, cfg.block_size, cfg.head_dim)
+        self.k = torch.zeros(shape, dtype=cfg.dtype, device=device)   # (L, N_blocks, H_kv, bs, hd)
+        self.v = torch.zeros(shape, dtype=cfg.dtype, device=device)
+        self._free = list(range(cfg.n_blocks - 1, -1, -1))              # stack: pop() gives block 0 first
+
+    # -- allocator ------------------------------------------------------------------------------
+    def allocate(self, n: int) -> list[int]:
+        """Take n free block ids; raises when the pool cannot supply them (nothing is taken then)."""
+        if n > len(self._free):
+            raise RuntimeError(f"BlockPool: out of blocks (asked for {n}, {len(self._free)} free of "
+                               f"{self.cfg.n_blocks}); finish or preempt a sequence, or make the pool larger")
+        return [self._free.pop() for _ in range(n)]
+
+    def release(self, ids: list[int]) -> None:
+        """Give block ids back to the free list."""
+        self._free.extend(reversed(ids))
+
+    @property
+    def n_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def n_used(self) -> int:
+        return self.cfg.n_blocks - len(self._free)
+
+    def block_bytes(self) -> int:
+        """Bytes of one block across all layers, keys and values."""
+        c = self.cfg
+        return 2 * c.n_layers * c.n_kv_heads * c.block_size * c.head_dim * self.k.element_size()
+
+    def used_bytes(self) -> int:
+        """Bytes of the blocks currently handed out."""
+        return self.n_used * self.block_bytes()
+
+    def new_caches(self, batch: int = 1) -> list["PagedKVCache"]:
+        """One `PagedKVCache` per layer for a new group of `batch` sequences (one block table each)."""
+        table = BlockTable(self, batch)
+        return [PagedKVCache(table, layer) for layer in range(self.cfg.n_layers)]
+
+
+class BlockTable:
+    """The block tables of `batch` sequences decoded together (equal lengths), shared by all layers.
+
+    `ids` (batch, n_logical_blocks) holds physical block ids; row b lists sequence b's blocks in order.
+    Each layer keeps its own length (layer 0 has appended before layer 1 reads its past).
+    """
+
+    def __init__(self, pool: BlockPool, batch: int):
+        self.pool, self.batch = pool, batch
+        self.ids = torch.empty(batch, 0, dtype=torch.long, device=pool.k.device)
+        self.lengths = [0] * pool.cfg.n_layers
+
+    @property
+    def capacity(self) -> int:
+        return self.ids.shape[1] * self.pool.cfg.block_size
+
+    def reserve(self, n_tokens: int) -> None:
+        """Make room for n_tokens per sequence, taking blocks from the pool only as needed."""
+        need = math.ceil(n_tokens / self.pool.cfg.block_size) - self.ids.shape[1]
+        if need > 0:
+            new = torch.tensor(self.pool.allocate(need * self.batch), dtype=torch.long, device=self.ids.device)
+            self.ids = torch.cat([self.ids, new.view(self.batch, need)], dim=1)
+
+    def trim(self) -> None:
+        """Return blocks past the longest layer's length to the pool (after a truncate)."""
+        keep = math.ceil(max(self.lengths) / self.pool.cfg.block_size)
+        if keep < self.ids.shape[1]:
+            self.pool.release(self.ids[:, keep:].flatten().tolist())
+            self.ids = self.ids[:, :keep]
+
+    def free(self) -> None:
+        """The sequences are finished: every block goes back to the pool."""
+        self.lengths = [0] * len(self.lengths)
+        self.trim()
+
+
+class PagedKVCache:
+    """One layer's view of a `BlockTable`: the `KVCache` interface over pooled blocks.
+
+    k, v given and returned as (B, H_kv, T, head_dim), as with `KVCache`.
+    """
+
+    def __init__(self, table: BlockTable, layer: int):
+        self.table, self.layer = table, layer
+        self.pool = table.pool
+
+    @property
+    def length(self) -> int:
+        return self.table.lengths[self.layer]
+
+    def _slots(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Physical (block id (B, T), slot (T,)) of token positions start..end-1."""
+        pos = torch.arange(start, end, device=self.table.ids.device)
+        bs = self.pool.cfg.block_size
+        return self.table.ids[:, pos // bs], pos % bs
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write (B, H_kv, T_new, hd) keys/values into their blocks; return all held so far, in order."""
+        check_rank(k, 4, "PagedKVCache.append(k)", "(B, H_kv, T_new, head_dim)")
+        check_float(k, "PagedKVCache.append(k)")
+        c = self.pool.cfg
+        if k.shape != v.shape or k.shape[0] != self.table.batch or k.shape[1] != c.n_kv_heads or k.shape[3] != c.head_dim:
+            raise ValueError(f"PagedKVCache.append: expected k and v of shape ({self.table.batch}, {c.n_kv_heads}, "
+                             f"T_new, {c.head_dim}), got {tuple(k.shape)} and {tuple(v.shape)}")
+        start, end = self.length, self.length + k.shape[2]
+        self.table.reserve(end)
+        blocks, slots = self._slots(start, end)                      # (B, T_new), (T_new,)
+        # advanced indices around a slice: the indexed result is (B, T_new, H_kv, hd)
+        self.pool.k[self.layer][blocks, :, slots] = k.transpose(1, 2).to(self.pool.k.dtype)
+        self.pool.v[self.layer][blocks, :, slots] = v.transpose(1, 2).to(self.pool.v.dtype)
+        self.table.lengths[self.layer] = end
+        return self.get()
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather the held keys/values in token order: (B, H_kv, length, hd) each."""
+        n = self.length
+        blocks, slots = self._slots(0, n)
+        k = self.pool.k[self.layer][blocks, :, slots].transpose(1, 2)  # (B, T, H, hd) -> (B, H, T, hd)
+        v = self.pool.v[self.layer][blocks, :, slots].transpose(1, 2)
+        return k, v
+
+    def truncate(self, length: int) -> None:
+        """Forget tokens after `length`; blocks no layer needs any more go back to the pool."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"PagedKVCache.truncate: expected 0 <= length <= {self.length}, got {length}")
+        self.table.lengths[self.layer] = length
+        self.table.trim()
+
+    def nbytes(self) -> int:
+        """Bytes of this layer's blocks held by the table (whole blocks: the unfilled tail counts)."""
+        c = self.pool.cfg
+        return 2 * self.table.ids.numel() * c.n_kv_heads * c.block_size * c.head_dim * self.pool.k.element_size()
+
+
+def kv_memory(lengths: list[int] | torch.Tensor, max_len: int, block_size: int, bytes_per_token: int = 1) -> dict:
+    """KV memory for requests of `lengths` tokens: contiguous (each reserves max_len) vs paged.
+
+    Returns tokens (or bytes, with bytes_per_token) needed, reserved by each scheme, and the fraction
+    wasted: contiguous wastes max_len - length per request, paged only the tail of the last block.
+    """
+    lengths = torch.as_tensor(lengths, dtype=torch.long)
+    if lengths.dim() != 1 or (lengths < 0).any() or (lengths > max_len).any():
+        raise ValueError(f"kv_memory: expected 1-d lengths in [0, max_len={max_len}], got {lengths.tolist()}")
+    used = int(lengths.sum())
+    contiguous = len(lengths) * max_len
+    paged = int((-(-lengths // block_size)).sum()) * block_size          # ceil(length / bs) blocks each
+    return {"used": used * bytes_per_token, "contiguous": contiguous * bytes_per_token,
+            "paged": paged * bytes_per_token,
+            "contiguous_waste": 1 - used / contiguous if contiguous else 0.0,
+            "paged_waste": 1 - used / paged if paged else 0.0}
+
+
+@torch.no_grad()
+def generate_paged(model, prompts: list[torch.Tensor], max_new_tokens: list[int] | int, pool: BlockPool,
+                   temperature: float = 0.0, generator: torch.Generator | None = None) -> tuple[list[torch.Tensor], dict]:
+    """Serve several requests at once from one `BlockPool`, one token per live request per step.
+
+    prompts: 1-d token tensors of any lengths; max_new_tokens: one per request (or one for all).
+    A request takes blocks as it grows and returns them when done, so short requests make room for
+    long ones. Returns (outputs: prompt + new tokens per request, stats: peak blocks/bytes in use).
+    """
+    from .models.gpt import sample_next
+    if isinstance(max_new_tokens, int):
+        max_new_tokens = [max_new_tokens] * len(prompts)
+    if len(max_new_tokens) != len(prompts):
+        raise ValueError(f"generate_paged: {len(prompts)} prompts but {len(max_new_tokens)} max_new_tokens")
+    for i, p in enumerate(prompts):
+        check_rank(p, 1, f"generate_paged(prompts[{i}])", "(T,) token ids")
+        if p.numel() + max_new_tokens[i] > model.cfg.block_size:
+            raise ValueError(f"generate_paged: request {i} needs {p.numel() + max_new_tokens[i]} positions, "
+                             f"more than block_size={model.cfg.block_size}")
+    was_training = model.training
+    model.eval()
+    out = [p.clone() for p in prompts]
+    caches = [pool.new_caches(1) for _ in prompts]
+    left = list(max_new_tokens)
+    nxt: list[torch.Tensor | None] = [p[None, :] for p in prompts]    # what each request feeds next
+    peak_blocks = 0
+    while any(n > 0 for n in left):
+        for i in range(len(prompts)):
+            if left[i] <= 0:
+                continue
+            logits = model(nxt[i], caches[i])[:, -1, :]               # (1, V)
+            tok = sample_next(logits, temperature, None, generator)   # (1, 1)
+            out[i] = torch.cat([out[i], tok[0]])
+            nxt[i], left[i] = tok, left[i] - 1
+            peak_blocks = max(peak_blocks, pool.n_used)
+            if left[i] == 0:
+                caches[i][0].table.free()                             # finished: blocks back to the pool
+    model.train(was_training)
+    return out, {"peak_blocks": peak_blocks, "peak_bytes": peak_blocks * pool.block_bytes()}
