@@ -1,0 +1,52 @@
+"""tformer.timing: peak memory counts what was allocated; fits recover known exponents; a step trains."""
+import copy
+
+import pytest
+import torch
+
+from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
+from tformer.timing import fit_power, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
+
+
+def test_peak_memory_sees_temporaries_and_frees():
+    n = 256 * 1024                                    # floats: 1 MiB each
+    def two_temporaries():
+        a = torch.ones(n)
+        b = torch.ones(n) * 2                         # a, b, and the ones() temp of b: 3 MiB at peak
+        del a, b
+        return None
+    assert 3 * 4 * n <= peak_memory(two_temporaries) < 3 * 4 * n + 1024   # + a few bytes for the scalar 2
+    assert peak_memory(lambda: torch.empty(0)) < 1024
+    # explicit attention keeps the (T, T) score matrix alive; SDPA's fused kernel does not
+    q = torch.randn(1, 1, 512, 16)
+    explicit = peak_memory(lambda: torch.softmax(q @ q.transpose(-2, -1), -1) @ q)
+    fused = peak_memory(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    assert explicit >= 2 * 512 * 512 * 4 and fused < explicit / 8
+
+
+def test_fit_power_recovers_exponents():
+    n = [64, 128, 256, 512]
+    p, c = fit_power(n, [3.0 * v ** 2 for v in n])
+    assert abs(p - 2) < 1e-9 and abs(c - 3) < 1e-6
+    p, _ = fit_power(n, [v * v ** 0.5 for v in n])
+    assert abs(p - 1.5) < 1e-9
+    with pytest.raises(ValueError):
+        fit_power([1], [1])
+
+
+def test_train_step_updates_the_model_and_timings_are_positive():
+    torch.manual_seed(0)
+    model = LSTMLM(LSTMConfig(vocab_size=11, n_embd=8, n_layer=1))
+    before = copy.deepcopy(model.state_dict())
+    idx = torch.randint(0, 11, (2, 6))
+    assert train_step_time(model, idx, warmup=0, repeat=1) > 0
+    assert not torch.equal(before["encoder.lstm.weight_hh_l0"], model.state_dict()["encoder.lstm.weight_hh_l0"])
+    rows = step_time_vs_length({"lstm": lambda: LSTMLM(LSTMConfig(vocab_size=11, n_embd=8, n_layer=1)),
+                                "gpt": lambda: GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2,
+                                                             n_embd=8))},
+                               [4, 8], batch_size=2, vocab_size=11, warmup=0, repeat=1, progress=False)
+    assert [(r.name, r.seq_len) for r in rows] == [("lstm", 4), ("lstm", 8), ("gpt", 4), ("gpt", 8)]
+    assert all(r.seconds > 0 and r.tokens_per_s > 0 for r in rows)
+    assert time_fn(lambda: None, warmup=0, repeat=2) >= 0
+    table = format_table([{"T": 4, "s": 0.5}, {"T": 16, "s": 0.25}])
+    assert table.splitlines()[0].split() == ["T", "s"] and len(table.splitlines()) == 4

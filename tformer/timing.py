@@ -1,0 +1,202 @@
+"""Timing and peak memory, CPU and CUDA alike (chapters 7-9, 15; benchmarks).
+
+    time_fn(fn)                  median wall time of fn() after warm-up (synchronizes CUDA)
+    peak_memory(fn)              bytes allocated at the peak of fn() above what was live before
+    train_step_time(model, idx)  median time of one training step (forward, loss, backward, update)
+    step_time_vs_length(...)     the same for each sequence length, as table rows
+    fit_power(n, y)              y ~ c * n^p by least squares in log-log space: the measured exponent
+
+Peak memory on CUDA is `torch.cuda.max_memory_allocated`. A CPU has no such counter, so on CPU the
+function runs under `torch.profiler` with `profile_memory=True`, which records every allocation and
+free of PyTorch's CPU allocator; the running sum of those events, in time order, peaks at the answer.
+This counts tensors (including temporaries inside fused kernels), not Python objects, and it slows the
+function down while it runs: never time and measure memory in the same call.
+
+Timings on a shared machine vary: report medians of several runs and compare within one process.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for queued CUDA work (a no-op on CPU), so a wall clock measures the work itself."""
+    device = torch.device(device) if device is not None else None
+    if torch.cuda.is_available() and (device is None or device.type == "cuda"):
+        torch.cuda.synchronize(device)
+
+
+def time_fn(fn: Callable[[], object], warmup: int = 1, repeat: int = 5,
+            device: torch.device | str | None = None) -> float:
+    """Median seconds of `fn()` over `repeat` runs after `warmup` runs."""
+    if repeat < 1:
+        raise ValueError(f"time_fn: repeat must be >= 1, got {repeat}")
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Silence C-level stderr (the profiler library prints a line when it starts and stops)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _cpu_peak(fn: Callable[[], object]) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_fd2():
+        prof.start()
+    try:
+        fn()
+    finally:
+        with _quiet_fd2():
+            prof.stop()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:                     # + bytes on allocation, - bytes on free, in time order
+        current += e.nbytes()
+        peak = max(peak, current)
+    return peak
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
+    """Bytes allocated at the peak of `fn()` on `device`, above what was allocated before the call.
+
+    The result `fn` returns counts too (it is alive at the end). Run fn once before measuring if it
+    allocates lazily (caches, workspaces) and you want the steady state.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    if device.type != "cpu":
+        raise ValueError(f"peak_memory: supports 'cpu' and 'cuda' devices, got {device}")
+    return _cpu_peak(fn)
+
+
+def lm_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy: logits (B, T, V) at position t predict idx[:, t + 1]."""
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+
+
+def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat: int = 3,
+                    lr: float = 1e-3, amp: bool | None = None,
+                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = lm_loss) -> float:
+    """Median seconds of one training step of `model` (logits = model(idx)) on the batch idx (B, T).
+
+    A step is forward, loss, backward and an AdamW update, as in training. The model's parameters do
+    change; pass a copy if that matters. amp=None: bf16 autocast on CUDA, off on CPU.
+    """
+    device = idx.device
+    amp = device.type == "cuda" if amp is None else amp
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = loss_fn(model(idx), idx)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return time_fn(step, warmup, repeat, device)
+
+
+@dataclass
+class StepTiming:
+    name: str                # which model
+    seq_len: int             # T
+    batch_size: int          # B
+    seconds: float           # median time per training step
+    tokens_per_s: float      # B * T / seconds
+
+
+def step_time_vs_length(models: dict[str, Callable[[], nn.Module]], lengths: Sequence[int], batch_size: int,
+                        vocab_size: int, device: torch.device | str = "cpu", warmup: int = 1, repeat: int = 3,
+                        seed: int = 0, progress: bool = True) -> list[StepTiming]:
+    """Time a training step of each model at each sequence length.
+
+    `models` maps a name to a function building a fresh model (built once, moved to `device`).
+    Returns one `StepTiming` per (model, length).
+    """
+    from tqdm.auto import tqdm
+
+    device = torch.device(device)
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    jobs = [(name, t) for name in models for t in lengths]
+    built: dict[str, nn.Module] = {}
+    for name, t in tqdm(jobs, desc="train-step timing", disable=not progress):
+        if name not in built:
+            torch.manual_seed(seed)
+            built[name] = models[name]().to(device)
+        idx = torch.randint(0, vocab_size, (batch_size, t), generator=g).to(device)
+        sec = train_step_time(built[name], idx, warmup, repeat)
+        rows.append(StepTiming(name, t, batch_size, sec, batch_size * t / sec))
+    return rows
+
+
+def fit_power(n: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Least-squares fit of log y = log c + p log n. Returns (p, c): y ~ c * n**p."""
+    if len(n) != len(y) or len(n) < 2:
+        raise ValueError(f"fit_power: need two equally long sequences of >= 2 points, got {len(n)} and {len(y)}")
+    if min(n) <= 0 or min(y) <= 0:
+        raise ValueError("fit_power: n and y must be positive (a log-log fit)")
+    ln = torch.tensor([math.log(v) for v in n], dtype=torch.float64)
+    ly = torch.tensor([math.log(v) for v in y], dtype=torch.float64)
+    a = torch.stack([ln, torch.ones_like(ln)], dim=1)                 # (N, 2)
+    p, logc = torch.linalg.lstsq(a, ly.unsqueeze(1)).solution.squeeze(1).tolist()
+    return p, math.exp(logc)
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None, floatfmt: str = ".3g") -> str:
+    """Rows of dicts -> a plain-text table (what the benchmarks and notebooks print)."""
+    if not rows:
+        return "(no rows)"
+    columns = list(columns or rows[0].keys())
+
+    def cell(v):
+        return format(v, floatfmt) if isinstance(v, float) else str(v)
+
+    body = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(columns)]
+    line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(b) for b in body])
