@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from .._checks import check_tokens
 from ..blocks import EncoderLayer
 from ..cache import KVCache, make_caches
+from ..moe import MoE, MoEConfig, Experts
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 
 
@@ -37,6 +38,16 @@ class GPTConfig:
     rope_base: float = 10000.0
     rope_scaling: str | None = None    # None, "linear", "ntk", "yarn" (chapter 8)
     rope_factor: float = 1.0
+    # mixture of experts (chapter 13); n_experts = 0 keeps every FFN dense
+    n_experts: int = 0                 # E expert FFNs in each MoE layer
+    moe_top_k: int = 2                 # k experts per token
+    moe_layers: tuple[int, ...] | None = None  # blocks whose FFN is an MoE; None = all of them
+    moe_d_ff: int | None = None        # each expert's width; None = d_ff
+    moe_capacity_factor: float | None = None   # training capacity; None = no token dropping
+    moe_balance_weight: float = 0.01   # alpha of the Switch load-balancing loss
+    moe_z_weight: float = 0.001        # router z-loss weight
+    moe_normalize_top_k: bool = True   # renormalise the k gates to sum to 1
+    moe_dispatch: str = "auto"         # see tformer.moe: "auto", "padded", "grouped", "naive"
 
     @property
     def head_dim(self) -> int:
@@ -58,20 +69,45 @@ class GPT(nn.Module):
         else:
             raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
+        moe_layers = set(self.moe_layer_ids(cfg))
         self.blocks = nn.ModuleList(
             EncoderLayer(cfg.n_embd, cfg.n_head, d_ff, cfg.dropout, norm_first=True, activation=cfg.activation,
-                         n_kv_heads=cfg.n_kv_head, bias=cfg.bias, eps=cfg.eps) for _ in range(cfg.n_layer))
+                         n_kv_heads=cfg.n_kv_head, bias=cfg.bias, eps=cfg.eps,
+                         ffn=self._make_moe(cfg, d_ff) if i in moe_layers else None) for i in range(cfg.n_layer))
+        self.aux_loss: torch.Tensor | float = 0.0                    # MoE auxiliary losses of the last forward
         self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.eps, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight                       # weight tying
         self.apply(self._init)
         for name, p in self.named_parameters():                      # GPT-2: scale residual projections
-            if name.endswith(("attn.out.weight", "ffn.fc2.weight")):
+            if name.endswith(("attn.out.weight", "ffn.fc2.weight", "ffn.experts.fc2")):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod
+    def moe_layer_ids(cfg: GPTConfig) -> list[int]:
+        """Indices of the blocks whose FFN is a mixture of experts (none when n_experts = 0)."""
+        if cfg.n_experts <= 0:
+            return []
+        ids = list(range(cfg.n_layer)) if cfg.moe_layers is None else sorted(set(cfg.moe_layers))
+        if any(not 0 <= i < cfg.n_layer for i in ids):
+            raise ValueError(f"GPTConfig.moe_layers must index blocks 0..{cfg.n_layer - 1}, got {cfg.moe_layers}")
+        return ids
+
+    @staticmethod
+    def _make_moe(cfg: GPTConfig, d_ff: int) -> MoE:
+        return MoE(MoEConfig(d_model=cfg.n_embd, d_ff=cfg.moe_d_ff or d_ff, n_experts=cfg.n_experts,
+                             top_k=cfg.moe_top_k, activation=cfg.activation, bias=cfg.bias,
+                             normalize_top_k=cfg.moe_normalize_top_k, capacity_factor=cfg.moe_capacity_factor,
+                             balance_weight=cfg.moe_balance_weight, z_weight=cfg.moe_z_weight,
+                             dropout=cfg.dropout, dispatch=cfg.moe_dispatch))
+
+    @staticmethod
     def _init(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
+        if isinstance(m, Experts):
+            for w in (m.fc1, m.gate, m.fc2):
+                if w is not None:
+                    nn.init.normal_(w, 0.0, 0.02)
+        elif isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, 0.0, 0.02)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -94,12 +130,21 @@ class GPT(nn.Module):
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None)
+        if self.cfg.n_experts > 0:                                   # sum of the MoE layers' aux losses
+            self.aux_loss = sum(b.ffn.aux_loss for b in self.blocks if isinstance(b.ffn, MoE))
         return self.lm_head(self.ln_f(x))
 
-    def num_params(self, non_embedding: bool = False) -> int:
+    def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
+        """Parameters (the tied LM head counted once). non_embedding: without position embeddings.
+        active: what one token uses, counting k of the E experts in each MoE layer (dense: all)."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and self.wpe is not None:
             n -= self.wpe.weight.numel()
+        if active:
+            for b in self.blocks:
+                if isinstance(b.ffn, MoE):
+                    total, act = b.ffn.params_total_active()
+                    n -= total - act
         return n
 
     @torch.no_grad()

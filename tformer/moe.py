@@ -1,0 +1,407 @@
+"""Mixture of experts (chapter 13): a router picks k of E expert FFNs for every token.
+
+    logits = x W_r                      (N, E)   one score per expert
+    p      = softmax(logits)            (N, E)
+    top-k  -> experts e_1..e_k, gates g_j = p_{e_j}  (renormalised over the k: g_j / sum g, optional)
+    y      = sum_j g_j * FFN_{e_j}(x)   (N, d)
+
+Every token still passes through one FFN's worth of compute per chosen expert, but the layer holds E
+FFNs: total parameters grow with E, active parameters per token with k.
+
+Auxiliary losses (added to the LM loss by the model):
+    balance (Switch Transformer):  E * sum_i f_i * P_i
+        f_i = share of the N*k routing assignments that went to expert i (not differentiable),
+        P_i = mean router probability of expert i (differentiable). Uniform routing gives 1;
+        collapse onto one expert gives E.
+    z-loss (ST-MoE):  mean_t logsumexp(logits_t)^2   keeps router logits small.
+
+Capacity: with a capacity factor c, each expert takes at most C = ceil(c * N * k / E) assignments;
+the rest are dropped (the token's residual connection carries it past the layer). Priority is
+first choices before second choices, then token order (GShard). `capacity_factor=None` drops nothing.
+
+Dispatch paths, all computing the same function (tests prove it, forward and gradients):
+    "naive"    loops over tokens and their k experts one by one: the readable reference, slow.
+    "padded"   sorts assignments by expert, scatters them into a (E, C, d) buffer and runs all experts
+               with one batched matmul (`torch.bmm`); no Python loop over tokens or experts.
+    "grouped"  sorts assignments by expert and runs each expert on its contiguous block with one
+               grouped matmul (`torch.nn.functional.grouped_mm`, bf16 on CUDA; PyTorch >= 2.8);
+               no padding.
+    "auto"     "grouped" on CUDA in bf16/fp16 when PyTorch has it, else "padded".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._checks import check_dim, check_float, check_rank
+from .blocks import ACTIVATIONS
+
+_grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+DISPATCH = ("auto", "naive", "padded", "grouped")
+
+
+@dataclass
+class MoEConfig:
+    d_model: int = 256                  # token width d
+    d_ff: int = 1024                    # each expert's hidden width (Qwen3-235B-A22B: 1536 at d=4096)
+    n_experts: int = 8                  # E
+    top_k: int = 2                      # k experts per token (Switch: 1, Mixtral: 2, Qwen3: 8)
+    activation: str = "gelu"            # expert FFN: any of blocks.ACTIVATIONS, or "swiglu"
+    bias: bool = False                  # biases in the expert FFNs
+    normalize_top_k: bool = True        # renormalise the k gates to sum to 1 (Mixtral, Qwen3); Switch: False
+    capacity_factor: float | None = None  # training: None = no-drop; e.g. 1.25 drops over-capacity tokens
+    eval_capacity_factor: float | None = None  # the same at evaluation (default: drop nothing)
+    balance_weight: float = 0.01        # alpha of the Switch load-balancing loss
+    z_weight: float = 0.001             # router z-loss weight (ST-MoE)
+    dropout: float = 0.0                # on the expert hidden layer
+    dispatch: str = "auto"              # "auto", "padded", "grouped" or "naive" (see the module docstring)
+
+
+# --------------------------------------------------------------------------------------------------
+# Router and auxiliary losses (pure functions: the chapter's exercises are graded against these)
+# --------------------------------------------------------------------------------------------------
+
+def top_k_route(logits: torch.Tensor, k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k gating. logits (N, E) -> (gates (N, k), experts (N, k) long), best expert first.
+
+    gates are the softmax probabilities (over all E experts) of the k chosen experts, renormalised to
+    sum to 1 over the k if `normalize`. The softmax is taken in float32 (at least) for stability.
+    """
+    check_rank(logits, 2, "top_k_route(logits)", "(N, E)")
+    check_float(logits, "top_k_route(logits)")
+    if not 1 <= k <= logits.shape[-1]:
+        raise ValueError(f"top_k_route: expected 1 <= k <= E={logits.shape[-1]}, got k={k}")
+    probs = torch.softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
+    gates, experts = probs.topk(k, dim=-1)                                      # (N, k), (N, k)
+    if normalize:
+        gates = gates / gates.sum(dim=-1, keepdim=True)
+    return gates, experts
+
+
+def load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor, n_experts: int | None = None) -> torch.Tensor:
+    """Switch Transformer load-balancing loss, E * sum_i f_i * P_i (without the weight alpha).
+
+    probs (N, E) router softmax; experts (N, k) chosen expert ids. f_i = (assignments to expert i) / (N k),
+    P_i = mean_n probs[n, i]. Equals 1 for perfectly uniform routing and E when every token picks the
+    same expert with probability 1. (Hugging Face's Mixtral/Qwen loss divides by N only: k times this.)
+    """
+    check_rank(probs, 2, "load_balancing_loss(probs)", "(N, E)")
+    check_rank(experts, 2, "load_balancing_loss(experts)", "(N, k)")
+    n_experts = probs.shape[-1] if n_experts is None else n_experts
+    check_dim(probs, -1, n_experts, "load_balancing_loss(probs)", "n_experts")
+    if experts.shape[0] != probs.shape[0]:
+        raise ValueError(f"load_balancing_loss: probs has {probs.shape[0]} tokens, experts has {experts.shape[0]}")
+    counts = torch.zeros(n_experts, dtype=probs.dtype, device=probs.device)
+    counts = counts.scatter_add(0, experts.reshape(-1), torch.ones_like(experts.reshape(-1), dtype=probs.dtype))
+    f = counts / experts.numel()                                               # (E,) sums to 1
+    p = probs.mean(dim=0)                                                      # (E,) sums to 1
+    return n_experts * (f * p).sum()
+
+
+def router_z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """ST-MoE router z-loss: mean over tokens of logsumexp(logits)^2. logits (N, E) -> scalar."""
+    check_rank(logits, 2, "router_z_loss(logits)", "(N, E)")
+    return torch.logsumexp(logits.float(), dim=-1).pow(2).mean()
+
+
+def expert_capacity(n_tokens: int, n_experts: int, k: int, capacity_factor: float | None) -> int | None:
+    """Slots per expert: ceil(capacity_factor * n_tokens * k / n_experts); None means no limit."""
+    if capacity_factor is None:
+        return None
+    if capacity_factor <= 0:
+        raise ValueError(f"capacity_factor must be > 0 (or None for no-drop), got {capacity_factor}")
+    return max(1, math.ceil(capacity_factor * n_tokens * k / n_experts))
+
+
+@dataclass
+class DispatchPlan:
+    """Where each routing assignment goes. An assignment is one (token, choice) pair; there are N*k,
+    flattened choice-major (all first choices, then all second choices, ...), which is also the
+    priority order when capacity runs out.
+
+    The `*_sorted` tensors list the *kept* assignments sorted by expert (stable, so priority order
+    is kept inside each expert's block).
+    """
+    token_sorted: torch.Tensor    # (M,) token index of each kept assignment, grouped by expert
+    expert_sorted: torch.Tensor   # (M,) its expert (non-decreasing)
+    slot_sorted: torch.Tensor     # (M,) its position inside the expert's block (0, 1, ...)
+    gate_sorted: torch.Tensor     # (M,) its gate weight (differentiable)
+    counts: torch.Tensor          # (E,) assignments each expert received, before dropping
+    kept_counts: torch.Tensor     # (E,) assignments each expert processes (<= capacity)
+    keep: torch.Tensor            # (N, k) bool: False where the assignment was dropped
+    capacity: int | None
+
+
+def make_plan(gates: torch.Tensor, experts: torch.Tensor, n_experts: int, capacity: int | None) -> DispatchPlan:
+    """gates, experts (N, k) -> a `DispatchPlan` (sort by expert, rank within expert, drop over capacity)."""
+    n, k = experts.shape
+    expert_flat = experts.t().reshape(-1)                                      # (k*N,) choice-major
+    token_flat = torch.arange(n, device=experts.device).repeat(k)             # (k*N,)
+    gate_flat = gates.t().reshape(-1)
+    order = torch.argsort(expert_flat, stable=True)                            # group by expert, keep priority
+    e_sorted = expert_flat[order]
+    counts = torch.bincount(expert_flat, minlength=n_experts)                  # (E,)
+    starts = torch.cumsum(counts, 0) - counts                                  # first row of each block
+    slot = torch.arange(order.numel(), device=experts.device) - starts[e_sorted]  # rank inside the block
+    keep_sorted = slot < capacity if capacity is not None else torch.ones_like(slot, dtype=torch.bool)
+    keep_flat = torch.empty_like(keep_sorted).scatter(0, order, keep_sorted)  # back to (k*N,) order
+    kept = order[keep_sorted] if capacity is not None else order
+    return DispatchPlan(
+        token_sorted=token_flat[kept], expert_sorted=expert_flat[kept],
+        slot_sorted=slot[keep_sorted] if capacity is not None else slot, gate_sorted=gate_flat[kept],
+        counts=counts, kept_counts=counts.clamp(max=capacity) if capacity is not None else counts,
+        keep=keep_flat.view(k, n).t(), capacity=capacity)
+
+
+# --------------------------------------------------------------------------------------------------
+# Experts: E FFNs stored as stacked weights, (E, out, in) like nn.Linear (and Hugging Face's MoE blocks)
+# --------------------------------------------------------------------------------------------------
+
+class Experts(nn.Module):
+    """E position-wise FFNs, FFN_e(x) = W2_e act(W1_e x + b1_e) + b2_e, or SwiGLU W2_e (silu(W1_e x) * W3_e x).
+
+    Weights are stacked: fc1 (E, d_ff, d), gate (E, d_ff, d) for SwiGLU, fc2 (E, d, d_ff), so a batched or
+    grouped matmul runs all experts at once.
+    """
+
+    def __init__(self, n_experts: int, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = False,
+                 dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS and activation != "swiglu":
+            raise ValueError(f"Experts: activation must be one of {sorted(ACTIVATIONS) + ['swiglu']}, got {activation!r}")
+        self.n_experts, self.d_model, self.d_ff, self.activation = n_experts, d_model, d_ff, activation
+        self.fc1 = nn.Parameter(torch.empty(n_experts, d_ff, d_model))
+        self.gate = nn.Parameter(torch.empty(n_experts, d_ff, d_model)) if activation == "swiglu" else None
+        self.fc2 = nn.Parameter(torch.empty(n_experts, d_model, d_ff))
+        self.b1 = nn.Parameter(torch.zeros(n_experts, d_ff)) if bias else None
+        self.b3 = nn.Parameter(torch.zeros(n_experts, d_ff)) if bias and activation == "swiglu" else None
+        self.b2 = nn.Parameter(torch.zeros(n_experts, d_model)) if bias else None
+        self.dropout = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Each expert initialised like nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+        for w in (self.fc1, self.gate, self.fc2):
+            if w is not None:
+                nn.init.uniform_(w, -1 / math.sqrt(w.shape[-1]), 1 / math.sqrt(w.shape[-1]))
+        for b in (self.b1, self.b3, self.b2):
+            if b is not None:
+                nn.init.zeros_(b)
+
+    def params_per_expert(self) -> int:
+        return sum(p[0].numel() for p in self.parameters())
+
+    def _hidden(self, up: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        h = F.silu(up) * gate if self.gate is not None else ACTIVATIONS[self.activation](up)
+        return self.dropout(h)
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert e alone on x (..., d): the reference the fast paths are tested against."""
+        up = F.linear(x, self.fc1[e], None if self.b1 is None else self.b1[e])
+        gate = None if self.gate is None else F.linear(x, self.gate[e], None if self.b3 is None else self.b3[e])
+        return F.linear(self._hidden(up, gate), self.fc2[e], None if self.b2 is None else self.b2[e])
+
+    def padded(self, x: torch.Tensor) -> torch.Tensor:
+        """All experts at once on a padded buffer x (E, C, d) -> (E, C, d), one bmm per matrix."""
+        up = torch.bmm(x, self.fc1.transpose(1, 2))                           # (E, C, d_ff)
+        if self.b1 is not None:
+            up = up + self.b1[:, None, :]
+        gate = None
+        if self.gate is not None:
+            gate = torch.bmm(x, self.gate.transpose(1, 2))
+            if self.b3 is not None:
+                gate = gate + self.b3[:, None, :]
+        y = torch.bmm(self._hidden(up, gate), self.fc2.transpose(1, 2))       # (E, C, d)
+        return y if self.b2 is None else y + self.b2[:, None, :]
+
+    def grouped(self, x: torch.Tensor, expert_of_row: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Rows of x (M, d) grouped by expert (block e ends at offsets[e], int32) -> (M, d), one
+        grouped matmul per matrix (no padding)."""
+        def mm(a, w, b):
+            out = _grouped_mm(a, w.transpose(1, 2), offs=offsets)              # (M, out)
+            if out.requires_grad:   # the kernel's backward wants a dense gradient (not an expanded one)
+                out.register_hook(lambda g: g.contiguous())
+            return out if b is None else out + b[expert_of_row]
+        up = mm(x, self.fc1, self.b1)
+        gate = mm(x, self.gate, self.b3) if self.gate is not None else None
+        return mm(self._hidden(up, gate).contiguous(), self.fc2, self.b2)
+
+
+def grouped_mm_available(x: torch.Tensor, *dims: int) -> bool:
+    """True when `F.grouped_mm` exists and can take x's dtype and these widths (16-byte aligned rows)."""
+    if _grouped_mm is None or x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return False
+    if x.device.type == "cuda" and torch.cuda.get_device_capability(x.device)[0] < 8:
+        return False
+    return all((d * x.element_size()) % 16 == 0 for d in dims)
+
+
+# --------------------------------------------------------------------------------------------------
+# The MoE layer: router + experts + dispatch; a drop-in `ffn=` for blocks.EncoderLayer
+# --------------------------------------------------------------------------------------------------
+
+class MoE(nn.Module):
+    """Top-k mixture-of-experts FFN. x (B, T, d) or (N, d) -> same shape.
+
+    After each forward: `aux_loss` (balance_weight * balance + z_weight * z, differentiable, to add to
+    the training loss), and for inspection (detached) `last_balance_loss`, `last_z_loss`,
+    `last_counts` (E,) assignments per expert, `last_experts` (N, k), `last_dropped` (share of
+    assignments dropped for capacity).
+    """
+
+    def __init__(self, cfg: MoEConfig):
+        super().__init__()
+        if not 1 <= cfg.top_k <= cfg.n_experts:
+            raise ValueError(f"MoEConfig: expected 1 <= top_k <= n_experts={cfg.n_experts}, got top_k={cfg.top_k}")
+        if cfg.dispatch not in DISPATCH:
+            raise ValueError(f"MoEConfig.dispatch must be one of {DISPATCH}, got {cfg.dispatch!r}")
+        self.cfg = cfg
+        self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)       # W_r
+        self.experts = Experts(cfg.n_experts, cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, cfg.dropout)
+        self.aux_loss: torch.Tensor | float = 0.0
+        self.last_balance_loss = self.last_z_loss = self.last_dropped = None
+        self.last_counts: torch.Tensor | None = None
+        self.last_experts: torch.Tensor | None = None
+
+    def extra_repr(self) -> str:
+        c = self.cfg
+        return (f"n_experts={c.n_experts}, top_k={c.top_k}, activation={c.activation!r}, "
+                f"capacity_factor={c.capacity_factor}, dispatch={c.dispatch!r}")
+
+    def params_total_active(self) -> tuple[int, int]:
+        """(total, active per token): a token uses the router and k of the E experts."""
+        total = sum(p.numel() for p in self.parameters())
+        per_expert = self.experts.params_per_expert()
+        return total, total - (self.cfg.n_experts - self.cfg.top_k) * per_expert
+
+    def choose_dispatch(self, x: torch.Tensor) -> str:
+        c = self.cfg
+        if c.dispatch != "auto":
+            return c.dispatch
+        if x.device.type == "cuda" and x.dtype in (torch.bfloat16, torch.float16) and \
+                grouped_mm_available(x, c.d_model, c.d_ff):
+            return "grouped"
+        return "padded"
+
+    def forward(self, x: torch.Tensor, dispatch: str | None = None) -> torch.Tensor:
+        check_rank(x, (2, 3), "MoE(x)", "(B, T, d_model) or (N, d_model)")
+        check_dim(x, -1, self.cfg.d_model, "MoE(x)", "d_model")
+        c = self.cfg
+        shape = x.shape
+        xf = x.reshape(-1, c.d_model)                                          # (N, d)
+        n = xf.shape[0]
+        logits = self.router(xf)                                               # (N, E)
+        probs = torch.softmax(logits.float(), dim=-1)                          # (N, E) float32
+        gates, experts = probs.topk(c.top_k, dim=-1)                           # (N, k)
+        if c.normalize_top_k:
+            gates = gates / gates.sum(dim=-1, keepdim=True)
+        factor = c.capacity_factor if self.training else c.eval_capacity_factor
+        capacity = expert_capacity(n, c.n_experts, c.top_k, factor)
+
+        balance = load_balancing_loss(probs, experts, c.n_experts)
+        z = router_z_loss(logits)
+        self.aux_loss = c.balance_weight * balance + c.z_weight * z
+        self.last_balance_loss, self.last_z_loss = balance.detach(), z.detach()
+        self.last_experts = experts.detach()
+
+        path = dispatch or self.choose_dispatch(xf)
+        if path == "naive":
+            y, keep = self._naive(xf, gates, experts, capacity)
+            counts = torch.bincount(experts.reshape(-1), minlength=c.n_experts)
+        else:
+            plan = make_plan(gates, experts, c.n_experts, capacity)
+            y = self._run_plan(xf, plan, path)
+            keep, counts = plan.keep, plan.counts
+        self.last_counts = counts.detach()
+        self.last_dropped = 1.0 - keep.float().mean().detach()
+        return y.reshape(shape)
+
+    def _run_plan(self, xf: torch.Tensor, plan: DispatchPlan, path: str) -> torch.Tensor:
+        c = self.cfg
+        xs = xf[plan.token_sorted]                                             # (M, d) grouped by expert
+        if path == "padded":
+            cap = plan.capacity if plan.capacity is not None else int(plan.counts.max())  # one host sync
+            slot = plan.expert_sorted * cap + plan.slot_sorted                 # (M,) row in the (E*C) buffer
+            buf = xf.new_zeros(c.n_experts * cap, c.d_model).index_copy(0, slot, xs)
+            ys = self.experts.padded(buf.view(c.n_experts, cap, c.d_model)).view(-1, c.d_model)[slot]
+        elif path == "grouped":
+            if not grouped_mm_available(xf, c.d_model, c.d_ff):
+                raise RuntimeError(
+                    f"MoE dispatch='grouped' needs torch.nn.functional.grouped_mm (PyTorch >= 2.8), a bf16/fp16/fp32 "
+                    f"input on an sm80+ GPU or CPU, and d_model, d_ff whose rows are 16-byte aligned; got "
+                    f"{xf.dtype} on {xf.device}, d_model={c.d_model}, d_ff={c.d_ff}. Use dispatch='padded'.")
+            offsets = torch.cumsum(plan.kept_counts, 0).to(torch.int32)       # (E,) end of each block
+            ys = self.experts.grouped(xs, plan.expert_sorted, offsets)
+        else:
+            raise ValueError(f"MoE: unknown dispatch {path!r}; expected one of {DISPATCH}")
+        ys = ys * plan.gate_sorted.to(ys.dtype)[:, None]                       # weight by the gates
+        return xf.new_zeros(xf.shape).index_add(0, plan.token_sorted, ys.to(xf.dtype))  # sum the k per token
+
+    def _naive(self, xf: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor, capacity: int | None):
+        """Reference: every token through each of its k experts one by one (Python loops; tests only).
+        Capacity is counted the plain way: first choices of all tokens in order, then second choices."""
+        n, k = experts.shape
+        keep = torch.ones(n, k, dtype=torch.bool)
+        used: dict[int, int] = {}
+        for j in range(k):
+            for t in range(n):
+                e = int(experts[t, j])
+                used[e] = used.get(e, 0) + 1
+                keep[t, j] = capacity is None or used[e] <= capacity
+        rows = []
+        for t in range(n):
+            acc = torch.zeros_like(xf[t])
+            for j in range(k):
+                if keep[t, j]:
+                    acc = acc + gates[t, j].to(xf.dtype) * self.experts.expert(int(experts[t, j]), xf[t])
+            rows.append(acc)
+        return torch.stack(rows), keep.to(xf.device)
+
+
+def collect_aux_loss(model: nn.Module) -> torch.Tensor | float:
+    """Sum of `aux_loss` over every MoE layer in `model` (from the last forward); 0.0 if there are none."""
+    total: torch.Tensor | float = 0.0
+    for m in model.modules():
+        if isinstance(m, MoE):
+            total = total + m.aux_loss
+    return total
+
+
+# --------------------------------------------------------------------------------------------------
+# Counting parameters of a published MoE LM from its configuration
+# --------------------------------------------------------------------------------------------------
+
+def moe_lm_param_counts(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int,
+                        head_dim: int, num_experts: int, experts_per_token: int, expert_ffn: int,
+                        tie_embeddings: bool = False, qk_norm: bool = True, attention_bias: bool = False,
+                        gated: bool = True) -> dict[str, int]:
+    """Total and active (per token) parameters of a decoder-only MoE LM of the Qwen3-MoE / Mixtral layout.
+
+    Per layer: q/k/v/o projections (GQA), RMSNorms (2 per layer, + q/k norms if `qk_norm`), a router
+    (hidden x E) and E SwiGLU experts (3 matrices hidden x expert_ffn; 2 if not `gated`); plus token
+    embeddings, a final norm and the LM head (untied unless `tie_embeddings`).
+    """
+    q, kv = num_heads * head_dim, num_kv_heads * head_dim
+    attn = hidden_size * q + 2 * hidden_size * kv + q * hidden_size
+    if attention_bias:
+        attn += q + 2 * kv
+    norms = 2 * hidden_size + (2 * head_dim if qk_norm else 0)
+    expert = (3 if gated else 2) * hidden_size * expert_ffn
+    router = hidden_size * num_experts
+    embed = vocab_size * hidden_size
+    head = 0 if tie_embeddings else vocab_size * hidden_size
+    shared = embed + head + hidden_size + num_layers * (attn + norms + router)   # used by every token
+    total = shared + num_layers * num_experts * expert
+    active = shared + num_layers * experts_per_token * expert
+    return {"total": total, "active": active, "experts": num_layers * num_experts * expert,
+            "attention": num_layers * attn, "embeddings": embed + head}
+
+
+# Qwen3-235B-A22B, from its published config.json (huggingface.co/Qwen/Qwen3-235B-A22B).
+QWEN3_235B_A22B = dict(vocab_size=151936, hidden_size=4096, num_layers=94, num_heads=64, num_kv_heads=4,
+                       head_dim=128, num_experts=128, experts_per_token=8, expert_ffn=1536,
+                       tie_embeddings=False, qk_norm=True)
