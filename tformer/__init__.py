@@ -7,12 +7,12 @@
     cache       KVCache
     models      Transformer (encoder-decoder), GPT (decoder-only), ...
 """
-from .attention import MultiHeadAttention, fast_attention, scaled_dot_product_attention
+from .attention import MultiHeadAttention, fast_attention, merge_heads, scaled_dot_product_attention, split_heads
 from .blocks import DecoderLayer, EncoderLayer, FeedForward
 from .cache import KVCache
 from .masks import causal_mask, combine_masks, lengths_mask, padding_mask, sliding_window_mask
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
-                         rope_frequencies, sinusoidal_table)
+                         rope_frequencies, sinusoidal_shift_matrix, sinusoidal_table)
 from .runtime import SMALL, device, seed_everything
 
 __version__ = "0.1.0"
@@ -21,4 +21,5 @@ __all__ = [
     "DecoderLayer", "KVCache", "causal_mask", "padding_mask", "lengths_mask", "sliding_window_mask",
     "combine_masks", "sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding",
     "RotaryEmbedding", "rope_frequencies", "SMALL", "device", "seed_everything",
+    "split_heads", "merge_heads", "sinusoidal_shift_matrix",
 ]

@@ -89,6 +89,25 @@ def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     return out if row_ok is None else out.masked_fill(~row_ok, 0.0)
 
 
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, T, n_heads * d_head) -> (B, n_heads, T, d_head): feature blocks become heads.
+
+    The transpose matters: a bare `reshape(B, n_heads, T, d_head)` mixes positions into heads.
+    """
+    check_rank(x, 3, "split_heads(x)", "(B, T, n_heads * d_head)")
+    b, t, d = x.shape
+    if d % n_heads:
+        raise ValueError(f"split_heads: n_heads={n_heads} must divide the feature size {d}")
+    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, n_heads, T, d_head) -> (B, T, n_heads * d_head): the concatenation of the heads."""
+    check_rank(x, 4, "merge_heads(x)", "(B, n_heads, T, d_head)")
+    b, h, t, hd = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * hd)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: h heads of size d_model / h, self- or cross-attention.
 

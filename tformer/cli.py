@@ -10,7 +10,7 @@ import importlib
 import sys
 
 COMMANDS = [
-    # "tformer.grading.cli",      # tformer grade PATH
+    "tformer.grading.cli",        # tformer grade PATH
     # "tformer.translate.cli",    # tformer translate ...
 ]
 

@@ -30,6 +30,24 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch
     return pe.float()
 
 
+def sinusoidal_shift_matrix(k: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """(d_model, d_model) M_k with PE[pos + k] = M_k @ PE[pos] for every pos (the sinusoidal table).
+
+    Block diagonal: feature pair (sin(pos w_i), cos(pos w_i)) is rotated by the angle k w_i,
+        [sin((pos+k) w)]   [ cos(k w)  sin(k w)] [sin(pos w)]
+        [cos((pos+k) w)] = [-sin(k w)  cos(k w)] [cos(pos w)]
+    so the offset between two positions is a fixed linear map that does not depend on pos.
+    """
+    if d_model % 2:
+        raise ValueError(f"sinusoidal_shift_matrix: d_model must be even, got {d_model}")
+    w = torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    c, s = torch.cos(k * w), torch.sin(k * w)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    i = torch.arange(0, d_model, 2)
+    m[i, i], m[i, i + 1], m[i + 1, i], m[i + 1, i + 1] = c, s, -s, c
+    return m.float()
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table to (B, T, d_model) embeddings (no parameters)."""
 

@@ -176,7 +176,7 @@ def compare(got, expected, atol: float, rtol: float) -> str | None:
         which = f"output {i}: " if len(e_list) > 1 else ""
         if tuple(g.shape) != tuple(e.shape):
             return f"{which}expected shape {tuple(e.shape)}, got {tuple(g.shape)}"
-        if e.is_floating_point() and g.dtype != e.dtype:
+        if (e.is_floating_point() or e.dtype == torch.bool) and g.dtype != e.dtype:
             return f"{which}expected dtype {e.dtype}, got {g.dtype}"
         if not e.is_floating_point():
             if not torch.equal(g.to(e.dtype), e):
@@ -184,10 +184,12 @@ def compare(got, expected, atol: float, rtol: float) -> str | None:
                 return f"{which}values differ, first at index {tuple(bad)}: expected {e[tuple(bad)].item()}, got {g[tuple(bad)].item()}"
             continue
         g64, e64 = g.detach().double(), e.detach().double()
-        if torch.isnan(g64).any() and not torch.isnan(e64).any():
+        both_nan = torch.isnan(g64) & torch.isnan(e64)            # NaN where NaN is expected counts as equal
+        if (torch.isnan(g64) & ~both_nan).any():
             return f"{which}got NaN where the expected output has none (shape {tuple(e.shape)})"
-        diff = (g64 - e64).abs().nan_to_num(nan=float("inf"))
-        if not torch.all(diff <= atol + rtol * e64.abs()):
+        same_inf = torch.isinf(g64) & (g64 == e64)                # +-inf where the same inf is expected
+        diff = (g64 - e64).abs().nan_to_num(nan=float("inf")).masked_fill(both_nan | same_inf, 0.0)
+        if not torch.all(diff <= atol + rtol * e64.abs().nan_to_num(nan=0.0, posinf=0.0)):
             idx = tuple(torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
             idx = tuple(int(j) for j in idx)
             return (f"{which}shape {tuple(e.shape)} {e.dtype} ok, values differ: largest difference "
@@ -202,14 +204,16 @@ def _clone_args(case: Case) -> tuple[tuple, dict]:
 
 
 def _matches_mistake(ex: Exercise, case: Case, got) -> str | None:
+    """The names of the known mistakes whose output equals `got` on this case (None if none does)."""
+    names = []
     for name, buggy in ex.mistakes.items():
         try:
             args, kwargs = _clone_args(case)
             if compare(got, buggy(*args, **kwargs), ex.atol, ex.rtol) is None:
-                return name
+                names.append(name)
         except Exception:
             continue
-    return None
+    return "; or ".join(names) if names else None
 
 
 def _cases(ex: Exercise) -> Iterable[Case]:
@@ -218,8 +222,25 @@ def _cases(ex: Exercise) -> Iterable[Case]:
         yield ex.random_case(seed)
 
 
+def _size(case: Case) -> int:
+    """How big a case is: elements of its tensor inputs plus its integer inputs (for "smallest")."""
+    total = 0
+    for x in (*case.args, *case.kwargs.values()):
+        if isinstance(x, torch.Tensor):
+            total += x.numel()
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            total += abs(int(x))
+    return total
+
+
+def _where(case: Case) -> str:
+    return f"'{case.name}'" + (f" (seed {case.seed})" if case.seed is not None else "")
+
+
 def _run(ex: Exercise, fn: Callable) -> Result:
+    """Run every case; on failures report the smallest failing one (by input size, then order)."""
     n = 0
+    failures: list[tuple[int, int, Case, str, Any]] = []      # (size, order, case, problem, got)
     try:
         with _time_limit(ex.time_limit):
             for case in _cases(ex):
@@ -236,17 +257,12 @@ def _run(ex: Exercise, fn: Callable) -> Result:
                         return Result(ex.name, ex.points, False, "not attempted",
                                       "not attempted yet: replace `raise NotImplementedError` with your code.", n)
                     raise
+                except Exception as e:
+                    e.tformer_case = case   # type: ignore[attr-defined]  (named in the report below)
+                    raise
                 problem = compare(got, expected, ex.atol, ex.rtol)
-                if problem is None:
-                    continue
-                where = case.name + (f" (seed {case.seed})" if case.seed is not None else "")
-                msg = f"FAILED on case '{where}': {problem}."
-                mistake = _matches_mistake(ex, case, got)
-                if mistake:
-                    msg += f"\nYour output equals a known mistake: {mistake}."
-                if ex.hint:
-                    msg += f"\nHint: {ex.hint}"
-                return Result(ex.name, ex.points, False, "failed", msg, n)
+                if problem is not None:
+                    failures.append((_size(case), n, case, problem, got))
     except _TimeLimit:
         return Result(ex.name, ex.points, False, "timeout",
                       f"stopped after {ex.time_limit:g} s (an infinite loop, or a Python loop over every element?).", n)
@@ -256,9 +272,19 @@ def _run(ex: Exercise, fn: Callable) -> Result:
                           "your function called the reference implementation it is compared with; write it "
                           "yourself from torch operations.", n)
         tb = traceback.extract_tb(e.__traceback__)[-1]
+        case = getattr(e, "tformer_case", None)
+        on = f"case {_where(case)}" if case is not None else f"case {n}"
         return Result(ex.name, ex.points, False, "error",
-                      f"your function raised {type(e).__name__}: {e} (line {tb.lineno}: {tb.line}) "
-                      f"on case {n}.", n)
+                      f"your function raised {type(e).__name__}: {e} (line {tb.lineno}: {tb.line}) on {on}.", n)
+    if failures:
+        _, _, case, problem, got = min(failures, key=lambda f: (f[0], f[1]))
+        msg = f"FAILED {len(failures)} of {n} cases. Smallest failing case {_where(case)}: {problem}."
+        mistake = _matches_mistake(ex, case, got)
+        if mistake:
+            msg += f"\nYour output equals a known mistake: {mistake}."
+        if ex.hint:
+            msg += f"\nHint: {ex.hint}"
+        return Result(ex.name, ex.points, False, "failed", msg, n)
     return Result(ex.name, ex.points, True, "passed", f"passed all {n} cases. {ex.points} point(s).", n)
 
 

@@ -5,7 +5,7 @@ import torch
 
 from ... import attention
 from ...attention import scaled_dot_product_attention
-from ..core import Exercise, register
+from ..core import Case, Exercise, register
 from ..inputs import attention_edge_cases, attention_random_case
 
 
@@ -41,4 +41,55 @@ register(Exercise(
     mistakes={"missing 1/sqrt(d_k) scale": _no_scale, "softmax over the wrong axis (queries instead of keys)": _wrong_axis,
               "mask applied after the softmax (weights no longer sum to 1)": _mask_after_softmax},
     forbidden=[(attention, "scaled_dot_product_attention"), (torch.nn.functional, "scaled_dot_product_attention")],
+))
+
+
+# --- a numerically stable softmax --------------------------------------------------------------------
+
+def _softmax_edge_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(7)
+    return [
+        Case("one element", (torch.tensor([3.0]),)),
+        Case("all equal logits", (torch.zeros(2, 4),)),
+        Case("large logits (naive exp overflows)", (torch.tensor([[1000.0, 999.0, 998.0], [-5.0, 0.0, 5.0]]),)),
+        Case("-inf entries (masked keys)", (torch.tensor([[0.0, float("-inf"), 1.0], [2.0, 2.0, float("-inf")]]),)),
+        Case("non-contiguous input", (torch.randn(5, 3, generator=g).t(),)),
+    ]
+
+
+def _softmax_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(2000 + seed)
+    shape = tuple(int(torch.randint(1, 7, (1,), generator=g)) for _ in range(1 + seed % 3))
+    scale = [1.0, 10.0, 100.0][seed % 3]
+    return Case(f"random #{seed}: shape {shape}, logits x{scale:g}", (torch.randn(*shape, generator=g) * scale,),
+                seed=2000 + seed)
+
+
+def _softmax_reference(x):
+    return torch.softmax(x, dim=-1)
+
+
+def _softmax_naive(x):
+    e = torch.exp(x)
+    return e / e.sum(-1, keepdim=True)
+
+
+def _softmax_first_axis(x):
+    e = torch.exp(x - x.amax(0, keepdim=True))
+    return e / e.sum(0, keepdim=True)
+
+
+register(Exercise(
+    name="ch01.softmax",
+    title="numerically stable softmax over the last axis",
+    reference=_softmax_reference,
+    edge_cases=_softmax_edge_cases,
+    random_case=_softmax_random_case,
+    points=1,
+    hint="subtract the row maximum before exp (softmax(x) = softmax(x - c)); sum over dim=-1 with keepdim=True.",
+    mistakes={"no max subtraction (exp overflows to inf, inf/inf = NaN)": _softmax_naive,
+              "softmax over the wrong axis (dim 0 instead of the last)": _softmax_first_axis},
+    forbidden=[(torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Tensor, "softmax"),
+               (torch.special, "softmax"), (torch, "log_softmax"), (torch.nn.functional, "log_softmax"),
+               (torch.Tensor, "log_softmax"), (torch.nn.Softmax, "forward")],
 ))
