@@ -91,7 +91,8 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: str | None =
     "ntk" (NTK-aware): keep high frequencies, stretch low ones, by raising the base to
         base * factor^(d / (d - 2)).
     "yarn": interpolate only the dimensions whose wavelength is long compared with the training
-        length (a linear ramp between beta_slow and beta_fast rotations), and scale attention by
+        length (a linear ramp over the dimension index, from the dimension that turns beta_fast times
+        within original_max_len to the one that turns beta_slow times), and scale attention by
         0.1 ln(factor) + 1.
     """
     if head_dim % 2:
@@ -106,9 +107,15 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: str | None =
     elif scaling == "ntk":
         inv = (base * factor ** (head_dim / (head_dim - 2))) ** (-i)
     elif scaling == "yarn":
-        rotations = original_max_len * inv / (2 * math.pi)                   # turns within the trained length
-        keep = ((rotations - beta_slow) / (beta_fast - beta_slow)).clamp(0, 1)  # 1 = keep, 0 = interpolate
-        inv = inv / factor * (1 - keep) + inv * keep
+        # dimension index at which a frequency turns `rot` times within the trained length
+        def dim_at(rot: float) -> float:
+            return head_dim * math.log(original_max_len / (rot * 2 * math.pi)) / (2 * math.log(base))
+        # a linear ramp over the dimension index between those of beta_fast and beta_slow turns, rounded
+        # outwards, as in the YaRN authors' code and Hugging Face's `_compute_yarn_parameters`
+        low, high = max(math.floor(dim_at(beta_fast)), 0), min(math.ceil(dim_at(beta_slow)), head_dim - 1)
+        high = high + 0.001 if low == high else high
+        ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        inv = inv / factor * ramp + inv * (1 - ramp)                          # ramp 0 = keep, 1 = interpolate
         scale = 0.1 * math.log(factor) + 1.0
     else:
         raise ValueError(f"rope_frequencies: scaling must be None, 'linear', 'ntk' or 'yarn', got {scaling!r}")
