@@ -65,6 +65,10 @@ class MoEConfig:
 # Router and auxiliary losses (pure functions: the chapter's exercises are graded against these)
 # --------------------------------------------------------------------------------------------------
 
+def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def top_k_route(logits: torch.Tensor, k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k gating. logits (N, E) -> (gates (N, k), experts (N, k) long), best expert first.
 
@@ -75,7 +79,7 @@ def top_k_route(logits: torch.Tensor, k: int, normalize: bool = True) -> tuple[t
     check_float(logits, "top_k_route(logits)")
     if not 1 <= k <= logits.shape[-1]:
         raise ValueError(f"top_k_route: expected 1 <= k <= E={logits.shape[-1]}, got k={k}")
-    probs = torch.softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
+    probs = torch.softmax(_at_least_fp32(logits), dim=-1)
     gates, experts = probs.topk(k, dim=-1)                                      # (N, k), (N, k)
     if normalize:
         gates = gates / gates.sum(dim=-1, keepdim=True)
@@ -105,7 +109,7 @@ def load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor, n_experts: i
 def router_z_loss(logits: torch.Tensor) -> torch.Tensor:
     """ST-MoE router z-loss: mean over tokens of logsumexp(logits)^2. logits (N, E) -> scalar."""
     check_rank(logits, 2, "router_z_loss(logits)", "(N, E)")
-    return torch.logsumexp(logits.float(), dim=-1).pow(2).mean()
+    return torch.logsumexp(_at_least_fp32(logits), dim=-1).pow(2).mean()
 
 
 def expert_capacity(n_tokens: int, n_experts: int, k: int, capacity_factor: float | None) -> int | None:
@@ -295,7 +299,7 @@ class MoE(nn.Module):
         xf = x.reshape(-1, c.d_model)                                          # (N, d)
         n = xf.shape[0]
         logits = self.router(xf)                                               # (N, E)
-        probs = torch.softmax(logits.float(), dim=-1)                          # (N, E) float32
+        probs = torch.softmax(_at_least_fp32(logits), dim=-1)                 # (N, E), fp32 under autocast
         gates, experts = probs.topk(c.top_k, dim=-1)                           # (N, k)
         if c.normalize_top_k:
             gates = gates / gates.sum(dim=-1, keepdim=True)
