@@ -1,0 +1,258 @@
+"""Chapter 14: efficient inference. A KV-cache decoding step, the speculative accept/reject rule, and
+int8 per-channel weight quantization."""
+import math
+
+import torch
+
+from ... import attention, quantize, speculative
+from ...attention import scaled_dot_product_attention
+from ...cache import KVCache
+from ...masks import causal_mask
+from ...quantize import quantize_int8
+from ...speculative import speculative_accept
+from ..core import Case, Exercise, register
+
+# ---------------------------------------------------------------------------------------------------
+# ch14.kv_step: attend from T_new new queries over the cached keys/values plus the new ones
+# ---------------------------------------------------------------------------------------------------
+
+
+def kv_step_reference(q, k_new, v_new, k_cache, v_cache):
+    """q, k_new, v_new (B, H, T_new, d); k_cache, v_cache (B, H, T_past, d) (T_past may be 0).
+
+    Returns (out (B, H, T_new, d), k_all, v_all (B, H, T_past + T_new, d)); new query i sees every cached
+    key and the new keys 0..i (causal mask aligned bottom-right).
+    """
+    cache = KVCache()
+    if k_cache.shape[2]:
+        cache.append(k_cache, v_cache)
+    k_all, v_all = cache.append(k_new, v_new)
+    out, _ = scaled_dot_product_attention(q, k_all, v_all, causal_mask(q.shape[2], k_all.shape[2]))
+    return out, k_all.clone(), v_all.clone()
+
+
+def _attend(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _kv_forgot_cache(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    return _attend(q, k_new, v_new, causal_mask(q.shape[2])), k_all, v_all
+
+
+def _kv_no_causal(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    return _attend(q, k_all, v_all), k_all, v_all
+
+
+def _kv_top_left(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    t_q, t_k = q.shape[2], k_all.shape[2]
+    return _attend(q, k_all, v_all, torch.ones(t_q, t_k, dtype=torch.bool).tril()), k_all, v_all
+
+
+def _kv_new_first(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat([k_new, k_cache], 2), torch.cat([v_new, v_cache], 2)
+    return _attend(q, k_all, v_all, causal_mask(q.shape[2], k_all.shape[2])), k_all, v_all
+
+
+def _kv_case(name: str, seed: int, b: int, h: int, t_past: int, t_new: int, d: int, random: bool = False) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    q, k_new, v_new = (torch.randn(b, h, t_new, d, generator=g) for _ in range(3))
+    k_cache, v_cache = (torch.randn(b, h, t_past, d, generator=g) for _ in range(2))
+    return Case(name, (q, k_new, v_new, k_cache, v_cache), seed=seed if random else None)
+
+
+def _kv_edge_cases() -> list[Case]:
+    return [
+        _kv_case("one new token, one cached (B=1, H=1)", 1, 1, 1, 1, 1, 4),
+        _kv_case("empty cache (the prompt): T_past=0, T_new=4", 2, 2, 2, 0, 4, 8),
+        _kv_case("one new token over 6 cached", 3, 2, 3, 6, 1, 8),
+        _kv_case("a chunk of 3 new tokens over 5 cached", 4, 2, 2, 5, 3, 8),
+    ]
+
+
+def _kv_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(14000 + seed)
+    b, h, t_past, t_new, d = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in
+                              ((1, 4), (1, 4), (0, 10), (1, 5), (1, 17)))
+    return _kv_case(f"random #{seed}: B={b} H={h} T_past={t_past} T_new={t_new} d={d}", 14000 + seed,
+                    b, h, t_past, t_new, d, random=True)
+
+
+register(Exercise(
+    name="ch14.kv_step",
+    title="one decoding step with a KV cache -> (out, k_all, v_all)",
+    reference=kv_step_reference,
+    edge_cases=_kv_edge_cases,
+    random_case=_kv_random_case,
+    points=2,
+    hint="append the new keys/values AFTER the cached ones along the time axis (dim 2); every new query sees "
+         "all cached keys, and new query i sees new keys 0..i only: the causal mask is aligned bottom-right "
+         "(key j is visible to query i iff j <= i + T_past).",
+    mistakes={"attended only to the new keys (the cache was ignored)": _kv_forgot_cache,
+              "no causal mask among the new tokens": _kv_no_causal,
+              "causal mask aligned top-left instead of bottom-right": _kv_top_left,
+              "new keys placed before the cached ones": _kv_new_first},
+    forbidden=[(attention, "scaled_dot_product_attention"), (attention, "fast_attention"),
+               (torch.nn.functional, "scaled_dot_product_attention"), (KVCache, "append")],
+))
+
+# ---------------------------------------------------------------------------------------------------
+# ch14.accept: the speculative-sampling accept/reject rule
+# ---------------------------------------------------------------------------------------------------
+
+
+def _acc_inverted(p, q, draft, u):
+    rows = torch.arange(draft.shape[0])
+    n = (u * p[rows, draft] < q[rows, draft]).long().cumprod(0).sum()
+    return n, _next_dist(p, q, int(n))
+
+
+def _next_dist(p, q, n):
+    k = q.shape[0]
+    if n == k:
+        return p[k]
+    r = (p[n] - q[n]).clamp(min=0)
+    return r / r.sum()
+
+
+def _prefix(p, q, draft, u):
+    rows = torch.arange(draft.shape[0])
+    return (u * q[rows, draft] < p[rows, draft]).long().cumprod(0).sum()
+
+
+def _acc_resample_p(p, q, draft, u):
+    n = _prefix(p, q, draft, u)
+    return n, p[int(n)]
+
+
+def _acc_unnormalised(p, q, draft, u):
+    n = _prefix(p, q, draft, u)
+    return n, p[int(n)] if int(n) == draft.shape[0] else (p[int(n)] - q[int(n)]).clamp(min=0)
+
+
+def _acc_count_all(p, q, draft, u):
+    rows = torch.arange(draft.shape[0])
+    accepted = u * q[rows, draft] < p[rows, draft]
+    n = accepted.long().sum()
+    first_bad = int(accepted.long().cumprod(0).sum())
+    return n, _next_dist(p, q, first_bad)
+
+
+def _acc_case(name: str, seed: int, k: int, v: int, random: bool = False, u: torch.Tensor | None = None) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(2 * torch.randn(k + 1, v, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(2 * torch.randn(k, v, generator=g, dtype=torch.float64), -1)
+    draft = torch.multinomial(q, 1, generator=g)[:, 0]
+    if u is None:
+        u = torch.rand(k, generator=g, dtype=torch.float64)
+    return Case(name, (p, q, draft, u), seed=seed if random else None)
+
+
+def _acc_edge_cases() -> list[Case]:
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.2, 0.6], [0.1, 0.8, 0.1]], dtype=torch.float64)
+    q = torch.tensor([[0.25, 0.25, 0.5], [0.6, 0.2, 0.2]], dtype=torch.float64)
+    f64 = dict(dtype=torch.float64)
+    return [
+        Case("k=1, accepted (p/q = 2 > u)", (p[:2], q[:1], torch.tensor([0]), torch.tensor([0.9], **f64))),
+        Case("k=1, draft token the target never picks (p = 0)", (p[:2], q[:1], torch.tensor([2]), torch.tensor([0.0], **f64))),
+        Case("k=2, second rejected (p/q = 1/3 < u = 0.5)", (p, q, torch.tensor([0, 0]), torch.tensor([0.9, 0.5], **f64))),
+        Case("k=2, both accepted: bonus token from p[k]", (p, q, torch.tensor([0, 0]), torch.tensor([0.9, 0.2], **f64))),
+        Case("k=2, first rejected, second would pass", (p, q, torch.tensor([2, 1]), torch.tensor([0.3, 0.0], **f64))),
+    ]
+
+
+def _acc_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(14500 + seed)
+    k, v = int(torch.randint(1, 6, (1,), generator=g)), int(torch.randint(2, 11, (1,), generator=g))
+    return _acc_case(f"random #{seed}: k={k} V={v}", 14500 + seed, k, v, random=True)
+
+
+register(Exercise(
+    name="ch14.accept",
+    title="speculative accept/reject rule -> (n_accepted, next-token distribution)",
+    reference=speculative_accept,
+    edge_cases=_acc_edge_cases,
+    random_case=_acc_random_case,
+    points=3,
+    n_random=20,
+    hint="draft token x_i is accepted iff u[i] < p[i, x_i] / q[i, x_i] and every earlier one was accepted; "
+         "n is the length of that accepted prefix. After a rejection at n the next token comes from "
+         "max(0, p[n] - q[n]) normalised to sum 1; if all k were accepted it comes from p[k].",
+    mistakes={"ratio inverted: accepted when u < q/p": _acc_inverted,
+              "after a rejection, resampled from p instead of norm(max(0, p - q))": _acc_resample_p,
+              "residual max(0, p - q) not normalised to sum 1": _acc_unnormalised,
+              "counted every accepted token, not the accepted prefix": _acc_count_all},
+    forbidden=[(speculative, "speculative_accept")],
+))
+
+# ---------------------------------------------------------------------------------------------------
+# ch14.int8: symmetric per-output-channel int8 quantization
+# ---------------------------------------------------------------------------------------------------
+
+
+def _q8_per_tensor(w):
+    s = w.abs().max() / 127
+    return torch.round(w / s).clamp(-128, 127).to(torch.int8), s.expand(w.shape[0]).clone()
+
+
+def _q8_per_column(w):
+    s = w.abs().amax(0) / 127
+    q = torch.round(w / s).clamp(-128, 127).to(torch.int8)
+    return q, s[: w.shape[0]] if s.shape[0] >= w.shape[0] else s
+
+
+def _q8_div128(w):
+    s = w.abs().amax(1) / 128
+    return torch.round(w / s[:, None]).clamp(-128, 127).to(torch.int8), s
+
+
+def _q8_truncate(w):
+    s = w.abs().amax(1) / 127
+    return (w / s[:, None]).to(torch.int8), s
+
+
+def _q8_case(name: str, seed: int, out_f: int, in_f: int, random: bool = False, zero_row: bool = False) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(out_f, in_f, generator=g) * torch.rand(out_f, 1, generator=g) * 2
+    if zero_row:
+        w[0] = 0.0
+    return Case(name, (w,), seed=seed if random else None)
+
+
+def _q8_edge_cases() -> list[Case]:
+    return [
+        Case("one weight", (torch.tensor([[0.5]]),)),
+        Case("rows of very different size", (torch.tensor([[0.01, -0.02, 0.005], [3.0, -1.5, 0.7]]),)),
+        _q8_case("an all-zero row (its scale must be 1, not 0)", 1, 3, 5, zero_row=True),
+        _q8_case("8 x 16", 2, 8, 16),
+    ]
+
+
+def _q8_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(14800 + seed)
+    o, i = int(torch.randint(1, 33, (1,), generator=g)), int(torch.randint(1, 65, (1,), generator=g))
+    return _q8_case(f"random #{seed}: {o} x {i}", 14800 + seed, o, i, random=True)
+
+
+register(Exercise(
+    name="ch14.int8",
+    title="int8 per-output-channel quantization -> (q int8 (out, in), scale (out,))",
+    reference=quantize_int8,
+    edge_cases=_q8_edge_cases,
+    random_case=_q8_random_case,
+    points=2,
+    atol=1e-7,
+    rtol=1e-6,
+    hint="one scale per ROW (output channel): scale = max|row| / 127 (1 for an all-zero row); "
+         "q = round(w / scale) clamped to [-128, 127], as torch.int8.",
+    mistakes={"one scale for the whole matrix (per tensor)": _q8_per_tensor,
+              "one scale per input column instead of per output row": _q8_per_column,
+              "divided by 128 instead of 127": _q8_div128,
+              "truncated toward zero instead of rounding": _q8_truncate},
+    forbidden=[(quantize, "quantize_int8"), (torch, "quantize_per_channel")],
+))
