@@ -16,8 +16,9 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 # torch first: with an NVIDIA GPU the normal (CUDA) build; without one the CPU build, taken from a
-# local wheelhouse if pip has one (--no-index), else from PyTorch's CPU index. A plain `pip install
-# torch` on a CPU-only Linux laptop would pull several GB of CUDA libraries it cannot use.
+# local wheelhouse if pip is configured with one (find-links) and it holds a +cpu wheel, else from
+# PyTorch's CPU index. A plain `pip install torch` on a CPU-only Linux laptop would pull several GB of
+# CUDA libraries it cannot use.
 torch: $(PY)
 	@if $(PY) -c "import torch" 2>/dev/null; then \
 	  echo "torch $$($(PY) -c 'import torch; print(torch.__version__)') already installed"; \
@@ -26,10 +27,15 @@ torch: $(PY)
 	  $(PIP) install "$(TORCH_SPEC)"; \
 	else \
 	  echo "no NVIDIA GPU: installing the CPU build of torch"; \
-	  $(PIP) install --no-index "$(TORCH_SPEC)" 2>/dev/null \
-	  || $(PIP) install --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) "$(TORCH_SPEC)" \
-	  || { echo "Could not install torch's CPU build from $(TORCH_CPU_INDEX)."; \
-	       echo "Install torch yourself into $(VENV) (https://pytorch.org/get-started), then rerun make."; exit 1; }; \
+	  if $(PIP) install --quiet --no-index --no-deps "$(TORCH_SPEC)" 2>/dev/null \
+	     && $(PIP) show torch 2>/dev/null | grep -q '^Version: .*+cpu'; then \
+	    $(PIP) install --quiet "torch==$$($(PIP) show torch | sed -n 's/^Version: //p')"; \
+	  else \
+	    $(PIP) uninstall --quiet -y torch 2>/dev/null; \
+	    $(PIP) install --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) "$(TORCH_SPEC)" \
+	    || { echo "Could not install torch's CPU build from $(TORCH_CPU_INDEX)."; \
+	         echo "Install torch yourself into $(VENV) (https://pytorch.org/get-started), then rerun make."; exit 1; }; \
+	  fi; \
 	fi
 
 $(VENV)/.installed: pyproject.toml | torch

@@ -1,0 +1,148 @@
+"""tformer's core against its peers, side by side in one run (issue 2).
+
+    .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--quick]
+
+Each pair runs interleaved (peer, tformer, peer, tformer, ...) after a warm-up, so both see the same
+machine load; the table reports medians and the ratio peer_time / tformer_time (>= 1.0: tformer is
+at least as fast). Rows:
+  * MultiHeadAttention vs nn.MultiheadAttention, forward + backward (B=16, T=128, d=512, 8 heads)
+  * GPT training step vs transformers' GPT2LMHeadModel, same config (6 layers, d=384, 6 heads, T=256)
+  * encoder-decoder training step vs nn.Transformer with the same embeddings/generator (6+6, d=512, B16xT64)
+  * greedy generation of 128 tokens with the KV cache vs without it (GPT 6L/384d)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tformer import MultiHeadAttention, causal_mask
+from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
+from tformer.positional import sinusoidal_table
+
+
+def interleaved(fns: dict[str, callable], repeats: int, warmup: int = 2) -> dict[str, float]:
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_mha(repeats):
+    torch.manual_seed(0)
+    b, t, d, h = 16, 128, 512, 8
+    theirs = nn.MultiheadAttention(d, h, batch_first=True)
+    ours = MultiHeadAttention(d, h)
+    x = torch.randn(b, t, d, requires_grad=True)
+
+    def peer():
+        theirs(x, x, x, need_weights=False)[0].sum().backward()
+
+    def mine():
+        ours(x).sum().backward()
+    return interleaved({"peer": peer, "tformer": mine}, repeats), b * t
+
+
+def bench_gpt(repeats):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    b, t = 8, 256
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=t, n_embd=384, n_layer=6, n_head=6,
+                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    ours = GPT(GPTConfig(vocab_size=50257, block_size=t, n_layer=6, n_head=6, n_embd=384))
+    opt_hf = torch.optim.AdamW(hf.parameters(), lr=1e-4)
+    opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4)
+    idx = torch.randint(0, 50257, (b, t + 1))
+    x, y = idx[:, :-1], idx[:, 1:]
+
+    def step(model, opt, logits_of):
+        logits = logits_of(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return interleaved({"peer": lambda: step(hf, opt_hf, lambda i: hf(i).logits),
+                        "tformer": lambda: step(ours, opt_ours, ours)}, repeats), b * t
+
+
+class TorchSeq2Seq(nn.Module):
+    """nn.Transformer with the same embedding, positions and tied generator as tformer's model."""
+
+    def __init__(self, vocab, d=512, h=8, n=6, ff=2048):
+        super().__init__()
+        self.d = d
+        self.embed = nn.Embedding(vocab, d)
+        self.register_buffer("pe", sinusoidal_table(512, d))
+        self.core = nn.Transformer(d, h, n, n, ff, dropout=0.1, batch_first=True)
+        self.gen = nn.Linear(d, vocab, bias=False)
+        self.gen.weight = self.embed.weight
+
+    def forward(self, src, tgt):
+        e = lambda z: self.embed(z) * math.sqrt(self.d) + self.pe[: z.shape[1]]
+        out = self.core(e(src), e(tgt), tgt_mask=~causal_mask(tgt.shape[1]), src_key_padding_mask=src == 0,
+                        memory_key_padding_mask=src == 0, tgt_is_causal=True)
+        return self.gen(out)
+
+
+def bench_seq2seq(repeats):
+    torch.manual_seed(0)
+    vocab, b, t = 8000, 16, 64
+    theirs = TorchSeq2Seq(vocab)
+    ours = Transformer(TransformerConfig.base(vocab))
+    src = torch.randint(1, vocab, (b, t))
+    src[: b // 2, t - 10:] = 0                                   # some padding, as in real batches
+    tgt = torch.randint(1, vocab, (b, t + 1))
+    opts = {m: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9) for m in (theirs, ours)}
+
+    def step(model):
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1), label_smoothing=0.1)
+        opts[model].zero_grad(set_to_none=True)
+        loss.backward()
+        opts[model].step()
+    return interleaved({"peer": lambda: step(theirs), "tformer": lambda: step(ours)}, repeats), b * t
+
+
+def bench_generate(repeats):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50257, block_size=512, n_layer=6, n_head=6, n_embd=384)).eval()
+    idx = torch.randint(0, 50257, (1, 16))
+    n = 128
+    return interleaved({"peer": lambda: model.generate(idx, n, temperature=0.0, use_cache=False),
+                        "tformer": lambda: model.generate(idx, n, temperature=0.0, use_cache=True)},
+                       max(3, repeats // 2), warmup=1), n
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    rows = [("MultiHeadAttention fwd+bwd", "nn.MultiheadAttention", bench_mha, "tokens/s"),
+            ("GPT train step 6L/384d T=256", "transformers GPT2LMHeadModel", bench_gpt, "tokens/s"),
+            ("enc-dec train step 6+6 d512", "nn.Transformer", bench_seq2seq, "tgt tokens/s"),
+            ("generate 128 tokens, KV cache", "same model, no cache", bench_generate, "tokens/s")]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats}")
+    print(f"| {'what':32} | {'peer':30} | {'peer ms':>9} | {'tformer ms':>10} | {'tformer ' + 'rate':>16} | {'ratio':>6} |")
+    print(f"|{'-' * 34}|{'-' * 32}|{'-' * 11}|{'-' * 12}|{'-' * 18}|{'-' * 8}|")
+    for what, peer, fn, unit in rows:
+        times, work = fn(args.repeats)
+        ratio = times["peer"] / times["tformer"]
+        rate = f"{work / times['tformer']:,.0f} {unit}"
+        print(f"| {what:32} | {peer:30} | {times['peer'] * 1e3:9.1f} | {times['tformer'] * 1e3:10.1f} | "
+              f"{rate:>16} | {ratio:6.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
