@@ -80,8 +80,11 @@ class _TiledAttentionFn(torch.autograd.Function):
             if r0 >= t_q:
                 break                                                  # causal: no query sees these keys
             s = _block_scores(q[..., r0:, :], k[..., js:je, :], scale, r0, js, je, t_q, t_k, causal, mask)
-            m[..., r0:, :], l[..., r0:, :], acc[..., r0:, :] = online_softmax_step(
-                m[..., r0:, :], l[..., r0:, :], acc[..., r0:, :], s, v[..., js:je, :])
+            if r0 == 0:                                                # every query row takes part
+                m, l, acc = online_softmax_step(m, l, acc, s, v[..., js:je, :])
+            else:                                                      # causal: rows before r0 see none of it
+                m[..., r0:, :], l[..., r0:, :], acc[..., r0:, :] = online_softmax_step(
+                    m[..., r0:, :], l[..., r0:, :], acc[..., r0:, :], s, v[..., js:je, :])
         empty = l == 0                                                 # no visible key: output 0
         out = acc / l.masked_fill(empty, 1.0)
         lse = (m + torch.log(l)).masked_fill(empty, NEG_INF)           # log-sum-exp of each row
