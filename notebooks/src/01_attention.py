@@ -1,30 +1,167 @@
 # %% [markdown]
 # # Chapter 1: Attention
 #
-# **What this chapter covers.** What queries, keys and values are; scaled dot-product attention,
-# $\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V$; and why the $1/\sqrt{d_k}$ is there.
+# **What this chapter covers.** Attention lets every position pick, by content, which other positions
+# to read from, at any distance. Each position is turned into a **query** (what am I looking for?), a
+# **key** (what can I be matched on?) and a **value** (what do I carry?). The Transformer's scoring
+# function is scaled dot-product attention,
 #
-# **How to check an exercise.** Write the body of the function in an exercise cell, run it, then run
-# the cell below it: `check("ch01.attention", my_attention)` prints PASS, or the smallest input where
-# your function disagrees with the reference, with a hint.
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V,$$
+#
+# and this chapter shows why the $1/\sqrt{d_k}$ is there: without it, scores grow with $d_k$, the
+# softmax saturates and its gradient vanishes.
+#
+# **How to check an exercise.** Write the body of the function in an exercise cell (replace
+# `raise NotImplementedError`), run it, then run the cell below it: `check("ch01.attention", my_attention)`
+# prints PASS, or the smallest input where your function disagrees with the reference, the largest
+# difference, a hint, and the name of the mistake if it is a common one.
 #
 # Set `TFORMER_SMALL=1` before starting Jupyter for the quick CPU version (`make lab` does).
 
 # %%
 import math
 
+import matplotlib.pyplot as plt
 import torch
+import torch.nn.functional as F
 
 import tformer
 from tformer.grading import check
+from tformer.plot import curves, heatmap
 
-torch.manual_seed(0)
+tformer.seed_everything(0)
 print("small mode:", tformer.SMALL)
 
 # %% [markdown]
-# ## Exercise: scaled dot-product attention
-# Return `(out, weights)`. `mask` is bool, True = may attend; a query with every key masked must get
-# zero weights and a zero output.
+# ## 1. Queries, keys and values: a soft dictionary lookup
+#
+# Three keys, three values. A query close to key 1 gets most of its weight on position 1, so the output
+# is mostly value 1. Attention is a *differentiable* lookup: the weights are a softmax over the
+# query-key similarities, not a hard argmax.
+
+# %%
+keys = torch.tensor([[1.0, 0.0, 0.0, 0.0],     # position 0 advertises "feature 0"
+                     [0.0, 1.0, 0.0, 0.0],     # position 1 advertises "feature 1"
+                     [0.0, 0.0, 1.0, 1.0]])    # position 2 advertises "features 2 and 3"
+values = torch.tensor([[10.0, 0.0], [0.0, 10.0], [-10.0, -10.0]])
+query = torch.tensor([[0.2, 3.0, 0.1, 0.0]])   # looking for feature 1
+
+out, w = tformer.scaled_dot_product_attention(query, keys, values)
+print("weights:", w.numpy().round(3), " output:", out.numpy().round(2))
+assert w.argmax().item() == 1 and w[0, 1] > 0.6
+assert torch.allclose(w.sum(-1), torch.ones(1))          # the weights are a distribution over the keys
+sharp = tformer.scaled_dot_product_attention(query * 10, keys, values)[0]
+print("a 10x sharper query reads almost exactly value 1:", sharp.numpy().round(2))
+assert torch.allclose(sharp, values[1:2], atol=1e-2)
+
+# %% [markdown]
+# ## 2. Scaled dot-product attention, step by step
+#
+# The four lines below are the whole function. `tformer.scaled_dot_product_attention` is the same
+# computation (plus masking, chapter 6) and returns the weights too; PyTorch's fused
+# `F.scaled_dot_product_attention` computes the same output without materializing the weights.
+
+# %%
+B, H, T, d_k = 2, 4, 6, 16
+q, k, v = (torch.randn(B, H, T, d_k) for _ in range(3))
+
+scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)   # (B, H, T_q, T_k): similarity of every query with every key
+weights = torch.softmax(scores, dim=-1)             # normalize over the keys: each row sums to 1
+out = weights @ v                                    # (B, H, T_q, d_v): weighted average of the values
+
+ref_out, ref_w = tformer.scaled_dot_product_attention(q, k, v)
+torch.testing.assert_close(out, ref_out)
+torch.testing.assert_close(weights, ref_w)
+torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+print("from scratch == tformer == torch.nn.functional.scaled_dot_product_attention")
+heatmap(ref_w[0, 0], title="attention weights (random q, k): rows sum to 1");
+
+# %% [markdown]
+# ## 3. Why divide by $\sqrt{d_k}$?
+#
+# If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then
+# $q\cdot k = \sum_{i=1}^{d_k} q_i k_i$ has variance $d_k$: its typical size grows like $\sqrt{d_k}$.
+# Measure it.
+
+# %%
+dims = [4, 16, 64, 256, 1024] if tformer.SMALL else [4, 16, 64, 256, 1024, 4096]
+n_keys = 32
+g = torch.Generator().manual_seed(0)
+std_raw, std_scaled = [], []
+for d in dims:
+    qq, kk = torch.randn(512, d, generator=g), torch.randn(n_keys, d, generator=g)
+    s = qq @ kk.T
+    std_raw.append(s.std().item())
+    std_scaled.append((s / math.sqrt(d)).std().item())
+    print(f"d_k={d:5d}  std(q.k) = {std_raw[-1]:6.2f}  (sqrt(d_k) = {math.sqrt(d):5.1f})   std(q.k / sqrt(d_k)) = {std_scaled[-1]:.2f}")
+for d, s_raw, s_sc in zip(dims, std_raw, std_scaled):
+    assert abs(s_raw / math.sqrt(d) - 1) < 0.15 and abs(s_sc - 1) < 0.15
+
+# %% [markdown]
+# Large scores push the softmax into saturation: one key takes almost all the weight (the entropy of
+# the weights drops toward 0) and the gradient that flows back into the scores vanishes, because the
+# softmax Jacobian $\mathrm{diag}(p) - pp^\top$ is nearly zero when $p$ is nearly one-hot. We measure
+# both, scaled and unscaled, for the same random queries and keys: the entropy of each row of weights,
+# and the norm of $\partial L / \partial \text{scores}$ for a random linear loss $L = \sum_j r_j p_j$ on
+# the weights (whatever the loss, its gradient reaches the scores through this Jacobian).
+
+# %%
+def saturation(d: int, scale: bool, n_queries: int = 256) -> tuple[float, float]:
+    g = torch.Generator().manual_seed(d)
+    qq, kk = torch.randn(n_queries, d, generator=g), torch.randn(n_keys, d, generator=g)
+    s = (qq @ kk.T / (math.sqrt(d) if scale else 1.0)).requires_grad_()
+    p = torch.softmax(s, dim=-1)
+    entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
+    loss = (p * torch.randn(n_queries, n_keys, generator=g)).sum()      # a random linear loss on the weights
+    (grad,) = torch.autograd.grad(loss, s)
+    return entropy.item(), grad.norm(dim=-1).median().item()   # median over queries
+
+res = {scale: [saturation(d, scale) for d in dims] for scale in (True, False)}
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+curves(dims, {"scaled by 1/sqrt(d_k)": [e for e, _ in res[True]], "unscaled": [e for e, _ in res[False]],
+              "uniform (max)": [math.log(n_keys)] * len(dims)},
+       "d_k", "softmax entropy (nats)", "entropy of the attention weights", logx=True, ax=axes[0])
+curves(dims, {"scaled by 1/sqrt(d_k)": [gn for _, gn in res[True]], "unscaled": [gn for _, gn in res[False]]},
+       "d_k", "median |dL/d scores| per query", "gradient reaching the scores", logx=True, logy=True, ax=axes[1])
+plt.tight_layout()
+for d, (e_s, g_s), (e_u, g_u) in zip(dims, res[True], res[False]):
+    print(f"d_k={d:5d}  entropy scaled {e_s:.2f} unscaled {e_u:.2f}   grad norm scaled {g_s:.3g} unscaled {g_u:.3g}")
+
+# %% [markdown]
+# The claim, measured: with the scale the entropy stays put as $d_k$ grows; without it the weights
+# collapse toward one key and the (median) gradient on the scores shrinks by orders of magnitude relative to
+# the scaled version.
+
+# %%
+(e_s_lo, g_s_lo), (e_s_hi, g_s_hi) = res[True][0], res[True][-1]
+e_u_hi, g_u_hi = res[False][-1]
+assert abs(e_s_hi - e_s_lo) < 0.5                    # scaled: entropy roughly independent of d_k
+assert e_u_hi < 0.25 * e_s_hi                        # unscaled: nearly one-hot at large d_k
+assert g_u_hi < 0.01 * g_s_hi                        # unscaled: the gradient has (almost) vanished
+print(f"at d_k={dims[-1]}: entropy {e_s_hi:.2f} vs {e_u_hi:.2f} nats; gradient {g_s_hi:.3g} vs {g_u_hi:.3g}")
+
+# %% [markdown]
+# ## Exercise 1: a numerically stable softmax
+# `torch.softmax` is off limits here: write it from `torch.exp`. Logits of 1000 must not overflow, and
+# a `-inf` logit (a masked key) must get weight exactly 0.
+
+# %%
+def my_softmax(x):
+    ### BEGIN SOLUTION
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+    ### END SOLUTION
+
+
+# %%
+check("ch01.softmax", my_softmax)
+
+# %% [markdown]
+# ## Exercise 2: scaled dot-product attention
+# Return `(out, weights)` for `q (..., T_q, d_k)`, `k (..., T_k, d_k)`, `v (..., T_k, d_v)`. `mask` is
+# bool, True = may attend, broadcastable to `(..., T_q, T_k)`; a query with every key masked must get
+# zero weights and a zero output (not NaN). The checker also tries length 1, a fully padded row, causal
+# plus padding, a batch of 1 and non-contiguous inputs.
 
 # %%
 def my_attention(q, k, v, mask=None):
@@ -42,3 +179,10 @@ def my_attention(q, k, v, mask=None):
 
 # %%
 check("ch01.attention", my_attention)
+
+# %% [markdown]
+# ## Summary
+# * Query-key dot products decide *where* to read, values decide *what* is read.
+# * $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$: measured equal to tformer's and PyTorch's implementations.
+# * Unscaled scores have standard deviation $\sqrt{d_k}$; the softmax saturates (entropy toward 0) and
+#   the gradient on the scores vanishes. Dividing by $\sqrt{d_k}$ keeps both steady.

@@ -1,0 +1,229 @@
+# %% [markdown]
+# # Chapter 3: Multi-head attention
+#
+# **What this chapter covers.** One attention function averages everything it attends to into one
+# vector: it can follow only one pattern at a time. Multi-head attention runs $h$ attention functions
+# in parallel on $h$ different learned projections and concatenates the results:
+#
+# $$\mathrm{MultiHead}(X) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\,W_o,\qquad
+# \mathrm{head}_i = \mathrm{Attention}(XW_q^{(i)}, XW_k^{(i)}, XW_v^{(i)}).$$
+#
+# The paper uses $h = 8$ heads of size $d_k = d_{model}/h = 64$. We build it from split / attend /
+# merge / project, count its parameters and FLOPs against one full-width head (the same), and train a
+# small model to watch its heads learn *different* patterns.
+#
+# **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
+# run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
+# hint (and the name of a common mistake when it recognizes one).
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+from tqdm.auto import trange
+
+import tformer
+from tformer.grading import check
+from tformer.models import GPT, GPTConfig
+from tformer.plot import curves, heads_grid
+
+tformer.seed_everything(0)
+print("small mode:", tformer.SMALL)
+
+# %% [markdown]
+# ## 1. Split, attend per head, concatenate, project
+#
+# One matrix computes all heads' queries at once: $XW_q$ is $(B, T, d_{model})$ and its features are
+# cut into $h$ blocks of $d_k$. `tformer.split_heads` turns $(B, T, h\,d_k)$ into $(B, h, T, d_k)$ (a
+# view plus a transpose), attention runs on every head in one batched call, and `merge_heads`
+# concatenates the heads back. Built from these pieces with the weights of a `tformer.MultiHeadAttention`
+# and of PyTorch's `nn.MultiheadAttention`, all three agree.
+
+# %%
+d_model, h, B, T = 512, 8, 2, 10                   # the paper: d_model = 512, h = 8, d_k = 64
+mha = tformer.MultiHeadAttention(d_model, h)
+x = torch.randn(B, T, d_model)
+
+q, k, v = F.linear(x, mha.qkv.weight, mha.qkv.bias).split(d_model, dim=-1)    # h projections each, in one matmul
+q, k, v = (tformer.split_heads(z, h) for z in (q, k, v))                       # (B, h, T, d_k)
+heads, _ = tformer.scaled_dot_product_attention(q, k, v)                       # every head at once
+y = F.linear(tformer.merge_heads(heads), mha.out.weight, mha.out.bias)         # concat, then W_o
+print("q per head:", tuple(q.shape), " concatenated:", tuple(tformer.merge_heads(heads).shape), " out:", tuple(y.shape))
+
+torch_mha = nn.MultiheadAttention(d_model, h, batch_first=True)
+with torch.no_grad():
+    torch_mha.in_proj_weight.copy_(mha.qkv.weight), torch_mha.in_proj_bias.copy_(mha.qkv.bias)
+    torch_mha.out_proj.weight.copy_(mha.out.weight), torch_mha.out_proj.bias.copy_(mha.out.bias)
+    torch.testing.assert_close(y, mha(x), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(y, torch_mha(x, x, x, need_weights=False)[0], atol=1e-5, rtol=1e-4)
+print("split/attend/merge/project == tformer.MultiHeadAttention == torch.nn.MultiheadAttention")
+
+# %% [markdown]
+# The transpose in `split_heads` matters: a bare `reshape(B, h, T, d_k)` gives the right *shape* but
+# puts pieces of different positions into one "head". Check it: with the reshape, head 0 no longer
+# holds the first $d_k$ features of every position.
+
+# %%
+wrong = q.transpose(1, 2).reshape(B, T, d_model).reshape(B, h, T, d_model // h)
+x_q = tformer.merge_heads(q)
+torch.testing.assert_close(q[:, 0], x_q[..., :64])            # right: head 0 = features 0..63 of each position
+assert not torch.allclose(wrong[:, 0], x_q[..., :64])          # wrong: mixes positions
+print("reshape without transpose: same shape", tuple(wrong.shape), "different heads")
+
+# %% [markdown]
+# ## 2. Same parameters and FLOPs as one full-width head
+#
+# $h$ heads of size $d_{model}/h$ use the same projection matrices as one head of size $d_{model}$
+# (they are just cut into blocks), and the attention matmuls cost $h \cdot T^2 \cdot d_{model}/h$: the
+# same. Count both with PyTorch's FLOP counter.
+
+# %%
+def count(n_heads: int, t: int = 128) -> tuple[int, int]:
+    m = tformer.MultiHeadAttention(d_model, n_heads, fast=False)
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        m(torch.randn(1, t, d_model))
+    return sum(p.numel() for p in m.parameters()), fc.get_total_flops()
+
+counts = {n: count(n) for n in (1, 2, 8, 16)}
+for n, (p, f) in counts.items():
+    print(f"h={n:2d}  d_k={d_model // n:3d}  parameters {p:,}  forward FLOPs (T=128) {f / 1e6:,.1f} M")
+assert len({p for p, _ in counts.values()}) == 1 and len({f for _, f in counts.values()}) == 1
+assert counts[8][0] == 4 * d_model * d_model + 4 * d_model      # W_q, W_k, W_v, W_o and their biases
+
+# %% [markdown]
+# ## 3. Heads learn different patterns (a trained model)
+#
+# Random heads attend almost uniformly. To see heads *specialize* we train a one-layer, four-head GPT
+# (`tformer.models.GPT`) on a task that needs two different lookups at once: the input is a random
+# sequence over 8 symbols and the target at position $t$ is the *pair* $(x_{t-1}, x_{t-3})$, one of 64
+# classes. No single attention pattern can fetch both tokens; two heads can. (A minute of CPU would
+# do more; small mode trains for a few seconds. Tiny models train fastest on one thread.)
+
+# %%
+V, T_task, LAGS = 8, 16, (1, 3)
+cfg = GPTConfig(vocab_size=V * V, block_size=T_task, n_layer=1, n_head=4, n_embd=64, d_ff=128)
+
+
+def make_batch(n: int, g: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randint(0, V, (n, T_task), generator=g)
+    y = torch.full((n, T_task), -100)                             # -100: no target for the first 3 positions
+    y[:, 3:] = x[:, 3 - LAGS[0]:T_task - LAGS[0]] * V + x[:, 3 - LAGS[1]:T_task - LAGS[1]]
+    return x, y
+
+
+def head_patterns(model: GPT, x: torch.Tensor) -> torch.Tensor:
+    """Average attention weights of the first block over a batch: (n_head, T, T)."""
+    attn = model.blocks[0].attn
+    attn.record_weights = True
+    with torch.no_grad():
+        logits = model(x)
+    attn.record_weights = False
+    return attn.last_weights.mean(0), logits
+
+
+tformer.seed_everything(0)
+model = GPT(cfg)
+x_eval, y_eval = make_batch(256, torch.Generator().manual_seed(1))
+w_random, _ = head_patterns(model, x_eval)
+
+steps = 160 if tformer.SMALL else 1000
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+losses = []
+for step in trange(steps, desc="training"):
+    xb, yb = make_batch(64)
+    loss = F.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), ignore_index=-100)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+torch.set_num_threads(threads)
+model.eval()
+w_trained, logits = head_patterns(model, x_eval)
+acc = (logits.argmax(-1)[:, 3:] == y_eval[:, 3:]).float().mean().item()
+print(f"loss {losses[0]:.2f} -> {losses[-1]:.3f}; accuracy on fresh sequences {acc:.3f} (chance 1/64 = {1/64:.3f})")
+curves(range(steps), {"train loss": losses}, "step", "cross-entropy", "training the 1-layer, 4-head GPT", marker="");
+
+# %% [markdown]
+# The heat maps: each head's average attention (query position down, key position across). After
+# training, one head sits on the diagonal one below the main diagonal (it reads the previous token),
+# another on the diagonal three below (it reads $x_{t-3}$). At initialization every head is a blur.
+
+# %%
+def lag_mass(w: torch.Tensor, lag: int) -> torch.Tensor:
+    """Mean weight each head puts on key t - lag, over the query positions t >= 3: (n_head,)."""
+    return torch.diagonal(w, offset=-lag, dim1=-2, dim2=-1)[:, 3 - lag:].mean(-1)
+
+heads_grid(w_random, suptitle="random initialization")
+heads_grid(w_trained, suptitle="after training: heads specialize")
+for name, w in (("random", w_random), ("trained", w_trained)):
+    print(f"{name:8s} weight on t-1 per head: {lag_mass(w, 1).numpy().round(2)}   on t-3: {lag_mass(w, 3).numpy().round(2)}")
+m1, m3 = lag_mass(w_trained, 1), lag_mass(w_trained, 3)
+assert acc > 0.9                                               # the task is solved ...
+assert m1.max() > 0.5 and m3.max() > 0.4                       # ... by a previous-token head and a t-3 head
+assert m1.argmax() != m3.argmax()                              # ... which are different heads
+assert lag_mass(w_random, 1).max() < 0.3 and lag_mass(w_random, 3).max() < 0.3   # random heads do neither
+
+# %% [markdown]
+# ## Exercise 1: split heads
+# `(B, T, n_heads * d_head) -> (B, n_heads, T, d_head)`; head $i$ gets features $i\,d_{head}$ to
+# $(i+1)\,d_{head}-1$ of every position. (`tformer.split_heads` is off limits.)
+
+# %%
+def my_split_heads(x, n_heads):
+    ### BEGIN SOLUTION
+    b, t, d = x.shape
+    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
+    ### END SOLUTION
+
+
+# %%
+check("ch03.split_heads", my_split_heads)
+
+# %% [markdown]
+# ## Exercise 2: merge heads (the concatenation)
+# `(B, n_heads, T, d_head) -> (B, T, n_heads * d_head)`, the inverse of `split_heads`.
+
+# %%
+def my_merge_heads(x):
+    ### BEGIN SOLUTION
+    b, h, t, hd = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * hd)
+    ### END SOLUTION
+
+
+# %%
+check("ch03.merge_heads", my_merge_heads)
+
+# %% [markdown]
+# ## Exercise 3: the multi-head attention forward pass
+# Weights in `nn.Linear` layout: `w_qkv (3 d_model, d_model)` (rows: $W_q$, then $W_k$, then $W_v$),
+# `b_qkv (3 d_model,)`, `w_o (d_model, d_model)`, `b_o (d_model,)`. Self-attention, no mask. You may
+# reuse your functions from exercises 1 and 2.
+
+# %%
+def my_mha_forward(x, w_qkv, b_qkv, w_o, b_o, n_heads):
+    ### BEGIN SOLUTION
+    d = x.shape[-1]
+    q, k, v = (x @ w_qkv.T + b_qkv).split(d, dim=-1)
+    q, k, v = (my_split_heads(z, n_heads) for z in (q, k, v))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // n_heads), dim=-1)
+    return my_merge_heads(weights @ v) @ w_o.T + b_o
+    ### END SOLUTION
+
+
+# %%
+check("ch03.mha_forward", my_mha_forward)
+
+# %% [markdown]
+# ## Summary
+# * Multi-head attention = project, split into $h$ heads, attend per head, concatenate, project with
+#   $W_o$; built by hand it equals `tformer.MultiHeadAttention` and `torch.nn.MultiheadAttention`.
+# * $h$ heads of size $d_{model}/h$ cost exactly the parameters and FLOPs of one full-width head.
+# * Trained on a task that needs two lookups, different heads learn different patterns (previous
+#   token, three back), measured on the attention weights.
