@@ -11,7 +11,7 @@ import sys
 
 COMMANDS = [
     "tformer.grading.cli",        # tformer grade PATH
-    # "tformer.translate.cli",    # tformer translate ...
+    "tformer.translate.cli",      # tformer translate ...
 ]
 
 

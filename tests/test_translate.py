@@ -1,0 +1,255 @@
+"""The translation pipeline: offline corpus, BPE, token batching, decoding, BLEU, and the end-to-end run."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+import sacrebleu
+import torch
+
+from tformer.data import (DataUnavailableError, SharedBPE, TokenBatcher, collate, generate_pairs, multi30k,
+                          read_parallel, wmt14, write_offline_corpus)
+from tformer.data.corpus import NounPhrase
+from tformer.decode import beam_search, greedy_decode, length_penalty
+from tformer.metrics import sacrebleu_score, split_compounds, tokenized_bleu
+from tformer.models import Transformer, TransformerConfig
+
+
+# -- offline corpus -----------------------------------------------------------------------------------
+def test_corpus_agreement_and_reordering():
+    en, de = generate_pairs(400, seed=0)
+    assert (en, de) == generate_pairs(400, seed=0) and en != generate_pairs(400, seed=1)[0]
+    pairs = dict(zip(en, de))
+    # the participle goes last, "dass" sends the verb to the end, adverb fronting inverts
+    perfect = [(e, d) for e, d in pairs.items() if " has " in e and " that " not in e]
+    assert perfect and all(d.rstrip(".").split()[-1].startswith("ge") or d.rstrip(".").split()[-1] == "beobachtet"
+                           for e, d in perfect)
+    that = [(e, d) for e, d in pairs.items() if " that " in e]
+    assert that and all(", dass " in d for e, d in that)
+    today = [d for e, d in pairs.items() if e.startswith("Today ")]
+    assert today and all(d.split()[1] in {v[3] for v in __import__("tformer.data.corpus", fromlist=["VERBS"]).VERBS}
+                         | {v[4] for v in __import__("tformer.data.corpus", fromlist=["VERBS"]).VERBS} for d in today)
+
+
+def test_noun_phrase_cases():
+    import random
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(300):
+        np_ = NounPhrase(rng)
+        if np_.noun[0] == "dog" and np_.definite and not np_.plural and np_.adjs:
+            adj = np_.adjs[0][1]
+            assert np_.de("nom").startswith(f"der {adj}e ") and np_.de("acc").startswith(f"den {adj}en ")
+            seen.add("def")
+        if np_.noun[0] == "car" and not np_.definite and not np_.plural and len(np_.adjs) == 1:
+            assert np_.de("nom") == f"ein {np_.adjs[0][1]}es Auto" and np_.en().startswith(("a ", "an "))
+            seen.add("indef")
+    assert seen == {"def", "indef"}
+
+
+def test_offline_corpus_files(tmp_path):
+    folder = write_offline_corpus(tmp_path, n_train=200, n_val=30, n_test=30)
+    tr_en, tr_de = read_parallel(folder, "en", "de", "train")
+    te_en, _ = read_parallel(folder, "en", "de", "test")
+    assert len(tr_en) == len(tr_de) == 200 and len(te_en) == 30
+    assert not set(te_en) & set(tr_en)
+    with pytest.raises(FileNotFoundError, match="train.fr"):
+        read_parallel(folder, "en", "fr")
+
+
+def test_offline_sources_fail_fast(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("TFORMER_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(DataUnavailableError, match="offline corpus|--data"):
+        wmt14("en-de")
+    with pytest.raises(DataUnavailableError, match="--data"):
+        multi30k()
+    with pytest.raises(ValueError, match="pair"):
+        wmt14("en-xx")
+    local = tmp_path / "m30k"
+    local.mkdir()
+    for s in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (local / f"{s}.{lang}").write_text("x\n")
+    assert multi30k(local) == local
+
+
+# -- BPE and batching ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bpe():
+    en, de = generate_pairs(600, seed=3)
+    return SharedBPE.train(en + de, vocab_size=400)
+
+
+def test_bpe_round_trip(bpe, tmp_path):
+    lines = ["Der glückliche Vogel hat den Ball gesehen.", "Heute sieht die Katze einen grünen Baum."]
+    ids = bpe.encode(lines)
+    assert all(min(r) > 3 for r in ids) and bpe.decode(ids) == lines
+    assert bpe.decode([ids[0] + [bpe.eos_id, 17, 18]]) == lines[:1]     # stops at </s>
+    bpe.save(tmp_path / "tok.json")
+    assert SharedBPE.load(tmp_path / "tok.json").encode(lines) == ids
+    assert bpe.decode(bpe.encode(["Straße ☃ naïve"])) == ["Straße ☃ naïve"]   # byte level: no <unk>
+
+
+def test_token_batcher():
+    g = torch.Generator().manual_seed(0)
+    src = [list(range(4, 4 + int(n))) for n in torch.randint(1, 30, (300,), generator=g)]
+    tgt = [list(range(5, 5 + int(n))) for n in torch.randint(1, 30, (300,), generator=g)]
+    tb = TokenBatcher(src, tgt, max_tokens=120, seed=1)
+    seen = []
+    for b in tb:
+        assert b.src.numel() <= 120 and b.tgt_in.numel() <= 120
+        assert (b.tgt_in[:, 0] == 1).all() and ((b.tgt_out == 2).sum(1) == 1).all()
+        assert torch.equal(b.tgt_in[:, 1:], b.tgt_out[:, :-1].masked_fill(b.tgt_out[:, :-1] == 2, 0))
+        seen += b.src.tolist()
+    assert len(seen) == 300
+    tb.set_epoch(0)
+    e0 = [b.src.shape for b in tb]
+    tb.set_epoch(1)
+    e1 = [b.src.shape for b in tb]
+    tb.set_epoch(0)
+    assert e0 == [b.src.shape for b in tb] and e0 != e1 and sorted(e0) == sorted(e1)
+    # two ranks: each global batch split in two, the union is the global batch
+    r0, r1 = (TokenBatcher(src, tgt, 120, seed=1, rank=r, world=2) for r in (0, 1))
+    for whole, a, b in zip(TokenBatcher(src, tgt, 120, seed=1, world=1), r0, r1):
+        rows = sorted(map(tuple, whole.src.tolist()))
+        got = sorted(tuple(r) for r in a.src.tolist() + b.src.tolist())
+        trim = lambda rs: sorted(tuple(x for x in r if x) for r in rs)  # noqa: E731  (padding widths differ)
+        assert trim(rows) == trim(got)
+    with pytest.raises(ValueError, match="longest"):
+        TokenBatcher(src, tgt, max_tokens=10)
+    with pytest.raises(ValueError, match="aligned"):
+        TokenBatcher(src, tgt[:-1], 100)
+    with pytest.raises(ValueError, match="non-zero"):
+        collate([], [])
+
+
+# -- decoding -----------------------------------------------------------------------------------------
+def tiny_model(vocab=12, seed=0, max_len=64):
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(src_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
+                            n_decoder_layers=2, dropout=0.0, max_len=max_len)
+    m = Transformer(cfg).eval()
+    with torch.no_grad():                       # sharper distributions so that ties are impossible
+        m.generator.weight.mul_(4.0)
+    return m
+
+
+def greedy_no_cache(model, src, max_extra):
+    """Reference: recompute the whole prefix every step (no cache), one sentence at a time."""
+    outs = []
+    for row in src:
+        row = row[row != 0][None]
+        limit = row.shape[1] + max_extra
+        ys = torch.tensor([[1]])
+        for t in range(limit):
+            logits = model(row, ys)[0, -1]
+            logits[[0, 1]] = -math.inf
+            nxt = 2 if t + 1 >= limit else int(logits.argmax())
+            ys = torch.cat([ys, torch.tensor([[nxt]])], 1)
+            if nxt == 2:
+                break
+        outs.append(ys[0, 1:].tolist())
+    return outs
+
+
+def strip(row):
+    row = list(row)
+    return row[:row.index(2) + 1] if 2 in row else row
+
+
+@torch.no_grad()
+def test_greedy_matches_uncached_reference():
+    model = tiny_model()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 4, 2, 0, 0], [10, 11, 5, 2, 0]])
+    got = greedy_decode(model, src, max_extra=6)
+    assert [strip(r) for r in got.tolist()] == greedy_no_cache(model, src, 6)
+    # beam 1 without length penalty is greedy search
+    assert torch.equal(beam_search(model, src, beam=1, alpha=0.0, max_extra=6), got)
+
+
+@torch.no_grad()
+def test_beam_search_is_exact_when_the_beam_holds_everything():
+    """With V=2 real tokens and at most 3 output tokens there are few hypotheses: a beam this wide must
+    return the best one by log P / lp, found here by brute-force enumeration with full forwards."""
+    vocab = 6                                   # <pad> <s> </s> <unk> a b
+    model = tiny_model(vocab=vocab, seed=3)
+    src = torch.tensor([[4, 5, 2], [5, 5, 2]])
+    max_extra, alpha = 0, 0.6                   # limit = 3 tokens (source length 3)
+    out, score = beam_search(model, src, beam=32, alpha=alpha, max_extra=max_extra, return_scores=True)
+    for b in range(2):
+        best, best_seq = -math.inf, None
+        for n in range(0, 3):                   # n content tokens, then </s>
+            for body in itertools.product([3, 4, 5], repeat=n):
+                seq = list(body) + [2]
+                ys = torch.tensor([[1] + seq])
+                full = torch.log_softmax(model(src[b:b + 1], ys[:, :-1])[0].double(), -1)
+                total = float(full.gather(1, torch.tensor(seq)[:, None]).sum())
+                s = total / length_penalty(len(seq), alpha)
+                if s > best:
+                    best, best_seq = s, seq
+        assert strip(out[b].tolist()) == best_seq
+        assert float(score[b]) == pytest.approx(best, abs=1e-4)
+
+
+def test_beam_search_bad_input():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="beam"):
+        beam_search(model, torch.tensor([[4, 2]]), beam=0)
+    with pytest.raises(TypeError, match="token ids"):
+        greedy_decode(model, torch.randn(1, 3))
+
+
+# -- BLEU ---------------------------------------------------------------------------------------------
+def test_bleu_two_ways():
+    hyps = ["The cat sat on the mat.", "A well-known man-made lake is near."]
+    refs = ["The cat sat on the mat.", "A well-known man-made lake lies near."]
+    res = sacrebleu_score(hyps, refs)
+    assert res.score == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert "tok:13a" in res.signature and "version" in res.signature
+    assert sacrebleu_score(refs, refs).score == pytest.approx(100.0)
+    tok = tokenized_bleu(hyps, refs)
+    assert tok.score > res.score            # split compounds add matching n-grams
+    assert split_compounds("man-made") == "man ##AT##-##AT## made"
+    assert tokenized_bleu(hyps, refs, compound_split=False).score < tok.score
+    with pytest.raises(ValueError, match="aligned"):
+        sacrebleu_score(hyps, refs[:1])
+    with pytest.raises(TypeError, match="lists"):
+        sacrebleu_score("a b", "a b")
+
+
+# -- end to end ---------------------------------------------------------------------------------------
+E2E = dict(offline_pairs=500, max_tokens=400, max_steps=24, snapshot_every=8, save_every=8, eval_every=0,
+           vocab_size=320, warmup=8)
+
+
+def test_end_to_end_interrupt_resume_decode_score(tmp_path, capsys):
+    from tformer.cli import main
+    from tformer.translate import load_run, score_files, train_run
+    full = tmp_path / "full"
+    train_run(full, "tiny", progress=False, **E2E)
+    part = tmp_path / "part"
+    train_run(part, "tiny", progress=False, stop_after=11, **E2E)            # "interrupted" after 11 steps
+    assert torch.load(part / "last.pt", weights_only=False)["train"]["step"] == 11
+    assert not (part / "averaged.pt").exists()
+    train_run(part, "tiny", progress=False, **E2E)                            # same RUN: resumes
+    a = torch.load(full / "last.pt", weights_only=False)["model"]
+    b = torch.load(part / "last.pt", weights_only=False)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (part / "averaged.pt").exists() and len(list(part.glob("snapshot_*.pt"))) == 4
+    # decode greedy and beam, score with sacreBLEU
+    src, ref = part / "data" / "test.en", part / "data" / "test.de"
+    greedy = score_files(part, src, ref, beam=1)
+    beam = score_files(part, src, ref, beam=4)
+    for res in (greedy, beam):
+        assert 0.0 <= res["bleu"] <= 100.0 and "tok:13a" in res["signature"] and res["sentences"] == 300
+        assert all(isinstance(h, str) for h in res["hypotheses"])
+    model, bpe, info = load_run(part, "last")
+    assert info["weights"] == "last" and info["src"] == "en" and info["tgt"] == "de"
+    capsys.readouterr()
+    assert main(["translate", "score", "--run", str(part), "--src", str(src), "--ref", str(ref), "--beam", "1",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bleu"] == pytest.approx(greedy["bleu"]) and "signature" in out

@@ -1,0 +1,73 @@
+"""Presets for the translation capstone: model size and training recipe in one record.
+
+    tiny   CI and the notebook's small mode: trains on the built-in corpus in seconds on a CPU
+    small  Multi30k on a CPU in 30 minutes: 3+3 layers, d=256 (the size of the course's CPU peer)
+    base   the paper's transformer-base (Table 3): 6+6 layers, d=512, 100k steps of ~25k tokens
+    big    the paper's transformer-big: d=1024, 16 heads, dropout 0.3 (EN-DE), 300k steps
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class TranslatePreset:
+    # model
+    d_model: int = 512                # width
+    n_heads: int = 8                  # attention heads
+    d_ff: int = 2048                  # FFN inner width
+    n_layers: int = 6                 # encoder layers = decoder layers
+    dropout: float = 0.1              # P_drop
+    norm_first: bool = False          # False = post-LN, the paper
+    max_len: int = 256                # longest sentence (BPE tokens) kept for training
+    # vocabulary
+    vocab_size: int = 37000           # shared BPE vocabulary (the paper: ~37k EN-DE, 32k EN-FR)
+    # training
+    max_tokens: int = 25000           # padded tokens per side per batch (all ranks together)
+    accum_steps: int = 1              # micro-batches per step (to reach max_tokens on fewer GPUs)
+    lr: float = 7.0e-4                # peak lr; 512^-0.5 * 4000^-0.5 = 7.0e-4 is the paper's schedule
+    warmup: int = 4000                # warmup steps
+    label_smoothing: float = 0.1      # epsilon_ls
+    grad_clip: float | None = None    # the paper does not clip
+    max_steps: int = 100_000          # training steps (base: 100k, big: 300k)
+    eval_every: int = 2000            # validation loss every N steps
+    save_every: int = 1000            # full checkpoint (resume point) every N steps
+    snapshot_minutes: float = 10.0    # weights snapshot for averaging every M minutes (the paper: 10)
+    snapshot_every: int = 0           # ... or every N steps (0 = by time only)
+    average_last: int = 5             # snapshots averaged at the end (base: 5, big: 20)
+    keep_snapshots: int | None = None # snapshots kept on disk (None = average_last; more for BLEU vs time)
+    offline_pairs: int = 20000        # sentence pairs of the built-in corpus (when no data is given)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TranslatePreset":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"TranslatePreset: unknown fields {sorted(unknown)}")
+        return cls(**d)
+
+
+PRESETS: dict[str, TranslatePreset] = {
+    "tiny": TranslatePreset(d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.1, vocab_size=600,
+                            max_tokens=1200, lr=3e-3, warmup=40, grad_clip=1.0, max_steps=300, eval_every=100,
+                            save_every=50, snapshot_minutes=0.0, snapshot_every=25, average_last=4,
+                            offline_pairs=4000, max_len=64),
+    "small": TranslatePreset(d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.1, vocab_size=8000,
+                             max_tokens=4000, lr=1.5e-3, warmup=300, grad_clip=1.0, max_steps=100_000,
+                             eval_every=500, save_every=200, snapshot_minutes=1.5, average_last=5, max_len=128),
+    "base": TranslatePreset(),
+    "big": TranslatePreset(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3, lr=4.9e-4, max_steps=300_000,
+                           average_last=20),
+}
+
+
+def get_preset(name: str, **overrides) -> TranslatePreset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    d = PRESETS[name].to_dict()
+    d.update({k: v for k, v in overrides.items() if v is not None})
+    return TranslatePreset.from_dict(d)
