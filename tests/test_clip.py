@@ -1,0 +1,117 @@
+"""CLIP (chapter 12) against Hugging Face transformers' CLIPModel built from a small random config; the
+symmetric contrastive loss; a few-step training smoke test on digit images and captions."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer.models import CLIP, CLIPConfig
+from tformer.models.clip import clip_loss, contrastive_logits_loss
+from tformer.vision import caption_ids, digit_captions, load_digits
+
+transformers = pytest.importorskip("transformers")
+
+
+def hf_clip(eos_token_id=49, seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.CLIPConfig(
+        text_config=dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=16, eos_token_id=eos_token_id,
+                         bos_token_id=1, pad_token_id=0),
+        vision_config=dict(image_size=8, patch_size=2, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=64),
+        projection_dim=16)
+    return transformers.CLIPModel(cfg).eval()
+
+
+def text_inputs(eos=49, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(3, 45, (4, 10), generator=g)
+    lengths = [10, 7, 4, 9]
+    mask = torch.zeros(4, 10, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        idx[i, n - 1] = eos                                   # end-of-text, then padding
+        idx[i, n:] = 0
+        mask[i, :n] = 1
+    return idx, mask
+
+
+@pytest.mark.parametrize("eos", [49, 2])                      # 2: the legacy "argmax" pooling
+def test_matches_hf_clip_model(eos):
+    hf = hf_clip(eos)
+    ours = CLIP.from_hf_clip(hf).eval()
+    idx, mask = text_inputs(eos if eos != 2 else 49)          # legacy: the eos is the largest id
+    images = torch.randn(3, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = hf(input_ids=idx, pixel_values=images, attention_mask=mask, return_loss=False)
+        torch.testing.assert_close(ours.encode_image(images), ref.image_embeds, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ours.encode_text(idx, mask), ref.text_embeds, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ours(images, idx, mask), ref.logits_per_image, atol=1e-4, rtol=1e-4)
+
+
+def test_loss_matches_hf_contrastive_loss():
+    hf = hf_clip(seed=3)
+    ours = CLIP.from_hf_clip(hf).eval()
+    idx, mask = text_inputs()
+    images = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = hf(input_ids=idx, pixel_values=images, attention_mask=mask, return_loss=True).loss
+        torch.testing.assert_close(ours.loss(images, idx, mask), ref, atol=1e-5, rtol=1e-4)
+
+
+def test_clip_loss_float64_reference():
+    g = torch.Generator().manual_seed(0)
+    img, txt = torch.randn(5, 8, generator=g, dtype=torch.float64), torch.randn(5, 8, generator=g, dtype=torch.float64)
+    a, b = img / img.norm(dim=1, keepdim=True), txt / txt.norm(dim=1, keepdim=True)
+    logits = 10.0 * a @ b.T
+    i2t = -torch.log_softmax(logits, dim=1).diagonal().mean()
+    t2i = -torch.log_softmax(logits, dim=0).diagonal().mean()
+    torch.testing.assert_close(clip_loss(img, txt, 10.0), (i2t + t2i) / 2)
+    assert clip_loss(img, img, 50.0) < clip_loss(img, txt, 50.0)  # matching pairs give a small loss
+
+
+def test_bad_input_errors():
+    with pytest.raises(ValueError, match="square"):
+        contrastive_logits_loss(torch.randn(3, 4))
+    with pytest.raises(ValueError, match=r"\(N, E\)"):
+        clip_loss(torch.randn(3, 4), torch.randn(2, 4), 1.0)
+    m = CLIP(CLIPConfig(image_size=8, patch_size=4, in_channels=1, vision_width=16, vision_layers=1, vision_heads=2,
+                        vision_d_ff=32, vocab_size=20, context_length=6, text_width=16, text_layers=1, text_heads=2,
+                        text_d_ff=32, eos_id=2, embed_dim=8))
+    with pytest.raises(ValueError, match="end-of-text"):
+        m.encode_text(torch.full((1, 4), 5))
+    with pytest.raises(ValueError, match="context_length"):
+        m.encode_text(torch.full((1, 7), 2))
+
+
+def test_temperature_is_learned_and_clamped():
+    m = CLIP(CLIPConfig(image_size=8, patch_size=4, in_channels=1, vision_width=16, vision_layers=1, vision_heads=2,
+                        vision_d_ff=32, vocab_size=20, context_length=6, text_width=16, text_layers=1, text_heads=2,
+                        text_d_ff=32, eos_id=2, embed_dim=8))
+    assert math.isclose(m.scale().item(), 1 / 0.07, rel_tol=1e-5)
+    assert m.logit_scale.requires_grad
+    with torch.no_grad():
+        m.logit_scale.fill_(10.0)
+    assert m.train().scale().item() == pytest.approx(100.0)
+
+
+def test_digit_caption_training_smoke():
+    torch.manual_seed(0)
+    data = load_digits()
+    x, y = data.x_train[:64], data.y_train[:64]
+    g = torch.Generator().manual_seed(0)
+    cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_width=32, vision_layers=1, vision_heads=4,
+                     vision_d_ff=64, vocab_size=259, context_length=48, text_width=32, text_layers=1, text_heads=4,
+                     text_d_ff=64, eos_id=2, embed_dim=16)
+    model = CLIP(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    losses = []
+    for step in range(12):
+        txt = caption_ids(digit_captions(y, generator=g), cfg.context_length)
+        loss = model.loss(x, txt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3

@@ -1,0 +1,227 @@
+"""Image data and training helpers for chapter 12 (ViT and the CLIP-style aligner).
+
+Offline default: scikit-learn's bundled handwritten digits (1,797 grey 8x8 images, 10 classes, no
+download). Online: CIFAR-10 through `datasets` (`load_cifar10`). `random_affine` is a batched
+augmentation (small shifts, rotations, scalings via `F.affine_grid`), `train_classifier` a plain
+AdamW + warmup/cosine loop with a progress bar, `accuracy` and `recall_at_k` the metrics.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._checks import check_rank
+
+DIGIT_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+@dataclass
+class ImageSplit:
+    """Train/test tensors: images (N, C, H, W) float, labels (N,) long, class names."""
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    classes: list[str] = field(default_factory=list)
+
+
+def load_digits(test_size: float = 0.25, seed: int = 0) -> ImageSplit:
+    """scikit-learn's digits as (N, 1, 8, 8) images scaled to [0, 1] then standardised with the train
+    mean/std; a stratified split with `test_size` of the images held out."""
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    d = sk_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0     # (1797, 1, 8, 8)
+    y = torch.tensor(d.target, dtype=torch.long)
+    i_tr, i_te = train_test_split(torch.arange(len(y)).numpy(), test_size=test_size, random_state=seed,
+                                  stratify=y.numpy())
+    i_tr, i_te = torch.as_tensor(i_tr), torch.as_tensor(i_te)
+    mean, std = x[i_tr].mean(), x[i_tr].std()
+    x = (x - mean) / std
+    return ImageSplit(x[i_tr], y[i_tr], x[i_te], y[i_te], list(DIGIT_NAMES))
+
+
+def load_cifar10(max_train: int | None = None, max_test: int | None = None, cache_dir: str | None = None) -> ImageSplit:
+    """CIFAR-10 through Hugging Face `datasets` ("uoft-cs/cifar10"), as (N, 3, 32, 32) standardised tensors.
+
+    Needs the network the first time (then the `datasets` cache). Offline, this raises a RuntimeError
+    saying so: use `load_digits()` instead, or copy a cached dataset into HF_HOME.
+    """
+    try:
+        from datasets import load_dataset
+        ds = load_dataset("uoft-cs/cifar10", cache_dir=cache_dir)
+    except Exception as e:  # no network, no cache
+        raise RuntimeError(f"load_cifar10: could not load CIFAR-10 through `datasets` ({type(e).__name__}: {e}). "
+                           "It needs the network once (it is cached afterwards). Offline, use "
+                           "tformer.vision.load_digits() (bundled with scikit-learn).") from e
+
+    def to_tensors(split, limit):
+        part = ds[split] if limit is None else ds[split].select(range(min(limit, len(ds[split]))))
+        part = part.with_format("numpy")
+        x = torch.from_numpy(part["img"]).permute(0, 3, 1, 2).float() / 255.0     # (N, 3, 32, 32)
+        return x, torch.from_numpy(part["label"]).long()
+
+    x_tr, y_tr = to_tensors("train", max_train)
+    x_te, y_te = to_tensors("test", max_test)
+    mean, std = x_tr.mean(dim=(0, 2, 3), keepdim=True), x_tr.std(dim=(0, 2, 3), keepdim=True)
+    return ImageSplit((x_tr - mean) / std, y_tr, (x_te - mean) / std, y_te, list(CIFAR10_NAMES))
+
+
+def random_affine(images: torch.Tensor, shift: float = 1.0, degrees: float = 10.0, scale: float = 0.1,
+                  flip: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Batched random augmentation: each image gets its own shift (+-`shift` pixels), rotation
+    (+-`degrees`), zoom (1 +- `scale`) and, with `flip`, a horizontal flip half of the time.
+    images (B, C, H, W) -> (B, C, H, W); the background fills with the image minimum."""
+    check_rank(images, 4, "random_affine(images)", "(B, C, H, W)")
+    b, _, h, w = images.shape
+    dev = images.device
+
+    def u(lo, hi):
+        return torch.rand(b, generator=generator, device="cpu").to(dev) * (hi - lo) + lo
+    ang = u(-degrees, degrees) * math.pi / 180
+    s = 1.0 + u(-scale, scale)
+    sx = torch.where(u(0, 1) < 0.5, -1.0, 1.0) if flip else torch.ones(b, device=dev)
+    tx, ty = u(-shift, shift) * 2 / w, u(-shift, shift) * 2 / h        # pixels -> [-1, 1] coordinates
+    cos, sin = torch.cos(ang) / s, torch.sin(ang) / s
+    theta = torch.stack([torch.stack([cos * sx, -sin, tx], -1), torch.stack([sin * sx, cos, ty], -1)], 1)  # (B, 2, 3)
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    low = images.amin(dim=(1, 2, 3), keepdim=True)
+    return F.grid_sample(images - low, grid, align_corners=False, padding_mode="zeros") + low
+
+
+def random_shift(images: torch.Tensor, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Move each image by a random whole number of pixels in [-max_shift, max_shift] along each axis (no
+    interpolation, so no blur); the uncovered border takes the image minimum. (B, C, H, W) -> same shape."""
+    check_rank(images, 4, "random_shift(images)", "(B, C, H, W)")
+    b, _, h, w = images.shape
+    s = max_shift
+    low = images.amin(dim=(1, 2, 3), keepdim=True)
+    padded = F.pad(images - low, (s, s, s, s)) + low                      # (B, C, H+2s, W+2s)
+    d = torch.randint(0, 2 * s + 1, (2, b), generator=generator).to(images.device)
+    rows = torch.arange(h, device=images.device) + d[0, :, None]          # (B, H)
+    cols = torch.arange(w, device=images.device) + d[1, :, None]          # (B, W)
+    out = padded[torch.arange(b, device=images.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
+    return out.permute(0, 3, 1, 2)                                         # (B, H, W, C) -> (B, C, H, W)
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Fraction of rows whose argmax equals the label."""
+    return (logits.argmax(dim=-1) == labels).float().mean().item()
+
+
+def recall_at_k(sim: torch.Tensor, k: int) -> float:
+    """sim (N, N) similarities, query i's match is item i: fraction of queries whose match is in the top k."""
+    check_rank(sim, 2, "recall_at_k(sim)", "(N queries, N items)")
+    topk = sim.topk(min(k, sim.shape[1]), dim=1).indices                  # (N, k)
+    target = torch.arange(sim.shape[0], device=sim.device).unsqueeze(1)
+    return (topk == target).any(dim=1).float().mean().item()
+
+
+@torch.no_grad()
+def predict(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """Logits for x in batches (eval mode, restored afterwards)."""
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    out = torch.cat([model(x[i:i + batch_size].to(dev)).float().cpu() for i in range(0, len(x), batch_size)])
+    model.train(was)
+    return out
+
+
+def warmup_cosine(step: int, total: int, warmup: int) -> float:
+    """Learning-rate multiplier: linear warmup to 1 over `warmup` steps, then cosine decay to 0."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+
+@dataclass
+class History:
+    loss: list[float] = field(default_factory=list)        # training loss per step
+    test_acc: list[float] = field(default_factory=list)    # test accuracy after each epoch
+    seconds: float = 0.0
+
+
+def train_classifier(model: nn.Module, data: ImageSplit, epochs: int = 10, batch_size: int = 64, lr: float = 1e-3,
+                     weight_decay: float = 0.05, warmup_frac: float = 0.1, label_smoothing: float = 0.0,
+                     augment=None, max_steps: int | None = None, device: torch.device | str = "cpu",
+                     seed: int = 0, progress: bool = True) -> History:
+    """Train `model` (images -> logits) with AdamW and warmup + cosine decay; evaluate each epoch.
+
+    `augment(x, generator)` transforms a training batch; `max_steps` stops early (smoke tests).
+    """
+    from tqdm.auto import tqdm
+
+    g = torch.Generator().manual_seed(seed)
+    model.to(device).train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.999))
+    n = len(data.y_train)
+    per_epoch = math.ceil(n / batch_size)
+    total = epochs * per_epoch if max_steps is None else min(max_steps, epochs * per_epoch)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, max(1, int(warmup_frac * total))))
+    hist, t0, step = History(), time.perf_counter(), 0
+    bar = tqdm(total=total, disable=not progress, desc="train")
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=g)
+        for i in range(0, n, batch_size):
+            idx = perm[i:i + batch_size]
+            x, y = data.x_train[idx], data.y_train[idx]
+            if augment is not None:
+                x = augment(x, generator=g)
+            loss = F.cross_entropy(model(x.to(device)), y.to(device), label_smoothing=label_smoothing)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            hist.loss.append(loss.item())
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            if step >= total:
+                break
+        hist.test_acc.append(accuracy(predict(model, data.x_test), data.y_test))
+        if step >= total:
+            break
+    bar.close()
+    hist.seconds = time.perf_counter() - t0
+    return hist
+
+
+# --- captions for the CLIP-style aligner ----------------------------------------------------------------
+
+TRAIN_TEMPLATES = [
+    "a photo of the digit {name}.", "a handwritten {digit}.", "the number {name}, written by hand.",
+    "a blurry scan of a {digit}.", "{name}", "a digit: {digit}", "someone wrote the number {name}.",
+]
+ZERO_SHOT_TEMPLATES = [  # never seen in training: zero-shot must generalise over the wording
+    "an image of a {name}.", "this is the number {digit}.", "a picture showing {name}.",
+]
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # byte-level caption ids: a byte b is id b + 3 (vocabulary 259)
+CAPTION_VOCAB = 259
+
+
+def digit_captions(labels: torch.Tensor, templates: list[str] = TRAIN_TEMPLATES,
+                   generator: torch.Generator | None = None) -> list[str]:
+    """One caption per label (N,): a template drawn at random, filled with the digit's name and numeral."""
+    pick = torch.randint(0, len(templates), (len(labels),), generator=generator)
+    return [templates[int(t)].format(name=DIGIT_NAMES[int(c)], digit=int(c)) for t, c in zip(pick, labels)]
+
+
+def caption_ids(texts: list[str], context_length: int) -> torch.Tensor:
+    """Byte-level ids (B, context_length): BOS, the UTF-8 bytes (+3), EOS, then PAD. A caption too long for
+    the context is cut so that EOS (where the text tower pools) is always present."""
+    out = torch.full((len(texts), context_length), PAD_ID, dtype=torch.long)
+    for i, s in enumerate(texts):
+        b = [BOS_ID] + [c + 3 for c in s.encode("utf-8")][: context_length - 2] + [EOS_ID]
+        out[i, :len(b)] = torch.tensor(b)
+    return out
