@@ -1,0 +1,115 @@
+"""Training throughput of tformer's Transformer vs a `torch.nn.Transformer` of the same size.
+
+Same width, depth, heads, FFN, vocabulary (tied embeddings on both sides), same batch, same
+label-smoothed loss and Adam; one training step = forward + backward + optimizer step. The two models
+alternate step by step (so a change in machine load hits both), and each reports the median over
+`--steps` steps after `--warmup` steps. Prints target tokens/s for each and the ratio tformer / peer.
+
+    python benchmarks/bench_translate.py                       # the `small` preset size (Multi30k)
+    python benchmarks/bench_translate.py --preset base --batch 64 --len 32 --device cuda
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tformer.translate.pipeline import Seq2SeqLoss, build_model
+from tformer.translate.presets import get_preset
+
+
+class TorchPeer(nn.Module):
+    """Embeddings (scaled, sinusoidal positions) + nn.Transformer (post-LN) + tied output projection."""
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, d_ff: int, dropout: float, max_len: int = 512):
+        super().__init__()
+        self.d = d
+        self.embed = nn.Embedding(vocab, d)
+        pos = torch.arange(max_len)[:, None] * torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+        pe = torch.zeros(max_len, d)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos), torch.cos(pos)
+        self.register_buffer("pe", pe)
+        self.drop = nn.Dropout(dropout)
+        self.core = nn.Transformer(d, heads, layers, layers, d_ff, dropout, batch_first=True)
+        self.out = nn.Linear(d, vocab, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, src, tgt):
+        e = lambda x: self.drop(self.embed(x) * math.sqrt(self.d) + self.pe[: x.shape[1]])  # noqa: E731
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
+        h = self.core(e(src), e(tgt), tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src == 0,
+                      memory_key_padding_mask=src == 0)
+        return self.out(h)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--batch", type=int, default=64, help="sentences per batch")
+    ap.add_argument("--len", type=int, default=16, help="tokens per sentence (Multi30k averages about 15)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    p = get_preset(args.preset)
+    torch.manual_seed(0)
+    ours = build_model(p, args.vocab).to(dev)
+    peer = TorchPeer(args.vocab, p.d_model, p.n_heads, p.n_layers, p.d_ff, p.dropout).to(dev)
+    n_ours = sum(q.numel() for q in ours.parameters())
+    n_peer = sum(q.numel() for q in peer.parameters())
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, args.vocab, (args.batch, args.len), generator=g).to(dev)
+    tgt = torch.randint(4, args.vocab, (args.batch, args.len + 1), generator=g).to(dev)
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    from tformer.data import Seq2SeqBatch
+    batch = Seq2SeqBatch(src, tgt_in, tgt_out)
+    loss_ours = Seq2SeqLoss(0.1, 0)
+
+    def loss_peer(model, b):
+        logits = model(b.src, b.tgt_in)
+        return F.cross_entropy(logits.flatten(0, 1).float(), b.tgt_out.flatten(), ignore_index=0,
+                               label_smoothing=0.1, reduction="sum"), (b.tgt_out != 0).sum()
+
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
+    runs = {"tformer": (ours, loss_ours), "nn.Transformer": (peer, loss_peer)}
+    opts = {k: torch.optim.Adam(m.parameters(), 1e-4, betas=(0.9, 0.98), eps=1e-9) for k, (m, _) in runs.items()}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for i in range(args.warmup + args.steps):
+        for name, (model, loss_fn) in runs.items():
+            model.train()
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with amp:
+                loss, n = loss_fn(model, batch)
+            (loss / n).backward()
+            opts[name].step()
+            opts[name].zero_grad(set_to_none=True)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= args.warmup:
+                times[name].append(time.perf_counter() - t0)
+    tokens = int((tgt_out != 0).sum())
+    print(f"preset {args.preset}: d={p.d_model} layers={p.n_layers}+{p.n_layers} heads={p.n_heads} ffn={p.d_ff} "
+          f"vocab={args.vocab}; batch {args.batch}x{args.len}; device {dev}, torch threads {torch.get_num_threads()}")
+    print(f"parameters: tformer {n_ours / 1e6:.2f}M, nn.Transformer {n_peer / 1e6:.2f}M")
+    tps = {}
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        tps[name] = tokens / med
+        print(f"{name:>15}: median step {med * 1000:8.1f} ms  {tps[name]:9.0f} target tokens/s")
+    print(f"ratio tformer / nn.Transformer: {tps['tformer'] / tps['nn.Transformer']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
