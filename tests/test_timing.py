@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
-from tformer.timing import fit_power, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
+from tformer.timing import count_ops, fit_power, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
 
 
 def test_peak_memory_sees_temporaries_and_frees():
@@ -50,3 +50,10 @@ def test_train_step_updates_the_model_and_timings_are_positive():
     assert time_fn(lambda: None, warmup=0, repeat=2) >= 0
     table = format_table([{"T": 4, "s": 0.5}, {"T": 16, "s": 0.25}])
     assert table.splitlines()[0].split() == ["T", "s"] and len(table.splitlines()) == 4
+
+
+def test_count_ops_counts_matmuls():
+    a = torch.randn(4, 4)
+    assert count_ops(lambda: a @ a) == 1
+    assert count_ops(lambda: [a @ a for _ in range(5)]) == 5
+    assert count_ops(lambda: a + a) == 0

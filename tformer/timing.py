@@ -5,6 +5,7 @@
     train_step_time(model, idx)  median time of one training step (forward, loss, backward, update)
     step_time_vs_length(...)     the same for each sequence length, as table rows
     fit_power(n, y)              y ~ c * n^p by least squares in log-log space: the measured exponent
+    count_ops(fn)                how many matrix products (or other named aten ops) fn() runs
 
 Peak memory on CUDA is `torch.cuda.max_memory_allocated`. A CPU has no such counter, so on CPU the
 function runs under `torch.profiler` with `profile_memory=True`, which records every allocation and
@@ -110,6 +111,27 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
     if device.type != "cpu":
         raise ValueError(f"peak_memory: supports 'cpu' and 'cuda' devices, got {device}")
     return _cpu_peak(fn)
+
+
+MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+              "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+              "aten::_scaled_dot_product_cudnn_attention")
+
+
+def count_ops(fn: Callable[[], object], names: Sequence[str] = MATMUL_OPS) -> int:
+    """How many times fn() calls the named aten operators (by default: matrix products and fused attention)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU])
+    with _quiet_fd2():
+        prof.start()
+    try:
+        fn()
+    finally:
+        with _quiet_fd2():
+            prof.stop()
+    wanted = set(names)
+    return sum(1 for e in prof.events() if e.name in wanted)
 
 
 def lm_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

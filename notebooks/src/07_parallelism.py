@@ -1,0 +1,201 @@
+# %% [markdown]
+# # Chapter 7: Why the Transformer trains in parallel
+#
+# **What this chapter covers.** A recurrent network computes $h_t = f(h_{t-1}, x_t)$: step $t$ cannot
+# start before step $t-1$ has finished, so a sequence of $T$ tokens is $T$ dependent steps however many
+# cores the machine has. A Transformer layer replaces the recurrent state by attention: every position
+# is computed from the layer below at the same time, so a whole sequence is a handful of large matrix
+# products, exactly what GPUs are built for. We
+#
+# 1. count the dependent steps of an LSTM and of a Transformer layer as the sequence grows;
+# 2. show that a Transformer's outputs for all positions, computed at once, equal the outputs computed
+#    one position at a time (nothing waits for anything);
+# 3. time a training step of an LSTM language model and of a Transformer (GPT) of similar size as the
+#    sequence grows (`tformer.timing`), on a GPU when there is one;
+# 4. put the paper's training cost (41.8 BLEU on WMT14 EN-FR, 3.5 days on 8 P100) in FLOPs and GPU-days
+#    and compare it with the recurrent and convolutional models of its Table 2.
+#
+# There is no graded exercise in this chapter: it is all measurement.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+
+import tformer
+from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
+from tformer.models.rnn import lstm_reference
+from tformer.timing import count_ops, format_table, step_time_vs_length
+
+tformer.seed_everything(0)
+device = tformer.device()
+print("small mode:", tformer.SMALL, "| device:", device)
+
+# %% [markdown]
+# ## 1. An RNN is a chain of $T$ dependent steps
+#
+# `lstm_reference` writes the LSTM equations out, one loop iteration per time step, with the weights
+# of an `nn.LSTM`. First we check that it *is* the LSTM, then we count the matrix products each model
+# runs (`tformer.timing.count_ops` runs a function under `torch.profiler` and counts them) and how many
+# of them must wait for the previous one.
+
+# %%
+lstm = nn.LSTM(32, 32, num_layers=2, batch_first=True)
+x = torch.randn(4, 20, 32)
+with torch.no_grad():
+    torch.testing.assert_close(lstm_reference(lstm, x), lstm(x)[0], rtol=1e-5, atol=1e-6)
+print("lstm_reference (a Python loop over time) == nn.LSTM")
+
+layer = tformer.EncoderLayer(32, 4, 128, dropout=0.0, norm_first=True).eval()
+
+
+rows = []
+for t in (8, 16, 32, 64):
+    xt = torch.randn(2, t, 32)
+    with torch.no_grad():
+        rows.append({"T": t, "LSTM matmuls (each waits for the last)": count_ops(lambda: lstm_reference(lstm, xt)),
+                     "Transformer layer matmuls (all positions at once)": count_ops(lambda: layer(xt, is_causal=True))})
+print(format_table(rows))
+assert rows[-1]["LSTM matmuls (each waits for the last)"] > rows[0]["LSTM matmuls (each waits for the last)"] * 7
+assert len({r["Transformer layer matmuls (all positions at once)"] for r in rows}) == 1
+
+# %% [markdown]
+# The LSTM's count grows with $T$: two layers times $T$ steps of $h_{t-1} W_{hh}$, each needing the one
+# before. (The input products $x_t W_{ih}$ *can* be batched over time, and `lstm_reference` does so;
+# the recurrence cannot.) The Transformer layer runs the same few products for any $T$; only their size
+# grows, and a GPU spreads a larger product over more cores.
+#
+# ## 2. All positions at once equals one position at a time
+#
+# With a causal mask, position $t$ of a Transformer layer depends only on positions $\le t$ *of the
+# layer below*, never on the same layer's output at $t-1$. So we may compute position $t$ alone from
+# the prefix, for each $t$, and get the same numbers as the single parallel pass:
+
+# %%
+xt = torch.randn(2, 12, 32)
+with torch.no_grad():
+    parallel = layer(xt, is_causal=True)                                           # one pass, all positions
+    one_by_one = torch.stack([layer(xt[:, :t + 1], is_causal=True)[:, -1] for t in range(12)], dim=1)
+torch.testing.assert_close(parallel, one_by_one, rtol=1e-5, atol=1e-5)
+print("Transformer layer: all 12 positions in one pass == each position computed on its own")
+
+# %% [markdown]
+# An LSTM cannot be cut that way: $h_t$ needs $h_{t-1}$ of the *same* layer. Training with teacher
+# forcing therefore processes a whole target sentence in one parallel pass in a Transformer, but in
+# $T$ steps in an RNN.
+#
+# ## 3. Time per training step vs sequence length
+#
+# Two language models of similar size: a 2-layer `LSTMLM` and a GPT (pre-LN Transformer decoder),
+# trained on random tokens (the content does not matter for the time). `step_time_vs_length` times
+# forward + loss + backward + AdamW update, the median of a few steps after a warm-up, synchronizing
+# the GPU when there is one. On a shared CPU the numbers are noisy: compare within one run.
+
+# %%
+if tformer.SMALL:
+    d, n_layer, batch, lengths, vocab = 64, 2, 8, [32, 64, 128, 256], 256
+else:
+    d, n_layer, batch, lengths, vocab = 512, 4, 16, [64, 128, 256, 512, 1024, 2048], 8192
+
+models = {
+    "LSTM": lambda: LSTMLM(LSTMConfig(vocab_size=vocab, n_embd=d, n_layer=n_layer)),
+    "Transformer": lambda: GPT(GPTConfig(vocab_size=vocab, block_size=max(lengths), n_layer=n_layer,
+                                         n_head=max(1, d // 64) if d >= 64 else 1, n_embd=d)),
+}
+for name, make in models.items():
+    print(f"{name}: {sum(p.numel() for p in make().parameters()):,} parameters")
+timings = step_time_vs_length(models, lengths, batch, vocab, device=device, warmup=1, repeat=2 if tformer.SMALL else 5)
+print(format_table([{"model": r.name, "T": r.seq_len, "ms / step": 1e3 * r.seconds, "tokens/s": r.tokens_per_s}
+                    for r in timings]))
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+for name in models:
+    rs = [r for r in timings if r.name == name]
+    axes[0].plot([r.seq_len for r in rs], [1e3 * r.seconds for r in rs], "o-", label=name)
+    axes[1].plot([r.seq_len for r in rs], [r.tokens_per_s for r in rs], "o-", label=name)
+for ax, ylabel in zip(axes, ["ms per training step", "tokens per second"]):
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend()
+axes[0].set_yscale("log")
+fig.suptitle(f"Training step, batch {batch}, on {device.type.upper()}")
+fig.tight_layout()
+plt.show()
+ratio = {r.seq_len: r.seconds for r in timings if r.name == "LSTM"}
+for r in timings:
+    if r.name == "Transformer":
+        print(f"T={r.seq_len:5d}: LSTM step / Transformer step = {ratio[r.seq_len] / r.seconds:.1f}x")
+
+# %% [markdown]
+# What to look for: the LSTM's time grows in proportion to $T$ (its throughput in tokens/s stays
+# flat: one step per token, however many cores). The Transformer's throughput is higher and, on a GPU,
+# *rises* with $T$ until the chip is full, because a longer sequence is just a larger matrix product.
+# At long $T$ attention's $T^2$ term eventually shows (chapter 8). On a small CPU both are limited by a
+# couple of cores, so the gap is smaller than on a GPU, where the LSTM leaves most of the chip idle.
+#
+# ## 4. The paper's training cost, in FLOPs and GPU-days
+#
+# The paper (Vaswani et al., 2017, Table 2) estimates training cost as
+# *training time x number of GPUs x sustained single-precision FLOP/s per GPU*, with 9.5 TFLOP/s for
+# a P100. The big model reached **41.8 BLEU on WMT14 EN-FR after 3.5 days on 8 P100 GPUs**; the base
+# model trains in 12 hours.
+
+# %%
+P100 = 9.5e12                                          # FLOP/s, the paper's figure for a P100
+SECONDS_PER_DAY = 86400
+
+
+def paper_cost(days: float, gpus: int, flops_per_gpu: float = P100) -> float:
+    return days * SECONDS_PER_DAY * gpus * flops_per_gpu
+
+
+big, base = paper_cost(3.5, 8), paper_cost(0.5, 8)
+print(f"Transformer (big):  3.5 days x 8 P100 = {3.5 * 8:.0f} GPU-days = {big:.2e} FLOPs   (paper: 2.3e19)")
+print(f"Transformer (base): 0.5 days x 8 P100 = {0.5 * 8:.0f} GPU-days = {base:.2e} FLOPs   (paper: 3.3e18)")
+assert abs(big / 2.3e19 - 1) < 0.05 and abs(base / 3.3e18 - 1) < 0.05
+
+# Table 2 of the paper: BLEU and training cost (FLOPs) on newstest2014.
+table2 = [  # model, EN-DE BLEU, EN-FR BLEU, EN-DE cost, EN-FR cost
+    ("Deep-Att + PosUnk", None, 39.2, None, 1.0e20),
+    ("GNMT + RL", 24.6, 39.92, 2.3e19, 1.4e20),
+    ("ConvS2S", 25.16, 40.46, 9.6e18, 1.5e20),
+    ("MoE", 26.03, 40.56, 2.0e19, 1.2e20),
+    ("GNMT + RL Ensemble", 26.30, 41.16, 1.8e20, 1.1e21),
+    ("ConvS2S Ensemble", 26.36, 41.29, 7.7e19, 1.2e21),
+    ("Transformer (base)", 27.3, 38.1, 3.3e18, 3.3e18),
+    ("Transformer (big)", 28.4, 41.8, 2.3e19, 2.3e19),
+]
+print(format_table([{"model": m, "BLEU EN-FR": str(fr),
+                     "cost EN-FR (FLOPs)": f"{cf:.1e}", "x Transformer big": f"{cf / big:.1f}"}
+                    for m, _, fr, _, cf in table2]))
+
+# %% [markdown]
+# The big Transformer beats every single model of its time on EN-FR at roughly a fifth to a
+# twentieth of their training cost, and the ensembles at a fiftieth. A second estimate from the model
+# itself: a training step costs about $6N$ FLOPs per token ($2N$ forward, $4N$ backward) for $N$
+# parameters. The big model has about 213 M parameters and trained 300k steps on batches of about
+# 25k source + 25k target tokens:
+
+# %%
+n_params, steps, tokens_per_step = 213e6, 300e3, 25e3
+six_nd = 6 * n_params * steps * tokens_per_step
+print(f"6 N D = 6 x {n_params:.3g} x {steps * tokens_per_step:.3g} tokens = {six_nd:.2e} FLOPs "
+      f"= {six_nd / big:.0%} of the GPU-time estimate")
+
+# Our own model from section 3, measured: FLOPs per step / time per step = achieved FLOP/s.
+gpt = models["Transformer"]()
+n = sum(p.numel() for p in gpt.parameters())
+last = [r for r in timings if r.name == "Transformer"][-1]
+achieved = 6 * n * batch * last.seq_len / last.seconds
+print(f"our Transformer ({n / 1e6:.2f} M params) at T={last.seq_len}: about {achieved / 1e9:.1f} GFLOP/s "
+      f"on this {device.type.upper()} (6 N per token, attention not counted)")
+
+# %% [markdown]
+# The two estimates agree within a factor of about 2.5: the GPU-time figure assumes the chip runs at its
+# full sustained rate, while $6ND$ counts only the useful arithmetic, so their ratio (about 40%) is the
+# utilisation the paper's code reached. Chapter 13 measures that ratio (MFU) for our own models on a GPU.
