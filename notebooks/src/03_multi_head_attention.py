@@ -32,6 +32,8 @@ from tformer.models import GPT, GPTConfig
 from tformer.plot import curves, heads_grid
 
 tformer.seed_everything(0)
+if tformer.SMALL:
+    torch.set_num_threads(1)   # tiny tensors: one thread is as fast, and immune to a busy shared CPU
 print("small mode:", tformer.SMALL)
 
 # %% [markdown]
@@ -100,8 +102,8 @@ assert counts[8][0] == 4 * d_model * d_model + 4 * d_model      # W_q, W_k, W_v,
 # Random heads attend almost uniformly. To see heads *specialize* we train a one-layer, four-head GPT
 # (`tformer.models.GPT`) on a task that needs two different lookups at once: the input is a random
 # sequence over 8 symbols and the target at position $t$ is the *pair* $(x_{t-1}, x_{t-3})$, one of 64
-# classes. No single attention pattern can fetch both tokens; two heads can. (A minute of CPU would
-# do more; small mode trains for a few seconds. Tiny models train fastest on one thread.)
+# classes. No single attention pattern can fetch both tokens; two heads can. (Small mode trains for a few
+# seconds; full mode longer.)
 
 # %%
 V, T_task, LAGS = 8, 16, (1, 3)
@@ -131,8 +133,6 @@ x_eval, y_eval = make_batch(256, torch.Generator().manual_seed(1))
 w_random, _ = head_patterns(model, x_eval)
 
 steps = 160 if tformer.SMALL else 1000
-threads = torch.get_num_threads()
-torch.set_num_threads(1)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
 losses = []
 for step in trange(steps, desc="training"):
@@ -142,7 +142,6 @@ for step in trange(steps, desc="training"):
     loss.backward()
     opt.step()
     losses.append(loss.item())
-torch.set_num_threads(threads)
 model.eval()
 w_trained, logits = head_patterns(model, x_eval)
 acc = (logits.argmax(-1)[:, 3:] == y_eval[:, 3:]).float().mean().item()

@@ -31,6 +31,8 @@ from tformer.grading import check
 from tformer.plot import heatmap
 
 tformer.seed_everything(0)
+if tformer.SMALL:
+    torch.set_num_threads(1)   # tiny tensors: one thread is as fast, and immune to a busy shared CPU
 print("small mode:", tformer.SMALL)
 
 # %% [markdown]
@@ -135,8 +137,6 @@ def lag_batch(n: int, t: int, g: torch.Generator | None = None) -> tuple[torch.T
     return x, y
 
 
-threads = torch.get_num_threads()
-torch.set_num_threads(1)                                       # tiny models train fastest on one thread
 x_test, y_test = lag_batch(256, T_test, torch.Generator().manual_seed(1))
 results = {}
 for positions in ("sinusoidal", "learned", "rope"):
@@ -152,7 +152,6 @@ for positions in ("sinusoidal", "learned", "rope"):
     with torch.no_grad():
         correct = (model.eval()(x_test).argmax(-1) == y_test).float()
     results[positions] = (correct[:, LAG:T_train].mean().item(), correct[:, T_train:].mean().item())
-torch.set_num_threads(threads)
 print(f"accuracy (chance {1 / V:.3f})     positions < {T_train}   positions {T_train}..{T_test - 1}")
 for positions, (inside, beyond) in results.items():
     print(f"  {positions:12s}             {inside:.3f}            {beyond:.3f}")
