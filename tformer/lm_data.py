@@ -1,0 +1,165 @@
+"""Text for small language models (chapters 11, 13): an offline corpus, real corpora through `datasets`,
+a byte-level BPE tokenizer, and re-iterable batches of (input, next-token target) windows.
+
+    text = offline_text()                       # Python's bundled documentation, about 0.47 MB of English
+    tok = train_tokenizer([text], vocab_size=1024)
+    ids = encode(tok, text)                     # LongTensor (n,)
+    train, val = split_stream(ids, 0.9)
+    batches = LMBatches(train, batch_size=16, block_size=64, batches_per_epoch=100)
+    Trainer(model, lm_loss, batches, cfg, val_data=LMBatches(val, 16, 64, 8, shuffle=False)).fit()
+
+With a network connection, `hf_text("wikitext")` (or any `datasets` text corpus) gives more text; it is
+cached by `datasets`. Offline it raises `DataUnavailableError` saying what to do.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .data.sources import DataUnavailableError  # one error type for every loader: offline, say what to do
+
+# name -> (datasets path, config, text column)
+CORPORA = {
+    "wikitext": ("Salesforce/wikitext", "wikitext-103-raw-v1", "text"),
+    "wikitext2": ("Salesforce/wikitext", "wikitext-2-raw-v1", "text"),
+    "tinystories": ("roneneldan/TinyStories", None, "text"),
+}
+
+
+def offline_text() -> str:
+    """Python's own bundled documentation (`pydoc_data.topics`): ~0.47 MB of English, no download."""
+    from pydoc_data.topics import topics
+    return "\n\n".join(topics[k] for k in sorted(topics))
+
+
+def hf_text(name: str = "wikitext", split: str = "train", max_chars: int | None = None) -> str:
+    """A text corpus through `datasets` (cached after the first download), joined into one string.
+
+    name: one of CORPORA, or a local .txt file (read by the `datasets` "text" builder, one row a line).
+    Offline (and not cached) it raises DataUnavailableError.
+    """
+    if name in CORPORA:
+        path, config, column = CORPORA[name]
+        kwargs = {}
+    elif name.endswith(".txt") and Path(name).is_file():
+        path, config, column = "text", None, "text"
+        kwargs = {"data_files": {split: name}}
+    else:
+        raise ValueError(f"hf_text: name must be one of {sorted(CORPORA)} or a local .txt file, got {name!r}")
+    try:
+        import datasets
+        ds = datasets.load_dataset(path, config, split=split, **kwargs)
+    except Exception as e:  # noqa: BLE001  (network, hub or cache errors: one clear message)
+        raise DataUnavailableError(
+            f"could not load {path} ({config}) split {split!r} through `datasets`: {type(e).__name__}: {e}. "
+            f"Run once with a network connection (datasets caches it under ~/.cache/huggingface), or use the "
+            f"offline corpus: tformer.lm_data.offline_text() (set TFORMER_SMALL=1 in the notebooks).") from e
+    parts, n = [], 0
+    for row in ds:
+        t = row[column]
+        parts.append(t)
+        n += len(t)
+        if max_chars is not None and n >= max_chars:
+            break
+    return "".join(parts) if name.startswith("wikitext") else "\n".join(parts)  # wikitext rows keep their newlines
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
+    """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` (never meets an unknown character)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if vocab_size < 257:
+        raise ValueError(f"train_tokenizer: vocab_size must be >= 257 (256 bytes + <|endoftext|>), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def encode(tok, text: str, chunk_chars: int = 1 << 16) -> torch.Tensor:
+    """text -> token ids (n,) int64, encoded in chunks of lines (in parallel by `tokenizers`)."""
+    lines = text.splitlines(keepends=True)
+    chunks, cur, size = [], [], 0
+    for line in lines:
+        cur.append(line)
+        size += len(line)
+        if size >= chunk_chars:
+            chunks.append("".join(cur))
+            cur, size = [], 0
+    if cur:
+        chunks.append("".join(cur))
+    ids = [i for enc in tok.encode_batch(chunks) for i in enc.ids]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def split_stream(ids: torch.Tensor, train_fraction: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `train_fraction` of the stream for training, the rest for validation (no overlap)."""
+    if not 0 < train_fraction < 1:
+        raise ValueError(f"split_stream: train_fraction must be in (0, 1), got {train_fraction}")
+    cut = int(len(ids) * train_fraction)
+    return ids[:cut], ids[cut:]
+
+
+class LMBatches:
+    """Re-iterable batches of windows of a token stream: (x (B, T), y (B, T)) with y = x shifted by one.
+
+    shuffle=True: each epoch draws `batches_per_epoch` batches of random windows, from (seed, epoch)
+    alone (exact resume with the Trainer's `set_epoch`). shuffle=False: consecutive non-overlapping
+    windows from the start (a fixed validation set). Under DistributedDataParallel each rank
+    (rank, world) takes its own share of every batch's rows.
+    """
+
+    def __init__(self, ids: torch.Tensor, batch_size: int, block_size: int, batches_per_epoch: int,
+                 shuffle: bool = True, seed: int = 0, rank: int = 0, world: int = 1):
+        if ids.dim() != 1 or len(ids) < block_size + 2:
+            raise ValueError(f"LMBatches: expected a 1-D token stream longer than block_size + 1 = {block_size + 1}, "
+                             f"got shape {tuple(ids.shape)}")
+        if batch_size % world:
+            raise ValueError(f"LMBatches: batch_size={batch_size} must be divisible by world={world}")
+        if not shuffle and batches_per_epoch * batch_size * block_size + 1 > len(ids):
+            raise ValueError(f"LMBatches: {batches_per_epoch} sequential batches of {batch_size}x{block_size} need "
+                             f"{batches_per_epoch * batch_size * block_size + 1} tokens, the stream has {len(ids)}")
+        self.ids, self.batch_size, self.block_size = ids, batch_size, block_size
+        self.batches_per_epoch, self.shuffle, self.seed = batches_per_epoch, shuffle, seed
+        self.rank, self.world, self.epoch = rank, world, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        b, t = self.batch_size, self.block_size
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            starts = torch.randint(0, len(self.ids) - t - 1, (self.batches_per_epoch, b), generator=g)
+        else:
+            starts = (torch.arange(self.batches_per_epoch * b) * t).view(self.batches_per_epoch, b)
+        offsets = torch.arange(t + 1)
+        per_rank = b // self.world
+        for row in starts:
+            row = row[self.rank * per_rank:(self.rank + 1) * per_rank]
+            win = self.ids[row[:, None] + offsets]                     # (B, T + 1)
+            yield win[:, :-1], win[:, 1:]
+
+
+def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
+    """Trainer loss: (sum of next-token cross-entropies, token count); in training mode plus the model's
+    auxiliary loss (MoE load balancing, z-loss) weighted per token. Validation reports pure cross-entropy."""
+    from .moe import collect_aux_loss
+
+    x, y = batch
+    logits = model(x)                                                  # (B, T, V)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum")
+    n = y.numel()
+    if model.training:
+        loss = loss + collect_aux_loss(model) * n
+    return loss, n
