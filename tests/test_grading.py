@@ -330,6 +330,12 @@ def _tiny_notebook(path):
         nbformat.v4.new_code_cell("def att(q, k, v, mask=None):\n    raise NotImplementedError\n"
                                   "check('ch01.attention', att)"),
         nbformat.v4.new_code_cell("raise RuntimeError('a broken cell')"),
+        nbformat.v4.new_code_cell(                      # the time limit works inside a real kernel too
+            "from tformer.grading import Case, Exercise, register\n"
+            "register(Exercise('ch01.loop_test', 't', reference=lambda x: x, n_random=0, time_limit=0.5,\n"
+            "                  edge_cases=lambda: [Case('one', (torch.ones(1),))], random_case=None))\n"
+            "def spin(x):\n    while True:\n        pass\n"
+            "check('ch01.loop_test', spin)"),
     ]
     nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                         "language": "python"}})
@@ -343,12 +349,13 @@ def test_tformer_grade_on_a_tiny_notebook(tmp_path, capsys):
     out = tmp_path / "report.json"
     assert main(["grade", str(tmp_path), "--json", str(out), "--timeout", "120"]) == 0
     printed = capsys.readouterr().out
-    assert "ch01" in printed and "TOTAL 1/4 points" in printed and "RuntimeError: a broken cell" in printed
+    assert "ch01" in printed and "TOTAL 1/5 points" in printed and "RuntimeError: a broken cell" in printed
     data = json.loads(out.read_text())
-    assert data["total"] == {"earned": 1, "possible": 4}
+    assert data["total"] == {"earned": 1, "possible": 5}
     rows = {r["exercise"]: r for r in data["notebooks"][0]["exercises"]}
     assert rows["ch01.softmax"]["passed"] and rows["ch01.softmax"]["status"] == "passed"
     assert rows["ch01.attention"]["status"] == "not attempted" and rows["ch01.attention"]["points"] == 3
+    assert rows["ch01.loop_test"]["status"] == "timeout" and "stopped after 0.5 s" in rows["ch01.loop_test"]["message"]
     assert main(["grade", str(tmp_path / "01_tiny.ipynb"), "--json", str(out), "--require-all"]) == 1
 
 
@@ -383,3 +390,17 @@ def test_split_merge_heads_match_multi_head_attention_layout():
     # MultiHeadAttention's own split gives the same heads
     mha = tformer.MultiHeadAttention(12, 3)
     torch.testing.assert_close(mha._split(x, 3), h)
+
+
+def test_in_place_edits_do_not_leak_between_reference_learner_and_mistakes():
+    def vandal(x, params, n_heads):
+        for t in params.values():
+            t.mul_(0)                                                  # wrecks its own copy only
+        x.mul_(0)
+        return torch.zeros_like(x)
+    r = check("ch05.encoder_layer", vandal)
+    assert r.status == "failed"
+    case = REGISTRY["ch05.encoder_layer"].edge_cases()[0]
+    args, _ = core._clone_args(case)
+    args[1]["norm1.weight"].zero_()
+    assert not torch.equal(case.args[1]["norm1.weight"], args[1]["norm1.weight"])

@@ -133,16 +133,18 @@ x_eval, y_eval = make_batch(256, torch.Generator().manual_seed(1))
 w_random, _ = head_patterns(model, x_eval)
 
 steps = 160 if tformer.SMALL else 1000
+dev = tformer.device()                                          # a GPU in full mode, if there is one
+model.to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
 losses = []
 for step in trange(steps, desc="training"):
-    xb, yb = make_batch(64)
+    xb, yb = (t.to(dev) for t in make_batch(64))
     loss = F.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), ignore_index=-100)
     opt.zero_grad()
     loss.backward()
     opt.step()
     losses.append(loss.item())
-model.eval()
+model.cpu().eval()
 w_trained, logits = head_patterns(model, x_eval)
 acc = (logits.argmax(-1)[:, 3:] == y_eval[:, 3:]).float().mean().item()
 print(f"loss {losses[0]:.2f} -> {losses[-1]:.3f}; accuracy on fresh sequences {acc:.3f} (chance 1/64 = {1/64:.3f})")

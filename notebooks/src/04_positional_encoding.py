@@ -137,20 +137,21 @@ def lag_batch(n: int, t: int, g: torch.Generator | None = None) -> tuple[torch.T
     return x, y
 
 
+dev = tformer.device()                                          # a GPU in full mode, if there is one
 x_test, y_test = lag_batch(256, T_test, torch.Generator().manual_seed(1))
 results = {}
 for positions in ("sinusoidal", "learned", "rope"):
     tformer.seed_everything(0)
-    model = TinyLM(positions)
+    model = TinyLM(positions).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
     for step in trange(steps, desc=positions):
-        xb, yb = lag_batch(64, T_train)                        # training never sees a position >= 32
+        xb, yb = (t.to(dev) for t in lag_batch(64, T_train))     # training never sees a position >= 32
         loss = F.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), ignore_index=-100)
         opt.zero_grad()
         loss.backward()
         opt.step()
     with torch.no_grad():
-        correct = (model.eval()(x_test).argmax(-1) == y_test).float()
+        correct = (model.cpu().eval()(x_test).argmax(-1) == y_test).float()
     results[positions] = (correct[:, LAG:T_train].mean().item(), correct[:, T_train:].mean().item())
 print(f"accuracy (chance {1 / V:.3f})     positions < {T_train}   positions {T_train}..{T_test - 1}")
 for positions, (inside, beyond) in results.items():

@@ -115,18 +115,19 @@ def reverse_batch(n: int, g: torch.Generator | None = None):
 
 
 tformer.seed_everything(0)
-seq2seq = Transformer(cfg)
+dev = tformer.device()                                          # a GPU in full mode, if there is one
+seq2seq = Transformer(cfg).to(dev)
 opt = torch.optim.Adam(seq2seq.parameters(), lr=3e-3)
 steps = 250 if tformer.SMALL else 1000
 losses = []
 for step in trange(steps, desc="training"):
-    src, dec_in, tgt = reverse_batch(64)
+    src, dec_in, tgt = (t.to(dev) for t in reverse_batch(64))
     loss = F.cross_entropy(seq2seq(src, dec_in).flatten(0, 1), tgt.flatten())
     opt.zero_grad()
     loss.backward()
     opt.step()
     losses.append(loss.item())
-seq2seq.eval()
+seq2seq.cpu().eval()
 cross = seq2seq.decoder.layers[0].cross_attn
 cross.record_weights = True
 src, dec_in, tgt = reverse_batch(128, torch.Generator().manual_seed(1))

@@ -198,8 +198,13 @@ def compare(got, expected, atol: float, rtol: float) -> str | None:
 
 
 def _clone_args(case: Case) -> tuple[tuple, dict]:
+    """Fresh copies of a case's inputs, so an in-place edit by one function cannot leak into the next."""
     def c(x):
-        return x.clone() if isinstance(x, torch.Tensor) else x
+        if isinstance(x, torch.Tensor):
+            return x.clone()
+        if isinstance(x, dict):
+            return {k: c(v) for k, v in x.items()}
+        return x
     return tuple(c(a) for a in case.args), {k: c(v) for k, v in case.kwargs.items()}
 
 
