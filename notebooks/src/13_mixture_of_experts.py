@@ -1,0 +1,406 @@
+# %% [markdown]
+# # Chapter 13: Mixture of experts
+#
+# **What this chapter covers.** A mixture-of-experts (MoE) layer replaces a Transformer block's one
+# feed-forward network by $E$ parallel FFNs, the *experts*, and a *router* that sends each token to
+# only $k$ of them:
+#
+# $$p = \mathrm{softmax}(x W_r),\qquad \mathcal{T} = \mathrm{top}_k(p),\qquad
+# y = \sum_{e \in \mathcal{T}} g_e\, \mathrm{FFN}_e(x),\quad g_e = \frac{p_e}{\sum_{j\in\mathcal{T}} p_j}.$$
+#
+# Total parameters grow with $E$; the compute per token grows only with $k$: capacity is decoupled from
+# compute. Qwen3-235B-A22B sends each token to 8 of 128 experts and uses about 22B of its 235B
+# parameters per token. We build the router and the dispatch, count total vs active parameters,
+# show why a load-balancing loss is needed (without it the router piles tokens onto a few experts), and
+# train a small MoE language model against a dense one with the same active parameters. On a CUDA GPU
+# the capstone runs attention through the flash kernel, forced, and reports tokens/s and MFU.
+#
+# **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
+# run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
+# hint (and the name of a common mistake when it recognizes one).
+#
+# Small mode (`TFORMER_SMALL=1`) trains for a few seconds on the CPU on Python's bundled documentation;
+# full mode trains on WikiText-103 through `datasets` (downloaded once, then cached) on a GPU. Offline,
+# full mode stops with a message: run with `TFORMER_SMALL=1`, or fetch the data once while online.
+
+# %%
+import contextlib
+
+import matplotlib.pyplot as plt
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import tformer
+from tformer.flash import force_flash, lm_throughput, run_with_flash
+from tformer.grading import check
+from tformer.lm_data import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.models import GPT, GPTConfig
+from tformer.moe import (QWEN3_235B_A22B, MoE, MoEConfig, expert_capacity, grouped_mm_available,
+                         load_balancing_loss, make_plan, moe_lm_param_counts, top_k_route)
+from tformer.plot import curves, heatmap
+from tformer.timing import time_fn
+from tformer.train import TrainConfig, Trainer
+
+SMALL = tformer.SMALL
+tformer.seed_everything(0)
+if SMALL:
+    torch.set_num_threads(1)   # tiny tensors: one thread is as fast, and immune to a busy shared CPU
+dev = tformer.device()
+print("small mode:", SMALL, "| device:", dev)
+
+# %% [markdown]
+# ## 1. Top-k gating, built by hand
+#
+# The router is one linear map to $E$ scores. After the softmax each token keeps its $k$ best experts;
+# their probabilities, renormalised over the $k$ (Mixtral, Qwen3), weight the experts' outputs. Written
+# out with a loop over tokens it is exactly `tformer.moe.MoE`:
+
+# %%
+E, k, d = 8, 2, 16
+layer = MoE(MoEConfig(d_model=d, d_ff=32, n_experts=E, top_k=k, activation="swiglu"))
+x = torch.randn(6, d)                                                   # 6 tokens
+
+probs = torch.softmax(layer.router(x), dim=-1)                          # (N, E)
+gates, chosen = probs.topk(k, dim=-1)                                   # (N, k) best first
+gates = gates / gates.sum(-1, keepdim=True)
+by_hand = torch.stack([sum(gates[t, j] * layer.experts.expert(int(chosen[t, j]), x[t]) for j in range(k))
+                       for t in range(len(x))])
+torch.testing.assert_close(by_hand, layer(x))
+print("token -> experts:", chosen.tolist())
+print("gates:", gates.detach().numpy().round(2).tolist())
+
+# %% [markdown]
+# ## 2. Dispatch without a loop over tokens
+#
+# Looping over tokens is far too slow for a real model. `tformer.moe` turns the $N\times k$ choices into a
+# *plan*: sort the (token, choice) pairs by expert, so each expert's tokens form one contiguous block.
+# Then either scatter the blocks into an $(E, C, d)$ buffer and run all experts with one batched matmul
+# (`"padded"`), or, on a GPU in bf16, run one *grouped* matmul over the jagged blocks (`"grouped"`,
+# `torch.nn.functional.grouped_mm`). Every path computes the same function as the per-token loop,
+# gradients included (`tests/test_moe.py` checks them all).
+
+# %%
+plan = make_plan(gates, chosen, E, capacity=None)
+print("expert of each sorted row:", plan.expert_sorted.tolist())
+print("token of each sorted row: ", plan.token_sorted.tolist())
+print("tokens per expert:        ", plan.counts.tolist())
+
+xb = torch.randn(4, 32, d)
+paths = ["naive", "padded"] + (["grouped"] if grouped_mm_available(xb, d, 32) else [])
+outs = {p: layer(xb, dispatch=p) for p in paths}
+for p in paths[1:]:
+    torch.testing.assert_close(outs[p], outs["naive"], rtol=1e-5, atol=1e-6)
+print("paths that agree with the per-token loop:", paths[1:])
+
+# %% [markdown]
+# ## 3. Total vs active parameters; compute follows $k$, not $E$
+#
+# Adding experts adds parameters, but each token still visits $k$ experts. Counting FLOPs of one forward
+# pass (capacity factor 1, so each expert gets exactly its share of $N k / E$ token slots) shows the
+# compute staying put while the parameters grow linearly. The wall-clock time is shown for reference
+# (it also pays for sorting and scattering).
+
+# %%
+n_tok, flops, params, times = 512, {}, {}, {}
+xt = torch.randn(n_tok, 64)
+for n_exp in (2, 4, 8, 16, 32):
+    m = MoE(MoEConfig(d_model=64, d_ff=128, n_experts=n_exp, top_k=2, capacity_factor=1.0, dispatch="padded"))
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        m(xt)
+    flops[n_exp], params[n_exp] = fc.get_total_flops(), m.params_total_active()
+    with torch.no_grad():
+        times[n_exp] = time_fn(lambda: m(xt), warmup=1, repeat=3) * 1e3
+for n_exp in flops:
+    print(f"E={n_exp:3d}  total params {params[n_exp][0]:8,d}  active {params[n_exp][1]:7,d}  "
+          f"forward MFLOPs {flops[n_exp] / 1e6:6.1f}  time {times[n_exp]:5.2f} ms")
+expert_flops = {e: f - 2 * n_tok * 64 * e for e, f in flops.items()}          # minus the router's matmul
+assert len(set(expert_flops.values())) == 1, expert_flops                      # expert compute: independent of E
+assert params[32][0] > 12 * params[2][0]                                       # parameters: ~linear in E
+
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.2))
+curves(list(flops), {"total": [p[0] for p in params.values()], "active per token": [p[1] for p in params.values()]},
+       "experts E", "parameters", "Parameters of one MoE layer (k = 2)", logx=True, ax=a1)
+curves(list(flops), {"forward time (ms)": list(times.values())}, "experts E", "ms", "Forward time, 512 tokens",
+       logx=True, ax=a2)
+plt.show()
+
+# %% [markdown]
+# ### Qwen3-235B-A22B from its published configuration
+#
+# 94 layers, hidden size 4096, 64 query and 4 key/value heads of size 128, 128 experts per layer with 8
+# active, each expert a SwiGLU FFN of width 1536, vocabulary 151,936, untied input and output embeddings.
+
+# %%
+print(QWEN3_235B_A22B)
+qwen = moe_lm_param_counts(**QWEN3_235B_A22B)
+for key in ("embeddings", "attention", "experts", "total", "active"):
+    print(f"{key:>10}: {qwen[key] / 1e9:7.2f} B")
+print(f"active share per token: {qwen['active'] / qwen['total']:.1%}")
+assert 234e9 < qwen["total"] < 236e9 and 21.5e9 < qwen["active"] < 22.5e9      # "235B" total, "A22B" active
+
+# %% [markdown]
+# ## 4. Load balancing
+#
+# Nothing stops a router from sending most tokens to the same few experts: they get more gradient,
+# improve, and attract even more tokens. The Switch Transformer adds
+#
+# $$\mathcal{L}_{bal} = \alpha\, E \sum_{i=1}^{E} f_i\, P_i,$$
+#
+# with $f_i$ the share of the $N k$ routing choices that went to expert $i$ and $P_i$ the mean router
+# probability of expert $i$. It is 1 for perfectly uniform routing and $E$ when everything collapses
+# onto one expert; its gradient flows through $P_i$. (The router z-loss, $\mathrm{mean}(\mathrm{logsumexp}(xW_r)^2)$,
+# keeps the router's logits small.)
+
+# %%
+uniform = torch.full((8, 4), 0.25)
+spread = torch.tensor([[0], [1], [2], [3], [0], [1], [2], [3]])
+collapsed = torch.zeros(8, 4)
+collapsed[:, 0] = 1.0
+print("uniform routing:", load_balancing_loss(uniform, spread).item(),
+      "| collapse onto one of 4:", load_balancing_loss(collapsed, torch.zeros(8, 1, dtype=torch.long)).item())
+
+# %% [markdown]
+# ## 5. Capstone: a small MoE language model vs a dense one with the same active parameters
+#
+# Both models are GPTs (pre-LN, learned positions, tied embeddings). The dense model's FFN has width
+# $4d$; the MoE model has 8 experts of width $2d$ in every block and sends each token to 2 of them, so a
+# token meets the same number of FFN weights in both models (plus a tiny router). A third model is the
+# same MoE without the balancing and z losses. All three see the same tokens in the same order, trained
+# by the course's `Trainer` (which also runs under `torchrun` with DistributedDataParallel).
+
+# %%
+if SMALL:
+    text, val_text = offline_text(), None
+    vocab, width, layers, heads, block, batch, steps, lr = 512, 64, 2, 4, 32, 16, 200, 3e-3
+else:
+    text = hf_text("wikitext", "train", max_chars=100_000_000)           # raises with advice when offline
+    val_text = hf_text("wikitext", "validation")
+    vocab, width, layers, heads, block, batch, steps, lr = 8192, 512, 8, 8, 512, 64, 4000, 1e-3
+tok = train_tokenizer([text], vocab)
+ids = encode(tok, text)
+if val_text is None:
+    train_ids, val_ids = split_stream(ids, 0.9)
+else:
+    train_ids, val_ids = ids, encode(tok, val_text)
+print(f"{len(train_ids):,} training tokens, {len(val_ids):,} validation tokens, vocabulary {vocab}")
+
+base = dict(vocab_size=vocab, block_size=block, n_layer=layers, n_head=heads, n_embd=width, dropout=0.0)
+configs = {
+    "dense": GPTConfig(**base, d_ff=4 * width),
+    "MoE 8x top-2": GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width),
+    "MoE, no balancing loss": GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width,
+                                        moe_balance_weight=0.0, moe_z_weight=0.0),
+}
+for name, cfg in configs.items():
+    torch.manual_seed(0)
+    m = GPT(cfg)
+    print(f"{name:>24}: total {m.num_params():>11,d}  active per token {m.num_params(active=True):>11,d}")
+
+# %%
+n_val = 8 if SMALL else 50
+val_batches = LMBatches(val_ids, batch, block, min(n_val, (len(val_ids) - 1) // (batch * block)), shuffle=False)
+runs = {}
+for name, cfg in configs.items():
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    train_cfg = TrainConfig(max_steps=steps, lr=lr, schedule="constant", warmup=max(10, steps // 20),
+                            betas=(0.9, 0.95), adam_eps=1e-8, weight_decay=0.0, eval_every=steps // 5,
+                            log_every=steps // 5)
+    trainer = Trainer(model, lm_loss, LMBatches(train_ids, batch, block, steps, seed=0), train_cfg,
+                      val_data=val_batches, device=dev)
+    with force_flash() if dev.type == "cuda" else contextlib.nullcontext():   # GPU: flash kernel or an error
+        trainer.fit()
+    runs[name] = (model, [(h["step"], h["val_loss"]) for h in trainer.state.history if "val_loss" in h])
+    print(f"{name:>24}: validation loss {runs[name][1][-1][1]:.3f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for name, (_, hist) in runs.items():
+    ax.plot([s for s, _ in hist], [v for _, v in hist], marker="o", ms=3, label=name)
+ax.set_xlabel("step (same tokens for every model)"), ax.set_ylabel("validation loss")
+ax.set_title("Dense vs MoE at equal active parameters"), ax.grid(alpha=0.3), ax.legend(fontsize=8)
+plt.show()
+dense_loss, moe_loss = runs["dense"][1][-1][1], runs["MoE 8x top-2"][1][-1][1]
+print(f"final validation loss: dense {dense_loss:.3f}, MoE {moe_loss:.3f} ({moe_loss - dense_loss:+.3f})")
+assert all(h[-1][1] < h[0][1] for _, h in runs.values())                       # every model learned
+if not SMALL:                      # the published small-scale result: 8 experts top-2, 3.42 vs 3.60 dense
+    assert moe_loss < dense_loss, "MoE should beat dense per token at equal active parameters"
+
+# %% [markdown]
+# In small mode the run is 200 steps on 0.2M tokens: the MoE model is usually a little ahead by the end,
+# but by a margin of the order of run-to-run noise (its experts each see only a quarter of the tokens,
+# so it starts slower). At scale the extra parameters pay off: with 8 experts and top-2 at equal active
+# parameters, a published small-scale comparison reports a validation loss of 3.42 for the MoE against
+# 3.60 for the dense model, and full mode here asserts that the MoE wins.
+#
+# ### Expert load, with and without the balancing loss
+#
+# We run the validation set through each trained MoE model and count how many routing choices each
+# expert received in each layer.
+
+# %%
+@torch.no_grad()
+def expert_load(model):
+    """(layers, E) share of the routing choices per expert over the validation set."""
+    model.eval()
+    moes = [b.ffn for b in model.blocks if isinstance(b.ffn, MoE)]
+    counts = torch.zeros(len(moes), moes[0].cfg.n_experts)
+    for xb, _ in val_batches:
+        model(xb.to(dev))
+        counts += torch.stack([m.last_counts.float().cpu() for m in moes])
+    return counts / counts.sum(1, keepdim=True)
+
+loads = {name: expert_load(runs[name][0]) for name in ("MoE 8x top-2", "MoE, no balancing loss")}
+fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True)
+for ax, (name, load) in zip(axes, loads.items()):
+    for layer_i, row in enumerate(load):
+        ax.bar(torch.arange(8) + 0.8 * layer_i / len(load) - 0.3, row, width=0.8 / len(load), label=f"layer {layer_i}")
+    ax.axhline(1 / 8, color="k", ls="--", lw=0.8)
+    ax.set_title(name, fontsize=10), ax.set_xlabel("expert"), ax.legend(fontsize=7)
+axes[0].set_ylabel("share of routing choices")
+plt.show()
+for name, load in loads.items():
+    print(f"{name:>24}: busiest expert gets {load.max():.1%} of the choices (uniform: 12.5%), "
+          f"least busy {load.min():.1%}")
+assert loads["MoE, no balancing loss"].max() > loads["MoE 8x top-2"].max()
+
+# %% [markdown]
+# ### Capacity: what imbalance costs
+#
+# Real systems give each expert a fixed buffer of $C = \lceil c \cdot N k / E \rceil$ slots (capacity
+# factor $c$) so that shapes are static and work is even across devices; choices beyond an expert's
+# capacity are *dropped* (the token skips that expert through its residual connection). The more
+# unbalanced the router, the more tokens are dropped at a given capacity factor.
+
+# %%
+@torch.no_grad()
+def dropped_share(model, factor):
+    model.eval()
+    first = next(b.ffn for b in model.blocks if isinstance(b.ffn, MoE))
+    seen = {}
+    hook = first.register_forward_pre_hook(lambda mod, args: seen.update(x=args[0]))
+    xb, _ = next(iter(val_batches))
+    model(xb.to(dev))
+    hook.remove()
+    h = seen["x"].reshape(-1, width)
+    g, e = top_k_route(first.router(h), 2)
+    cap = expert_capacity(len(h), 8, 2, factor)
+    return 1 - make_plan(g, e, 8, cap).keep.float().mean().item()
+
+factors = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0]
+drops = {name: [dropped_share(runs[name][0], f) for f in factors] for name in loads}
+curves(factors, drops, "capacity factor", "share of choices dropped", "Dropped choices (first MoE layer)")
+plt.show()
+print({name: [round(v, 3) for v in vals] for name, vals in drops.items()})
+
+# %% [markdown]
+# ### Routing drawn: which tokens go where
+#
+# Each row is a token of a validation sentence, each column an expert of the first MoE layer; the colour
+# is the gate weight the token gives that expert (two non-zero cells per row).
+
+# %%
+model = runs["MoE 8x top-2"][0].eval()
+first = model.blocks[0].ffn
+seen = {}
+hook = first.register_forward_pre_hook(lambda mod, args: seen.update(x=args[0]))
+snippet = val_ids[:24][None].to(dev)
+with torch.no_grad():
+    model(snippet)
+hook.remove()
+g, e = top_k_route(first.router(seen["x"][0]), 2)
+grid = torch.zeros(24, 8, device=g.device).scatter(1, e, g)
+labels = [repr(tok.decode([i]))[1:-1] for i in snippet[0].tolist()]
+ax = heatmap(grid.detach().cpu(), y_labels=labels, x_labels=[str(i) for i in range(8)], title="gate weight per token and expert")
+ax.set_xlabel("expert"), ax.set_ylabel("token")
+plt.show()
+
+# %% [markdown]
+# ## 6. Flash attention on the GPU: forced, checked, measured
+#
+# `F.scaled_dot_product_attention` chooses a kernel by itself and quietly falls back to a slower one
+# when the fast one cannot take the input. `tformer.flash.force_flash()` allows only the flash kernel
+# (anything it cannot run raises an error), and `run_with_flash(fn)` profiles fn and raises unless a
+# flash kernel actually ran. On a CUDA GPU the capstone trained under `force_flash()` in bf16. Here we
+# prove which kernel runs and measure tokens/s and MFU (model FLOPs utilisation: 6 x active parameters
+# + attention FLOPs per token, over the GPU's datasheet peak). On a CPU the same check finds PyTorch's
+# CPU flash kernel.
+
+# %%
+model = runs["MoE 8x top-2"][0].train()
+probe = train_ids[: 2 * block].view(2, block).to(dev)
+
+def forward_backward():
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        loss = model(probe).float().mean() + model.aux_loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+_, kernels = run_with_flash(forward_backward)
+print("attention kernels that ran:", kernels)
+assert kernels == (["flash"] if dev.type == "cuda" else ["flash (cpu)"])
+
+# loud failure: a model that bypasses SDPA (here: recording attention weights) is caught
+for blk in model.blocks:
+    blk.attn.record_weights = True
+try:
+    run_with_flash(forward_backward)
+    raise AssertionError("expected run_with_flash to refuse")
+except RuntimeError as err:
+    print("refused:", str(err)[:110], "...")
+for blk in model.blocks:
+    blk.attn.record_weights = False
+if dev.type == "cuda":             # fp32 has no flash kernel: forcing flash raises instead of falling back
+    q = torch.randn(1, 2, 16, 64, device=dev)
+    try:
+        with force_flash():
+            torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        raise AssertionError("expected the flash kernel to refuse fp32")
+    except RuntimeError as err:
+        print("fp32 refused:", str(err).splitlines()[0][:110])
+
+# %%
+for name in ("dense", "MoE 8x top-2"):
+    r = lm_throughput(runs[name][0], batch_size=batch, seq_len=block, steps=3 if SMALL else 20, warmup=1 if SMALL else 5)
+    mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no known peak for this device)"
+    print(f"{name:>14} on {r['device']} ({r['dtype']}): {r['tokens_per_s']:,.0f} tokens/s, MFU {mfu}, kernels {r['backends']}")
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1: a top-k router
+# Given router logits `(N, E)`, return `(gates (N, k), experts (N, k))`: the softmax probabilities
+# (over all $E$ experts) of the $k$ best experts, best first, renormalised to sum to 1 over the $k$ when
+# `normalize` is true.
+
+# %%
+def my_top_k_router(logits, k, normalize=True):
+    ### BEGIN SOLUTION
+    probs = torch.softmax(logits, dim=-1)
+    gates, experts = probs.topk(k, dim=-1)
+    if normalize:
+        gates = gates / gates.sum(dim=-1, keepdim=True)
+    return gates, experts
+    ### END SOLUTION
+
+
+# %%
+check("ch13.top_k_router", my_top_k_router)
+
+# %% [markdown]
+# ### Exercise 2: the load-balancing loss
+# Given router probabilities `probs (N, E)` and the chosen experts `experts (N, k)`, return
+# $E \sum_i f_i P_i$ (without $\alpha$): $f_i$ the share of the $N k$ choices equal to $i$, $P_i$ the mean
+# probability of expert $i$. Uniform routing gives 1.
+
+# %%
+def my_balance_loss(probs, experts):
+    ### BEGIN SOLUTION
+    n_experts = probs.shape[-1]
+    f = torch.bincount(experts.flatten(), minlength=n_experts).to(probs.dtype) / experts.numel()
+    return n_experts * (f * probs.mean(dim=0)).sum()
+    ### END SOLUTION
+
+
+# %%
+check("ch13.balance_loss", my_balance_loss)
