@@ -1,0 +1,403 @@
+# %% [markdown]
+# # Chapter 14: Efficient inference
+#
+# **What this chapter covers.** Generating text one token at a time is slow for reasons training never
+# meets: every step re-reads the weights and all earlier keys and values. Five tools attack that cost,
+# and each is measured here on small GPT models trained in this notebook:
+#
+# 1. **KV cache**: keep the keys and values of earlier tokens instead of recomputing them.
+# 2. **MQA / GQA**: share key/value heads between query heads, so the cache shrinks.
+# 3. **Paged KV cache** (vLLM's PagedAttention): keep the cache in fixed-size blocks, so a batch of
+#    requests of mixed lengths wastes almost no memory.
+# 4. **Weight quantization**: int8 per channel, int4 per group (two values per byte).
+# 5. **Speculative decoding**: a small draft model proposes, the large model verifies several tokens
+#    in one pass, and the output distribution does not change.
+#
+# The code lives in `tformer.cache`, `tformer.paged_cache`, `tformer.quantize` and `tformer.speculative`.
+#
+# **How to check an exercise.** Write the body of the function in an exercise cell, run it, then run
+# the cell below it: `check("ch14.kv_step", my_kv_step)` prints PASS, or the smallest input where your
+# function disagrees with the reference, with a hint.
+#
+# Set `TFORMER_SMALL=1` for the quick CPU version (a few minutes of training becomes a few seconds;
+# the numbers are then rougher). Timings on a shared machine are noisy: compare ratios, not seconds.
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+import tformer
+from tformer.cache import make_caches
+from tformer.grading import check
+from tformer.lm_data import DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.models import GPT, GPTConfig
+from tformer.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
+from tformer.quantize import QuantLinear, model_bytes, quantize_int4, quantize_int8, quantize_model
+from tformer.speculative import speculative_accept, speculative_generate
+from tformer.timing import time_fn
+from tformer.train import TrainConfig, Trainer
+
+tformer.seed_everything(0)
+dev = tformer.device()
+SMALL = tformer.SMALL
+print("small mode:", SMALL, "| device:", dev)
+
+# %% [markdown]
+# ## Data and models
+# Small mode trains on Python's bundled documentation (offline). Full mode uses WikiText-2 through
+# `datasets` (downloaded once and cached); offline, it says so and falls back to the bundled text.
+#
+# We train four GPTs on the same tokens: a **target** with multi-head attention (MHA), the same model
+# with grouped-query attention (**GQA**, 2 key/value heads) and multi-query attention (**MQA**, 1 key/value
+# head), and a much smaller **draft** model for speculative decoding.
+
+# %%
+if SMALL:
+    text, vocab, block, steps, batch = offline_text()[:150_000], 512, 64, 100, 8
+    width, layers, heads = 64, 2, 4
+else:
+    try:
+        text = hf_text("wikitext2", max_chars=8_000_000)
+    except DataUnavailableError as e:
+        print(f"{e}\nFalling back to the bundled offline text.")
+        text = offline_text()
+    vocab, block, steps, batch = 4096, 256, 3000, 32
+    width, layers, heads = 384, 6, 6
+
+tok = train_tokenizer([text], vocab_size=vocab)
+ids = encode(tok, text)
+train_ids, val_ids = split_stream(ids, 0.9)
+val_batches = LMBatches(val_ids, 8, block, 4 if SMALL else 40, shuffle=False)
+print(f"{len(ids):,} tokens, vocabulary {vocab}")
+
+
+def make_gpt(n_kv_head=None, n_layer=layers, n_embd=width, n_head=heads):
+    cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head,
+                    n_embd=n_embd, dropout=0.0)
+    return GPT(cfg)
+
+
+def train(model, name):
+    cfg = TrainConfig(max_steps=steps, lr=3e-3 if SMALL else 1e-3, schedule="constant", warmup=steps // 10,
+                      betas=(0.9, 0.95), adam_eps=1e-8, progress=not SMALL, log_every=max(steps // 5, 1), seed=0)
+    batches = LMBatches(train_ids, batch, block, steps, seed=0)
+    result = Trainer(model, lm_loss, batches, cfg, val_data=val_batches, device=dev).fit()
+    print(f"{name:6s} {model.num_params():>9,} params  val loss {result['val_loss']:.3f}  "
+          f"({result['minutes'] * 60:.1f} s)")
+    return model.eval(), result["val_loss"]
+
+
+t0 = time.perf_counter()
+models, val_loss = {}, {}
+for name, kv in [("MHA", None), ("GQA", 2), ("MQA", 1)]:
+    models[name], val_loss[name] = train(make_gpt(kv), name)
+draft, val_loss["draft"] = train(make_gpt(n_layer=1, n_embd=width // 2, n_head=2), "draft")
+target = models["MHA"]
+print(f"training took {time.perf_counter() - t0:.0f} s")
+
+# %% [markdown]
+# ## 1. The KV cache
+# At step $t$ the new token needs keys and values of all $t$ earlier tokens. Without a cache the model
+# recomputes them: the step costs a forward pass over $t$ tokens, and $n$ tokens cost $O(n^2)$ token
+# passes. With the cache, each step feeds only the new token: $O(n)$. Below, the model is the same, the
+# output is the same, only the time differs.
+
+# %%
+# Speed does not depend on training: a random-init model with a longer context shows the trend better.
+speed_model = GPT(GPTConfig(vocab_size=vocab, block_size=256 if SMALL else 1024, n_layer=layers, n_head=heads,
+                            n_embd=2 * width)).to(dev).eval()
+prompt = val_ids[:8][None].to(dev)
+lengths = [32, 96, 192] if SMALL else [128, 256, 512, 1000]
+with_cache, without = [], []
+for n in lengths:
+    with_cache.append(time_fn(lambda: speed_model.generate(prompt, n, temperature=0, use_cache=True), warmup=0, repeat=1))
+    without.append(time_fn(lambda: speed_model.generate(prompt, n, temperature=0, use_cache=False), warmup=0, repeat=1))
+for n, a, b in zip(lengths, with_cache, without):
+    passes = sum(8 + i for i in range(n))                             # token positions run through the model
+    print(f"{n:4d} new tokens: cache {a * 1e3:7.1f} ms ({n + 7} token passes)   no cache {b * 1e3:7.1f} ms "
+          f"({passes} token passes)   speed-up {b / a:4.1f}x")
+plt.figure(figsize=(5, 3.2))
+plt.plot(lengths, [t * 1e3 for t in without], "o-", label="no cache (recompute the past)")
+plt.plot(lengths, [t * 1e3 for t in with_cache], "o-", label="KV cache")
+plt.xlabel("generated tokens"); plt.ylabel("ms"); plt.legend(); plt.title("greedy decoding time")
+plt.show()
+
+# %% [markdown]
+# The gap grows with length: the uncached time grows roughly quadratically, the cached one linearly.
+# (On a tiny model in small mode, fixed per-step overheads hide part of the effect; the full-size run
+# shows it clearly.) Both paths compute the same logits: `tests/test_core_*.py` asserts it.
+#
+# ## 2. MQA and GQA: a smaller cache for (almost) the same quality
+# The cache holds, per token and layer, $2 \times n_{kv} \times d_{head}$ numbers. MHA has
+# $n_{kv} = n_{heads}$; GQA shares each key/value head among a group of query heads; MQA keeps one.
+# We measure the bytes the cache actually holds after generating, and the validation loss of the three
+# models trained on the same data for the same number of steps.
+
+# %%
+rows, ctx = [], block // 2
+for name, m in models.items():
+    caches = make_caches(m.cfg.n_layer, block)
+    with torch.no_grad():
+        m(val_ids[:ctx][None].to(dev), caches)                        # fill the cache with a context
+    per_token = sum(c.nbytes() for c in caches) / ctx
+    rows.append((name, m.cfg.n_kv_head or m.cfg.n_head, per_token, val_loss[name]))
+    print(f"{name}: {rows[-1][1]} KV heads  {per_token:6.0f} bytes/token of cache  val loss {val_loss[name]:.3f}")
+assert rows[0][2] == 2 * rows[1][2] == 4 * rows[2][2]                 # the cache shrinks with the KV heads
+fig, ax = plt.subplots(1, 2, figsize=(8, 3))
+ax[0].bar([r[0] for r in rows], [r[2] for r in rows]); ax[0].set_title("KV cache bytes per token")
+ax[1].bar([r[0] for r in rows], [r[3] for r in rows]); ax[1].set_title("validation loss")
+ax[1].set_ylim(min(r[3] for r in rows) - 0.2, max(r[3] for r in rows) + 0.1)
+plt.tight_layout(); plt.show()
+
+# %% [markdown]
+# GQA and MQA also have fewer parameters (smaller K/V projections), so some loss gap is expected; at
+# this scale it is small next to the 2x and 4x cache savings. That trade is why Llama 2/3, Mistral and
+# Qwen use GQA.
+#
+# ## 3. The paged KV cache
+# A contiguous cache reserves `max_len` slots per request. Real requests have mixed lengths, and the
+# reservation is mostly empty. PagedAttention cuts the cache into blocks of `block_size` tokens; a
+# *block table* per sequence maps its logical blocks to physical ones taken from a shared pool by an
+# allocator. First: the paged cache gives exactly the outputs of the contiguous one.
+
+# %%
+pool = BlockPool(PagedConfig.for_model(target, block_size=16, n_blocks=256), device=dev)
+paged, contiguous = pool.new_caches(batch=2), make_caches(target.cfg.n_layer, block)
+x = val_ids[:40].view(2, 20).to(dev)
+with torch.no_grad():
+    for chunk in (x[:, :12], x[:, 12:13], x[:, 13:20]):               # prompt, one step, a chunk
+        torch.testing.assert_close(target(chunk, paged), target(chunk, contiguous))
+print("paged == contiguous; block table of sequence 0:", paged[0].table.ids[0].tolist())
+paged[0].table.free()
+
+# %% [markdown]
+# Now a batch of requests with mixed prompt and output lengths, served together from one pool: each
+# request takes a block when its last one is full and returns all of them when it finishes. We
+# measure the peak pool usage, and compare it with reserving the maximum length for every request.
+
+# %%
+g = torch.Generator().manual_seed(0)
+n_req = 8 if SMALL else 32
+prompt_lens = torch.randint(4, block // 4, (n_req,), generator=g).tolist()
+new_lens = torch.randint(4, block // 2, (n_req,), generator=g).tolist()
+starts = torch.randint(0, len(val_ids) - block, (n_req,), generator=g).tolist()
+prompts = [val_ids[s:s + n].to(dev) for s, n in zip(starts, prompt_lens)]
+pool = BlockPool(PagedConfig.for_model(target, block_size=16, n_blocks=512), device=dev)
+outs, stats = generate_paged(target, prompts, new_lens, pool)
+for p, n, o in list(zip(prompts, new_lens, outs))[:3]:               # same tokens as plain generation
+    assert torch.equal(o, target.generate(p[None], n, temperature=0)[0])
+bytes_per_token = pool.block_bytes() // pool.cfg.block_size
+final = [p + n for p, n in zip(prompt_lens, new_lens)]
+acct = kv_memory(final, block, 16, bytes_per_token)
+reserved = acct["contiguous"]
+print(f"{n_req} requests, final lengths {final}")
+print(f"contiguous, max_len={block} each: {reserved / 1e6:.2f} MB reserved, {acct['contiguous_waste']:.0%} of it unused at the end")
+print(f"paged (16-token blocks):       {stats['peak_bytes'] / 1e6:.2f} MB at the peak, "
+      f"{acct['paged_waste']:.0%} of the final blocks unused")
+assert stats["peak_bytes"] < reserved / 2
+plt.figure(figsize=(5, 3))
+plt.bar(["tokens held\n(final)", "paged blocks\n(peak)", "contiguous\nreservation"],
+        [acct["used"] / 1e6, stats["peak_bytes"] / 1e6, reserved / 1e6])
+plt.ylabel("MB"); plt.title("KV memory for a mixed-length batch"); plt.show()
+
+# %% [markdown]
+# The paged cache wastes at most one partly filled block per sequence, and finished requests free
+# their blocks for new ones (the peak above is below the sum of final lengths, because short requests
+# finished early). vLLM reports under 4% waste against 60-80% for contiguous reservations.
+#
+# ## 4. Weight quantization: int8 and int4
+# Symmetric quantization stores an integer $q = \mathrm{round}(w / s)$ and a scale $s$ per group:
+# int8 with one scale per output channel (row), int4 with one scale per group of 32-64 inputs, packed
+# two values per byte. `QuantLinear` keeps only the integers and scales, and its matmul uses them.
+
+# %%
+w = target.blocks[0].ffn.fc1.weight.detach().cpu()
+q8, s8 = quantize_int8(w)
+p4, s4 = quantize_int4(w, group_size=32)
+print(f"weight {tuple(w.shape)} float32 {w.numel() * 4:,} bytes | int8 {q8.numel() + s8.numel() * 4:,} bytes | "
+      f"int4 {p4.numel() + s4.numel() * 4:,} bytes (packed {tuple(p4.shape)} uint8)")
+err8 = (q8.float() * s8[:, None] - w).abs().mean() / w.abs().mean()
+err4 = (tformer.quantize.dequantize_int4(p4, s4) - w).abs().mean() / w.abs().mean()
+print(f"mean relative weight error: int8 {err8:.4f}, int4 {err4:.4f}")
+
+
+def perplexity(model):
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for xb, yb in val_batches:
+            logits = model(xb.to(dev))
+            total += F.cross_entropy(logits.flatten(0, 1).float(), yb.to(dev).flatten(), reduction="sum").item()
+            count += yb.numel()
+    return math.exp(total / count)
+
+
+def copy_of(model):
+    c = GPT(model.cfg).to(dev)
+    c.load_state_dict(model.state_dict())
+    return c.eval()
+
+
+quant = {"float32": target, "int8": quantize_model(copy_of(target), bits=8),
+         "int4 (g=32)": quantize_model(copy_of(target), bits=4, group_size=32)}
+linear_bytes = {}
+for name, m in quant.items():
+    linear_bytes[name] = sum(model_bytes(mod) for mod in m.modules() if isinstance(mod, (QuantLinear, torch.nn.Linear))
+                             and mod is not m.lm_head)
+    print(f"{name:12s} transformer-block weights {linear_bytes[name] / 1e6:6.3f} MB   "
+          f"whole model {model_bytes(m) / 1e6:6.3f} MB   validation perplexity {perplexity(m):7.2f}")
+assert linear_bytes["int8"] < 0.3 * linear_bytes["float32"] and linear_bytes["int4 (g=32)"] < 0.2 * linear_bytes["float32"]
+print(type(quant["int8"].blocks[0].attn.qkv).__name__, quant["int8"].blocks[0].attn.qkv)
+
+# %% [markdown]
+# int8 costs almost nothing in perplexity; int4 a little more, which is why real int4 schemes (GPTQ,
+# AWQ) choose the rounding with calibration data. The embedding (tied to the output layer) stays in
+# float here; in big models the blocks dominate. On a GPU the win is speed as well as memory:
+# decoding is limited by reading the weights, and int4 weights are 8x fewer bytes to read.
+#
+# ## 5. Speculative decoding
+# The draft model proposes $k$ tokens; the target scores all of them in one forward pass. With greedy
+# decoding, the output must be **exactly** the target's own greedy output:
+
+# %%
+prompt = val_ids[100:108][None].to(dev)
+n_new = 40 if SMALL else 200
+reference = target.generate(prompt, n_new, temperature=0)
+results = []
+for k in ((2, 4) if SMALL else (1, 2, 4, 6)):
+    out, st = speculative_generate(target, draft, prompt, n_new, k=k)
+    assert torch.equal(out, reference)
+    t_spec = time_fn(lambda: speculative_generate(target, draft, prompt, n_new, k=k), warmup=0, repeat=1 if SMALL else 3)
+    results.append((k, st.acceptance_rate, st.tokens_per_target_call, t_spec))
+t_target = time_fn(lambda: target.generate(prompt, n_new, temperature=0), warmup=0, repeat=1 if SMALL else 3)
+print(f"target alone: {n_new / t_target:.0f} tokens/s")
+for k, acc, per_call, t in results:
+    print(f"k={k}: acceptance {acc:.0%}, {per_call:.2f} tokens per target pass, "
+          f"{n_new / t:.0f} tokens/s, speed-up {t_target / t:.2f}x")
+fig, ax = plt.subplots(1, 2, figsize=(8, 3))
+ax[0].plot([r[0] for r in results], [r[1] for r in results], "o-"); ax[0].set_title("acceptance rate vs k")
+ax[1].plot([r[0] for r in results], [t_target / r[3] for r in results], "o-"); ax[1].axhline(1, color="gray", ls=":")
+ax[1].set_title("speed-up vs k"); plt.tight_layout(); plt.show()
+
+# %% [markdown]
+# The target runs far fewer passes than tokens. Whether that becomes wall-clock speed depends on how
+# much cheaper the draft is and how memory-bound the target is: on a GPU a pass over k+1 tokens costs
+# about as much as a pass over one, so 2-3x speed-ups are common. On a CPU with tiny models the target
+# pass is not much dearer than the draft's, so the speed-up can be small or below 1: the acceptance
+# rate and tokens per target pass are the portable numbers.
+#
+# **Sampling keeps the target's distribution.** With temperature 1 the rule accepts a draft token $x$
+# with probability $\min(1, p(x)/q(x))$ and otherwise draws from $\mathrm{norm}(\max(0, p - q))$.
+# Take the real $p$ (target) and $q$ (draft) at one position, apply the rule many times, and compare
+# the histogram of the emitted token with $p$ and with $q$:
+
+# %%
+with torch.no_grad():
+    p = F.softmax(target(prompt)[0, -1].double(), -1)
+    q = F.softmax(draft(prompt)[0, -1].double(), -1)
+g = torch.Generator().manual_seed(0)
+trials = 2000 if SMALL else 10000
+xs = torch.multinomial(q.cpu(), trials, replacement=True, generator=g)
+us = torch.rand(trials, generator=g, dtype=torch.float64)
+p_rows, q_rows = torch.stack([p, p]).cpu(), q[None].cpu()            # k = 1 (the second row of p: bonus, unused)
+emitted = torch.empty(trials, dtype=torch.long)
+for i in range(trials):
+    n, dist = speculative_accept(p_rows, q_rows, xs[i:i + 1], us[i:i + 1])
+    emitted[i] = xs[i] if int(n) == 1 else torch.multinomial(dist, 1, generator=g)[0]
+hist = torch.bincount(emitted, minlength=vocab).double() / trials
+tv_p, tv_q = 0.5 * (hist - p.cpu()).abs().sum(), 0.5 * (hist - q.cpu()).abs().sum()
+print(f"total variation distance: samples vs target p = {tv_p:.3f}, vs draft q = {tv_q:.3f}, "
+      f"p vs q = {0.5 * (p - q).abs().sum():.3f}")
+assert tv_p < tv_q
+top = torch.argsort(p, descending=True)[:12].cpu()
+plt.figure(figsize=(7, 3))
+plt.bar(torch.arange(12) - 0.27, p.cpu()[top], 0.27, label="target p")
+plt.bar(torch.arange(12), hist[top], 0.27, label="speculative samples")
+plt.bar(torch.arange(12) + 0.27, q.cpu()[top], 0.27, label="draft q")
+plt.xticks(range(12), [repr(tok.decode([int(t)])) for t in top], rotation=60, fontsize=7)
+plt.legend(); plt.title("next-token distribution"); plt.tight_layout(); plt.show()
+
+# %% [markdown]
+# The samples follow the target, not the draft (the remaining distance is sampling noise, about
+# $\sqrt{V/N}$). `tests/test_speculative.py` checks the same with a chi-square test, end to end
+# through `speculative_generate`.
+#
+# ## Exercise 1: a decoding step with a KV cache
+# Given the new queries, keys and values (B, H, T_new, d) and the cache (B, H, T_past, d) (T_past may
+# be 0), return `(out, k_all, v_all)`: the keys/values with the new ones appended after the cached ones,
+# and the attention of the new queries over them. New query i sees every cached key and the new keys
+# 0..i (a causal mask aligned to the bottom-right).
+
+# %%
+def my_kv_step(q, k_new, v_new, k_cache, v_cache):
+    ### BEGIN SOLUTION
+    k_all = torch.cat([k_cache, k_new], dim=2)
+    v_all = torch.cat([v_cache, v_new], dim=2)
+    t_q, t_k = q.shape[2], k_all.shape[2]
+    scores = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    visible = torch.arange(t_k)[None, :] <= torch.arange(t_q)[:, None] + (t_k - t_q)
+    out = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ v_all
+    return out, k_all, v_all
+    ### END SOLUTION
+
+
+# %%
+check("ch14.kv_step", my_kv_step)
+
+# %% [markdown]
+# ## Exercise 2: the speculative accept/reject rule
+# `p` (k+1, V) are the target's probabilities at the k draft positions and one more, `q` (k, V) the
+# draft's, `draft` (k,) the draft tokens and `u` (k,) uniform numbers. Draft token i is accepted iff
+# `u[i] < p[i, x_i] / q[i, x_i]` and all earlier ones were. Return `(n, dist)`: n, the number of
+# accepted tokens (a 0-d integer tensor), and the distribution of the next token:
+# $\mathrm{norm}(\max(0, p_n - q_n))$ after a rejection at n, or $p_k$ if all k were accepted.
+
+# %%
+def my_accept(p, q, draft, u):
+    ### BEGIN SOLUTION
+    k = draft.shape[0]
+    rows = torch.arange(k)
+    accepted = u < p[rows, draft] / q[rows, draft]
+    n = accepted.long().cumprod(0).sum()
+    if int(n) == k:
+        return n, p[k]
+    residual = torch.clamp(p[n] - q[n], min=0)
+    return n, residual / residual.sum()
+    ### END SOLUTION
+
+
+# %%
+check("ch14.accept", my_accept)
+
+# %% [markdown]
+# ## Exercise 3: int8 per-channel quantization
+# Return `(q, scale)` for a weight `w` (out, in): one scale per output channel (row),
+# `scale = max|row| / 127` (1 for an all-zero row), and `q = round(w / scale)` as `torch.int8`.
+
+# %%
+def my_int8(w):
+    ### BEGIN SOLUTION
+    amax = w.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    q = torch.clamp(torch.round(w / scale[:, None]), -128, 127).to(torch.int8)
+    return q, scale
+    ### END SOLUTION
+
+
+# %%
+check("ch14.int8", my_int8)
+
+# %% [markdown]
+# ## Summary
+# | technique | what it saves | measured above |
+# |---|---|---|
+# | KV cache | recomputing the past: $O(n^2) \to O(n)$ token passes | decoding time vs length |
+# | GQA / MQA | cache size, by $n_{heads}/n_{kv}$ | bytes per token, validation loss |
+# | paged KV cache | memory reserved but unused | peak blocks vs contiguous reservation |
+# | int8 / int4 weights | 4x / ~7x weight memory (and bandwidth) | bytes, perplexity |
+# | speculative decoding | target passes per token | acceptance rate, tokens per pass, speed-up |
