@@ -1,0 +1,154 @@
+"""Mixture of experts, side by side in one run (issue 7).
+
+    .venv/bin/python benchmarks/bench_moe.py [--repeats 5] [--threads 1]
+    python benchmarks/bench_moe.py --gpu          # on a CUDA GPU: bf16, flash forced, tokens/s and MFU
+
+Rows (CPU):
+  * one MoE layer, forward + backward, E=8 top-2, d=128, expert width 256, 512 tokens: tformer's
+    "padded" and "grouped" dispatch vs the naive per-token loop (the reference) and vs Hugging Face's
+    Qwen3-MoE block (a loop over experts), same weights; ratios = other's time / tformer's time.
+  * language-model training step (forward, loss + aux, backward, AdamW): MoE GPT (8 experts, top-2,
+    expert width 2d) vs a dense GPT with the same active parameters (FFN width 4d): tokens/s.
+On a GPU (--gpu): the same LM pair at a larger size through `tformer.flash.lm_throughput` (bf16
+autocast, flash attention forced and checked), tokens/s and MFU; grouped vs padded dispatch.
+
+Pairs run interleaved after a warm-up so they see the same machine load; medians are reported.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from tformer.flash import lm_throughput
+from tformer.models import GPT, GPTConfig
+from tformer.moe import MoE, MoEConfig, grouped_mm_available
+
+
+def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens: int = 512, naive: bool = True):
+    torch.manual_seed(0)
+    d, ff, e, k = 128, 256, 8, 2
+    layer = MoE(MoEConfig(d_model=d, d_ff=ff, n_experts=e, top_k=k, activation="swiglu")).to(device, dtype)
+    x = torch.randn(n_tokens, d, device=device, dtype=dtype)
+    g = torch.randn(n_tokens, d, device=device, dtype=dtype)
+
+    def run(path):
+        def f():
+            xx = x.clone().requires_grad_()
+            (layer(xx, dispatch=path) * g).sum().backward()
+        return f
+
+    fns = {"padded": run("padded")}
+    if grouped_mm_available(x, d, ff):
+        fns["grouped"] = run("grouped")
+    if naive:
+        fns["naive loop"] = run("naive")
+    try:
+        import transformers
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+        cfg = transformers.Qwen3MoeConfig(hidden_size=d, moe_intermediate_size=ff, num_experts=e,
+                                          num_experts_per_tok=k, norm_topk_prob=True)
+        hf = Qwen3MoeSparseMoeBlock(cfg).to(device, dtype)
+        with torch.no_grad():
+            hf.gate.weight.copy_(layer.router.weight)
+            hf.experts.gate_up_proj.copy_(torch.cat([layer.experts.fc1, layer.experts.gate], dim=1))
+            hf.experts.down_proj.copy_(layer.experts.fc2)
+        x3 = x[None]
+        out = hf(x3)
+        out = out[0] if isinstance(out, tuple) else out
+        torch.testing.assert_close(out[0], layer(x), rtol=2e-2, atol=2e-3)      # same function, same weights
+
+        def f_hf():
+            xx = x3.clone().requires_grad_()
+            out = hf(xx)
+            ((out[0] if isinstance(out, tuple) else out)[0] * g).sum().backward()
+        fns["HF Qwen3-MoE block (expert loop)"] = f_hf
+    except ImportError:
+        pass
+    t = interleaved(fns, repeats)
+    ref = min(v for kk, v in t.items() if kk in ("padded", "grouped"))
+    print(f"\nMoE layer fwd+bwd, {n_tokens} tokens, d={d}, E={e}, top-{k}, SwiGLU width {ff}, {dtype}, {device}")
+    for name, sec in t.items():
+        print(f"  {name:>34}: {sec * 1e3:8.2f} ms   ratio vs best tformer path: {sec / ref:6.2f}x")
+    return t
+
+
+def lm_pair(width: int, layers: int, heads: int, block: int, vocab: int, n_experts: int = 8, k: int = 2):
+    base = dict(vocab_size=vocab, block_size=block, n_layer=layers, n_head=heads, n_embd=width)
+    return {"dense (FFN 4d)": GPTConfig(**base, d_ff=4 * width),
+            f"MoE {n_experts}x top-{k} (experts 2d)": GPTConfig(**base, n_experts=n_experts, moe_top_k=k,
+                                                                moe_d_ff=4 * width // k)}
+
+
+def bench_lm_cpu(repeats: int):
+    print("\nLM training step on CPU, equal active parameters (d=128, 4 layers, 4 heads, T=128, B=8, vocab 2048)")
+    rows = {}
+    for name, cfg in lm_pair(128, 4, 4, 128, 2048).items():
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        r = lm_throughput(model, batch_size=8, seq_len=128, steps=repeats, warmup=1, flash=True)
+        rows[name] = r
+        print(f"  {name:>28}: total {model.num_params():>10,d}  active {model.num_params(active=True):>10,d}  "
+              f"{r['tokens_per_s']:9,.0f} tokens/s  kernels {r['backends']}")
+    a, b = list(rows.values())
+    print(f"  MoE / dense tokens/s: {b['tokens_per_s'] / a['tokens_per_s']:.2f}")
+
+
+def bench_gpu(compile: bool):
+    dev = torch.device("cuda")
+    print(f"\n{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, bf16 autocast, flash attention forced")
+    bench_layer(repeats=20, device="cuda", dtype=torch.bfloat16, n_tokens=16384, naive=False)
+    for width, layers, heads, block, batch in ((768, 12, 6, 1024, 16), (2048, 8, 16, 2048, 8)):
+        print(f"\nLM d={width} L={layers} heads={heads} T={block} B={batch}, vocab 32768")
+        for name, cfg in lm_pair(width, layers, heads, block, 32768).items():
+            for dispatch in (("grouped", "padded") if "MoE" in name else ("-",)):
+                if dispatch != "-":
+                    cfg.moe_dispatch = dispatch
+                torch.manual_seed(0)
+                model = GPT(cfg).to(dev)
+                r = lm_throughput(model, batch_size=batch, seq_len=block, steps=10, warmup=3, compile=compile)
+                mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+                print(f"  {name:>28} {dispatch:>8}: active {model.num_params(active=True) / 1e6:7.1f}M  "
+                      f"{r['tokens_per_s']:11,.0f} tokens/s  MFU {mfu}  kernels {r['backends']}")
+                del model
+                torch.cuda.empty_cache()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is steadiest on a busy machine)")
+    p.add_argument("--gpu", action="store_true", help="CUDA: bf16, flash forced, tokens/s and MFU")
+    p.add_argument("--compile", action="store_true", help="with --gpu: torch.compile the models")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.gpu:
+        if not torch.cuda.is_available():
+            raise SystemExit("--gpu needs a CUDA GPU")
+        bench_gpu(args.compile)
+        return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
+    bench_layer(args.repeats)
+    bench_lm_cpu(args.repeats)
+
+
+if __name__ == "__main__":
+    main()
