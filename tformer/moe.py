@@ -42,6 +42,7 @@ from .blocks import ACTIVATIONS
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 DISPATCH = ("auto", "naive", "padded", "grouped")
+GROUP_ALIGN = 16   # "grouped": rows per expert block rounded up to a multiple of this
 
 
 @dataclass
@@ -223,13 +224,16 @@ class Experts(nn.Module):
         return y if self.b2 is None else y + self.b2[:, None, :]
 
     def grouped(self, x: torch.Tensor, expert_of_row: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        """Rows of x (M, d) grouped by expert (block e ends at offsets[e], int32) -> (M, d), one
-        grouped matmul per matrix (no padding)."""
+        """Rows of x (M, d) grouped by expert (block e ends at offsets[e], int32) -> (M, d), one grouped
+        matmul per matrix. expert_of_row (M,) names each row's expert; rows past offsets[-1] (marked with
+        E) are left undefined by the kernel and must not be read."""
         def mm(a, w, b):
             out = _grouped_mm(a, w.transpose(1, 2), offs=offsets)              # (M, out)
             if out.requires_grad:   # the kernel's backward wants a dense gradient (not an expanded one)
                 out.register_hook(lambda g: g.contiguous())
-            return out if b is None else out + b[expert_of_row]
+            if b is None:
+                return out
+            return out + F.pad(b, (0, 0, 0, 1))[expert_of_row]                  # row E: zero bias for tail rows
         up = mm(x, self.fc1, self.b1)
         gate = mm(x, self.gate, self.b3) if self.gate is not None else None
         return mm(self._hidden(up, gate).contiguous(), self.fc2, self.b2)
@@ -338,8 +342,15 @@ class MoE(nn.Module):
                     f"MoE dispatch='grouped' needs torch.nn.functional.grouped_mm (PyTorch >= 2.8), a bf16/fp16/fp32 "
                     f"input on an sm80+ GPU or CPU, and d_model, d_ff whose rows are 16-byte aligned; got "
                     f"{xf.dtype} on {xf.device}, d_model={c.d_model}, d_ff={c.d_ff}. Use dispatch='padded'.")
-            offsets = torch.cumsum(plan.kept_counts, 0).to(torch.int32)       # (E,) end of each block
-            ys = self.experts.grouped(xs, plan.expert_sorted, offsets)
+            # each expert's block starts on a multiple of GROUP_ALIGN rows (as torchtitan does: aligned TMA
+            # loads on Hopper); the few padding rows are zeros and are never read back
+            padded = (plan.kept_counts + GROUP_ALIGN - 1) // GROUP_ALIGN * GROUP_ALIGN        # (E,)
+            ends = torch.cumsum(padded, 0)
+            rows = (ends - padded)[plan.expert_sorted] + plan.slot_sorted                # (M,) row of each kept pair
+            n_rows = xs.shape[0] + c.n_experts * (GROUP_ALIGN - 1)                     # static upper bound: no sync
+            buf = xs.new_zeros(n_rows, c.d_model).index_copy(0, rows, xs)
+            expert_of_row = torch.searchsorted(ends, torch.arange(n_rows, device=xs.device), right=True)
+            ys = self.experts.grouped(buf, expert_of_row, ends.to(torch.int32))[rows]   # tail rows: expert E
         else:
             raise ValueError(f"MoE: unknown dispatch {path!r}; expected one of {DISPATCH}")
         ys = ys * plan.gate_sorted.to(ys.dtype)[:, None]                       # weight by the gates
