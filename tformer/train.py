@@ -106,7 +106,7 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smo
     logits (..., V), target (...) class ids. loss = (1 - eps) * (-log p_y) + eps * mean_v(-log p_v),
     the definition of `F.cross_entropy(label_smoothing=eps)`. Positions whose target is `ignore_index`
     count nothing. reduction: "mean" (over counted positions), "sum" or "none" (shape of `target`).
-    Computed in float32 even under bf16 autocast.
+    Computed in float32 even for bf16/fp16 logits (autocast), else in the logits' dtype.
     """
     if not logits.is_floating_point():
         raise TypeError(f"label_smoothed_cross_entropy: logits must be floating point, got {logits.dtype}")
@@ -117,7 +117,8 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smo
         raise ValueError(f"label_smoothed_cross_entropy: expected 0 <= smoothing < 1, got {smoothing}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"label_smoothed_cross_entropy: reduction must be mean, sum or none, got {reduction!r}")
-    lprobs = F.log_softmax(logits.float(), dim=-1)                             # (..., V)
+    low = logits.dtype in (torch.float16, torch.bfloat16)
+    lprobs = F.log_softmax(logits.float() if low else logits, dim=-1)          # (..., V)
     keep = torch.ones_like(target, dtype=torch.bool) if ignore_index is None else target != ignore_index
     safe = target.masked_fill(~keep, 0)
     nll = -lprobs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)                  # (...)
