@@ -108,6 +108,9 @@ def test_random_affine_and_recall():
     assert moved.shape == x.shape and not torch.allclose(moved, x)
     sim = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.4, 0.3], [0.3, 0.2, 0.1]])
     assert recall_at_k(sim, 1) == pytest.approx(1 / 3) and recall_at_k(sim, 2) == pytest.approx(2 / 3)
+    labels = torch.tensor([0, 1, 1])                                      # with labels: any same-label item
+    assert recall_at_k(sim, 1, labels, labels) == pytest.approx(1 / 3)
+    assert recall_at_k(sim, 1, labels, torch.tensor([1, 0, 0])) == pytest.approx(2 / 3)
 
 
 def test_digits_training_smoke():

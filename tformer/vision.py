@@ -116,12 +116,18 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     return (logits.argmax(dim=-1) == labels).float().mean().item()
 
 
-def recall_at_k(sim: torch.Tensor, k: int) -> float:
-    """sim (N, N) similarities, query i's match is item i: fraction of queries whose match is in the top k."""
+def recall_at_k(sim: torch.Tensor, k: int, query_labels: torch.Tensor | None = None,
+                item_labels: torch.Tensor | None = None) -> float:
+    """sim (N_q, N_items) similarities. Without labels, query i's match is item i (paired data); with
+    labels, any item with the query's label is a match. Returns the fraction of queries with a match in
+    their top k."""
     check_rank(sim, 2, "recall_at_k(sim)", "(N queries, N items)")
-    topk = sim.topk(min(k, sim.shape[1]), dim=1).indices                  # (N, k)
-    target = torch.arange(sim.shape[0], device=sim.device).unsqueeze(1)
-    return (topk == target).any(dim=1).float().mean().item()
+    topk = sim.topk(min(k, sim.shape[1]), dim=1).indices                  # (N_q, k)
+    if query_labels is None:
+        hit = topk == torch.arange(sim.shape[0], device=sim.device).unsqueeze(1)
+    else:
+        hit = item_labels.to(sim.device)[topk] == query_labels.to(sim.device).unsqueeze(1)
+    return hit.any(dim=1).float().mean().item()
 
 
 @torch.no_grad()
@@ -170,7 +176,7 @@ def train_classifier(model: nn.Module, data: ImageSplit, epochs: int = 10, batch
     total = epochs * per_epoch if max_steps is None else min(max_steps, epochs * per_epoch)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, max(1, int(warmup_frac * total))))
     hist, t0, step = History(), time.perf_counter(), 0
-    bar = tqdm(total=total, disable=not progress, desc="train")
+    bar = tqdm(total=total, desc="train", **({} if progress else {"disable": True}))  # TQDM_DISABLE=1 also works
     for _ in range(epochs):
         perm = torch.randperm(n, generator=g)
         for i in range(0, n, batch_size):

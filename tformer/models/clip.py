@@ -107,10 +107,16 @@ class CLIP(nn.Module):
     vectors (B, E); `model.loss(images, text)` is the symmetric contrastive loss of a batch of pairs.
     """
 
-    def __init__(self, cfg: CLIPConfig):
+    def __init__(self, cfg: CLIPConfig, visual: ViT | None = None):
+        """`visual`: an existing image tower (e.g. a trained ViT, as in LiT) instead of a new one; its
+        classification head is dropped and its width must be cfg.vision_width."""
         super().__init__()
         self.cfg = cfg
-        self.visual = ViT(cfg.vision_config())
+        if visual is not None:
+            if visual.cfg.d_model != cfg.vision_width:
+                raise ValueError(f"CLIP: visual tower width {visual.cfg.d_model} != vision_width {cfg.vision_width}")
+            visual.head = None
+        self.visual = visual if visual is not None else ViT(cfg.vision_config())
         self.text = TextTransformer(cfg)
         self.visual_proj = nn.Linear(cfg.vision_width, cfg.embed_dim, bias=False)
         self.text_proj = nn.Linear(cfg.text_width, cfg.embed_dim, bias=False)

@@ -1,0 +1,349 @@
+# %% [markdown]
+# # Chapter 11: Transformers in large language models
+#
+# **What this chapter covers.** The two families of pretrained Transformers:
+# * **decoder-only (GPT)**: a causal stack trained to predict the next token,
+#   $\mathcal{L} = -\frac{1}{T-1}\sum_t \log p(x_{t+1} \mid x_{\le t})$, then used to generate text one
+#   token at a time;
+# * **encoder-only (BERT)**: a bidirectional stack trained with *masked-language modelling*: choose 15% of
+#   the tokens, replace 80% of those by `[MASK]`, 10% by a random token, keep 10%, and predict the
+#   originals. Every token sees the whole sentence, so BERT cannot generate left to right, but its
+#   representations are good to *adapt*: a small classification head fine-tuned on a few labels.
+#
+# We pretrain both on a real corpus with a BPE tokenizer (offline: Python's own documentation,
+# `pydoc_data.topics`; full mode online: TinyStories through `datasets`), show loss, perplexity and
+# samples, then fine-tune BERT and compare with a model trained from scratch. Finally the course's own
+# GPT loads real GPT-2 weights.
+#
+# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
+# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+import tformer
+from tformer.grading import check
+from tformer.lm import IGNORE, causal_lm_loss, mask_tokens, masked_lm_loss
+from tformer.lm_data import DataUnavailableError, LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
+from tformer.models import BERT, GPT, BertClassifier, BertConfig, GPTConfig
+
+tformer.seed_everything(0)
+SMALL = tformer.SMALL
+if SMALL:
+    torch.set_num_threads(1)   # tiny tensors on a shared CPU: one thread is as fast and steadier
+dev = tformer.device()
+print("small mode:", SMALL, "| device:", dev)
+
+# %% [markdown]
+# ## 1. A corpus and a BPE tokenizer
+# Byte-level BPE (GPT-2's scheme) starts from the 256 bytes and merges the most frequent adjacent pair
+# until the vocabulary is full, so it never meets an unknown character.
+
+# %%
+text = offline_text()
+if not SMALL:
+    try:
+        text = hf_text("tinystories", max_chars=50_000_000)
+    except DataUnavailableError as e:
+        print(e, "\n-> using the offline corpus instead")
+vocab = 1024 if SMALL else 8192
+t0 = time.perf_counter()
+tok = train_tokenizer([text], vocab_size=vocab)
+ids = encode(tok, text)
+train_ids, val_ids = split_stream(ids, 0.9)
+print(f"{len(text):,} characters -> {len(ids):,} tokens ({len(text) / len(ids):.2f} chars/token), "
+      f"vocabulary {tok.get_vocab_size()}, {time.perf_counter() - t0:.1f} s")
+sample = "The for statement is used to iterate over the elements of a sequence."
+print([tok.id_to_token(i) for i in tok.encode(sample).ids])
+
+# %% [markdown]
+# ## 2. GPT: pretrain a small decoder-only model
+#
+# ## Exercise: the causal LM loss
+# `logits (B, T, V)` from the model on `idx (B, T)`. Position $t$ predicts token $t+1$: the last position
+# has no target and the first token is never predicted. Return the mean cross-entropy.
+
+# %%
+def my_causal_lm_loss(logits, idx):
+    ### BEGIN SOLUTION
+    v = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, v), idx[:, 1:].reshape(-1))
+    ### END SOLUTION
+
+
+# %%
+check("ch11.causal_lm_loss", my_causal_lm_loss)
+
+# %% [markdown]
+# A model that knows nothing predicts every token with probability $1/V$: loss $\ln V$, perplexity $V$.
+# Training should bring the validation perplexity far below that.
+
+# %%
+if SMALL:
+    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=64, n_layer=2, n_head=4, n_embd=64)
+    steps, batch, lr = 150, 16, 3e-3
+else:
+    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.1)
+    steps, batch, lr = 3000, 64, 1e-3
+T = gpt_cfg.block_size
+tformer.seed_everything(0)
+gpt = GPT(gpt_cfg).to(dev)
+print(f"GPT: {gpt.num_params():,} parameters")
+
+
+
+def windows(batches):
+    """LMBatches gives (x, y = x shifted by one); the whole window of T tokens is x plus y's last token."""
+    for x, y in batches:
+        yield torch.cat([x, y[:, -1:]], dim=1).to(dev)                     # (B, T)
+
+
+val_batches = LMBatches(val_ids, 16, T - 1, min(8, (len(val_ids) - 1) // (16 * T)), shuffle=False)
+
+
+@torch.no_grad()
+def val_loss(model):
+    model.eval()
+    losses = [causal_lm_loss(model(w), w).item() for w in windows(val_batches)]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+prompt = torch.tensor([tok.encode("The for statement").ids], device=dev)
+g = torch.Generator(device=dev).manual_seed(0)
+print("before training:", repr(tok.decode(gpt.generate(prompt, 30, temperature=0.8, top_k=20, generator=g)[0].tolist())))
+before = val_loss(gpt)
+print(f"validation loss before training {before:.2f} (ln V = {math.log(gpt_cfg.vocab_size):.2f}), "
+      f"perplexity {math.exp(before):.0f}")
+
+# %%
+opt = torch.optim.AdamW(gpt.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+gpt_losses, t0 = [], time.perf_counter()
+for w in tqdm(windows(LMBatches(train_ids, batch, T - 1, steps, seed=0)), total=steps, desc="GPT"):
+    loss = causal_lm_loss(gpt(w), w)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    gpt_losses.append(loss.item())
+after = val_loss(gpt)
+print(f"{steps} steps in {(time.perf_counter() - t0) / 60:.2f} min: validation loss {before:.2f} -> {after:.2f}, "
+      f"perplexity {math.exp(before):.0f} -> {math.exp(after):.1f}")
+plt.figure(figsize=(5, 3))
+plt.plot(gpt_losses)
+plt.axhline(math.log(gpt_cfg.vocab_size), color="gray", ls="--", label="ln V (uniform guess)")
+plt.xlabel("step")
+plt.ylabel("training loss")
+plt.legend()
+plt.show()
+assert after < before - 1.0 and math.exp(after) < gpt_cfg.vocab_size / 4
+
+g = torch.Generator(device=dev).manual_seed(0)
+print("after training:", repr(tok.decode(gpt.generate(prompt, 40, temperature=0.8, top_k=20, generator=g)[0].tolist())))
+
+# %% [markdown]
+# The loss the loop uses is exactly "predict the next token" with a causal model: it equals the
+# cross-entropy of the model run on $x_{<T}$ against the shifted targets, because with the causal mask
+# position $t$ never sees anything after $t$.
+
+# %%
+w = next(windows(val_batches))
+with torch.no_grad():
+    torch.testing.assert_close(causal_lm_loss(gpt.eval()(w), w), F.cross_entropy(gpt(w[:, :-1]).flatten(0, 1), w[:, 1:].flatten()),
+                               atol=1e-5, rtol=1e-5)
+print("causal_lm_loss(model(x), x) == CE(model(x[:, :-1]), x[:, 1:])")
+
+# %% [markdown]
+# ## 3. BERT: masked-language modelling
+#
+# ## Exercise: BERT's masking rule
+# The randomness is given as inputs (all `(B, T)`): a position is chosen when `u_select < p` and it is not
+# `special`; a chosen position becomes `mask_id` if `u_action < 0.8`, `random_ids` if
+# `0.8 <= u_action < 0.9`, and stays otherwise. Return `(inputs, labels)`, labels = the original id at
+# chosen positions and `-100` (ignored by the loss) elsewhere.
+
+# %%
+def my_mlm_masking(ids, u_select, u_action, random_ids, mask_id, p=0.15, special=None):
+    ### BEGIN SOLUTION
+    chosen = u_select < p
+    if special is not None:
+        chosen = chosen & ~special
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    inputs = torch.where(chosen & (u_action < 0.8), torch.full_like(ids, mask_id), ids)
+    inputs = torch.where(chosen & (u_action >= 0.8) & (u_action < 0.9), random_ids, inputs)
+    return inputs, labels
+    ### END SOLUTION
+
+
+# %%
+check("ch11.mlm_masking", my_mlm_masking)
+
+# %% [markdown]
+# Two extra ids extend the BPE vocabulary: `[MASK]` and `[CLS]` (whose final state feeds the
+# classification head). On real windows of the corpus, the rule gives the advertised rates:
+
+# %%
+V = tok.get_vocab_size()
+MASK, CLS, PAD = V, V + 1, V + 2
+g = torch.Generator().manual_seed(0)
+win = LMBatches(train_ids, 64, 63, 1, seed=1)
+xb = next(iter(win))[0]
+xb = torch.cat([torch.full((64, 1), CLS), xb], dim=1)                     # (64, 64): [CLS] + 63 tokens
+inp, lab = mask_tokens(xb, V, MASK, p=0.15, special_ids=(CLS,), generator=g)
+chosen = lab != IGNORE
+rates = {"chosen": chosen.float().mean().item(), "-> [MASK]": (inp[chosen] == MASK).float().mean().item(),
+         "-> random": ((inp[chosen] != MASK) & (inp[chosen] != xb[chosen])).float().mean().item(),
+         "kept": (inp[chosen] == xb[chosen]).float().mean().item()}
+print({k: f"{v:.1%}" for k, v in rates.items()}, "| [CLS] never chosen:", not chosen[:, 0].any().item())
+assert abs(rates["chosen"] - 0.15) < 0.02 and abs(rates["-> [MASK]"] - 0.8) < 0.05
+
+# %%
+if SMALL:
+    bert_cfg = BertConfig(vocab_size=V + 3, max_len=64, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=0.0, pad_id=PAD)
+    mlm_steps, mlm_batch, mlm_lr = 200, 32, 2e-3
+else:
+    bert_cfg = BertConfig(vocab_size=V + 3, max_len=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.1, pad_id=PAD)
+    mlm_steps, mlm_batch, mlm_lr = 3000, 64, 5e-4
+L = bert_cfg.max_len
+
+
+def with_cls(x):
+    return torch.cat([torch.full((x.shape[0], 1), CLS), x], dim=1)
+
+
+tformer.seed_everything(0)
+bert = BERT(bert_cfg).to(dev)
+print(f"BERT: {bert.num_params():,} parameters")
+opt = torch.optim.AdamW(bert.parameters(), lr=mlm_lr, weight_decay=0.01)
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=mlm_lr, total_steps=mlm_steps, pct_start=0.1)
+g = torch.Generator().manual_seed(0)
+mlm_losses, t0 = [], time.perf_counter()
+for x, _ in tqdm(LMBatches(train_ids, mlm_batch, L - 1, mlm_steps, seed=2), desc="BERT MLM"):
+    inp, lab = mask_tokens(with_cls(x), V, MASK, special_ids=(CLS,), generator=g)
+    loss = masked_lm_loss(bert.mlm_logits(bert(inp.to(dev))), lab.to(dev))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    sched.step()
+    mlm_losses.append(loss.item())
+print(f"{mlm_steps} MLM steps in {(time.perf_counter() - t0) / 60:.2f} min; "
+      f"masked-token loss {sum(mlm_losses[:10]) / 10:.2f} -> {sum(mlm_losses[-10:]) / 10:.2f}")
+plt.figure(figsize=(5, 3))
+plt.plot(mlm_losses)
+plt.xlabel("step")
+plt.ylabel("masked-LM loss")
+plt.show()
+assert sum(mlm_losses[-10:]) < sum(mlm_losses[:10]) - 5.0      # mean loss down by more than 0.5 nats
+
+# %% [markdown]
+# **Fill in the blank.** BERT reads both sides of the gap: the prediction at `[MASK]` uses the words
+# after it too.
+
+# %%
+sentence = "The for statement is used to iterate over the elements of a sequence."
+s_ids = tok.encode(sentence).ids
+pos = next(i for i, t in enumerate(s_ids) if tok.id_to_token(t) == "Ġstatement")
+masked = with_cls(torch.tensor([s_ids]))
+masked[0, pos + 1] = MASK
+bert.eval()
+with torch.no_grad():
+    top = bert.mlm_logits(bert(masked.to(dev)))[0, pos + 1].topk(5).indices.tolist()
+print(sentence.replace(" statement", " [MASK]"))
+print("top-5 guesses:", [tok.decode([i]) for i in top if i < V])
+
+# %% [markdown]
+# ## 4. Pretrain, then adapt
+# A small labelled task that works offline: is a window of text in its original order, or were its
+# tokens shuffled? (Telling them apart needs knowledge of the language, which MLM pretraining provides.)
+# With the same few labelled examples and the same fine-tuning steps, compare the pretrained encoder
+# with the same architecture trained from scratch.
+
+# %%
+def order_task(stream, n, seed):
+    """n windows of 31 tokens (+ [CLS]); half of them shuffled (label 0), half original (label 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = next(iter(LMBatches(stream, n, 31, 1, seed=seed)))[0]
+    y = (torch.rand(n, generator=gen) < 0.5).long()
+    perm = torch.argsort(torch.rand(n, 31, generator=gen), dim=1)
+    x = torch.where(y[:, None] == 1, x, x.gather(1, perm))
+    return with_cls(x), y
+
+
+n_labelled = 256 if SMALL else 1024
+x_ft, y_ft = order_task(train_ids, n_labelled, seed=10)
+x_te, y_te = order_task(val_ids, 512, seed=11)
+
+
+def fine_tune(encoder, steps=60 if SMALL else 300, lr=1e-3, seed=0):
+    tformer.seed_everything(seed)
+    clf = BertClassifier(encoder, 2).to(dev)
+    opt = torch.optim.AdamW(clf.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        i = torch.randint(0, n_labelled, (32,), generator=gen)
+        loss = F.cross_entropy(clf(x_ft[i].to(dev)), y_ft[i].to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    clf.eval()
+    with torch.no_grad():
+        return (clf(x_te.to(dev)).argmax(-1).cpu() == y_te).float().mean().item()
+
+
+import copy
+
+tformer.seed_everything(1)
+acc_pre = fine_tune(copy.deepcopy(bert).train())
+acc_scratch = fine_tune(BERT(bert_cfg))
+print(f"{n_labelled} labelled windows: pretrained + fine-tuned {acc_pre:.1%}  vs  from scratch {acc_scratch:.1%} "
+      f"(chance 50%)")
+plt.figure(figsize=(4, 3))
+plt.bar(["pretrained", "from scratch"], [acc_pre, acc_scratch], color=["tab:blue", "tab:gray"])
+plt.axhline(0.5, color="k", ls="--", lw=1)
+plt.ylabel("held-out accuracy")
+plt.ylim(0, 1)
+plt.show()
+if not SMALL:
+    assert acc_pre > acc_scratch, (acc_pre, acc_scratch)
+
+# %% [markdown]
+# ## 5. Real GPT-2 weights in the course's own model
+# `GPT.from_hf_gpt2` reads Hugging Face's `GPT2LMHeadModel`. Offline we prove it on a randomly
+# initialised GPT-2 (same logits); online (full mode) we load the real 124M-parameter `gpt2` and let
+# it write.
+
+# %%
+import transformers
+
+hf_small = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=64, n_embd=64, n_layer=2,
+                                                                n_head=4)).eval()
+ours = GPT.from_hf_gpt2(hf_small).eval()
+w = torch.tensor([s_ids])
+with torch.no_grad():
+    torch.testing.assert_close(ours(w), hf_small(input_ids=w).logits, atol=1e-4, rtol=1e-4)
+print("tformer GPT == transformers GPT2LMHeadModel on the same (random) weights")
+
+if SMALL:
+    print("Real GPT-2: run this notebook in full mode (TFORMER_SMALL=0) with a network connection.")
+else:
+    try:
+        hf_gpt2 = transformers.GPT2LMHeadModel.from_pretrained("gpt2")
+        gpt2_tok = transformers.GPT2TokenizerFast.from_pretrained("gpt2")
+    except Exception as e:  # offline: say what to do
+        print(f"could not download gpt2 ({type(e).__name__}). Run this cell once with a network connection "
+              "(the weights are cached in ~/.cache/huggingface), or set HF_HOME to a copy of that cache.")
+    else:
+        gpt2 = GPT.from_hf_gpt2(hf_gpt2).to(dev).eval()
+        p = torch.tensor([gpt2_tok.encode("The Transformer architecture")], device=dev)
+        with torch.no_grad():
+            torch.testing.assert_close(gpt2(p).cpu(), hf_gpt2(input_ids=p.cpu()).logits, atol=1e-3, rtol=1e-3)
+        out = gpt2.generate(p, 40, temperature=0.8, top_k=40, generator=torch.Generator(device=dev).manual_seed(0))
+        print(gpt2_tok.decode(out[0].tolist()))
