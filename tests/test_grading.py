@@ -295,6 +295,9 @@ def test_mode_from_environment(monkeypatch):
 
 
 def test_unknown_exercise_lists_the_known_ones():
+    r = check("ch99.nothing", _softmax)                          # learner mode: reported, not raised
+    assert r.status == "error" and "ch01.attention" in r.message
+    set_mode("strict")
     with pytest.raises(KeyError, match="ch01.attention"):
         check("ch99.nothing", _softmax)
 

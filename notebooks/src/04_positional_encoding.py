@@ -102,6 +102,17 @@ heatmap(M_k, vmin=-1, vmax=1, cmap="RdBu", title=f"M_{k}: 2x2 rotation blocks");
 # (`tformer.RotaryEmbedding`) instead rotates each query and key by an angle proportional to its
 # position, so $q_t \cdot k_s$ depends only on $t - s$.
 #
+# A learned table simply has no row for a position past the length it was built for:
+
+# %%
+learned = tformer.LearnedPositionalEmbedding(max_len=32, d_model=8)
+try:
+    learned(torch.zeros(1, 40, 8))
+    raise AssertionError("expected an error")
+except ValueError as e:
+    print("LearnedPositionalEmbedding(max_len=32) on 40 positions:", e)
+
+# %% [markdown]
 # The experiment: the same one-layer causal model with each of the three position schemes, trained on
 # sequences of length 32 to output the token two positions back, then tested on length 64. The task
 # is purely relative, so a scheme that *represents* relative offsets should keep working past 32.

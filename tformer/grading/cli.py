@@ -71,8 +71,12 @@ def _chapter(nb_path: Path) -> str | None:
 
 def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> NotebookReport:
     """Execute one notebook headless; collect the `check` results it recorded."""
-    import nbclient
-    import nbformat
+    try:
+        import nbclient
+        import nbformat
+    except ImportError as e:
+        raise ValueError(f"tformer grade needs nbclient, nbformat and ipykernel ({e}); install them with "
+                         "`pip install -e '.[dev]'` (or `make install`)") from None
 
     from .core import REGISTRY
     from . import exercises  # noqa: F401  (registers every chapter's exercises)
