@@ -6,6 +6,7 @@
     blocks      FeedForward, EncoderLayer, DecoderLayer (post-LN and pre-LN)
     cache       KVCache
     paged_cache, quantize, speculative   paged KV cache, int8/int4 weights, speculative decoding (ch. 14)
+    moe, flash, lm_data   mixture of experts; forced flash attention, tokens/s, MFU; LM text (ch. 13)
     models      Transformer (encoder-decoder), GPT (decoder-only), ...
 """
 from .attention import MultiHeadAttention, fast_attention, merge_heads, scaled_dot_product_attention, split_heads
@@ -14,6 +15,7 @@ from .cache import KVCache
 from .masks import causal_mask, combine_masks, lengths_mask, padding_mask, sliding_window_mask
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                          rope_frequencies, sinusoidal_shift_matrix, sinusoidal_table)
+from .moe import MoE, MoEConfig
 from .paged_cache import BlockPool, PagedConfig, PagedKVCache
 from .quantize import QuantLinear, quantize_model
 from .runtime import SMALL, device, seed_everything
@@ -27,4 +29,5 @@ __all__ = [
     "RotaryEmbedding", "rope_frequencies", "SMALL", "device", "seed_everything",
     "split_heads", "merge_heads", "sinusoidal_shift_matrix",
     "BlockPool", "PagedConfig", "PagedKVCache", "QuantLinear", "quantize_model", "speculative_generate",
+    "MoE", "MoEConfig",
 ]
