@@ -184,6 +184,7 @@ ax.legend();
 assert min(s_in, l_in, r_in) > 0.95                           # inside the training length: all solved
 assert l_out < 0.15                                            # learned: nothing past the trained rows
 assert s_out > l_out + 0.1 and r_out > l_out + 0.3             # sinusoidal and RoPE extrapolate, partly
+assert r_out > s_out                                           # RoPE the most
 
 # %% [markdown]
 # ## Exercise 1: the sinusoidal table

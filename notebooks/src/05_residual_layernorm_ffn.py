@@ -84,8 +84,9 @@ assert post[-1] > 0.5 * post[0] and post[-1] > 20 * no_res[-1]  # with it: stays
 # its parts and check it is the module. Then stack 12 of each and watch the residual stream: post-LN
 # renormalizes after every layer (each token's features keep standard deviation 1), pre-LN keeps
 # adding to an un-normalized stream whose size grows with depth, with a clean identity path from the
-# output to every layer. Post-LN's gradients at initialization depend more on depth, which is why the
-# paper needs learning-rate warmup (chapter 10 trains both).
+# output to every layer. The right panel shows the gradient each layer's attention weights receive at
+# initialization in both. The paper's post-LN needs a learning-rate warmup to train stably; pre-LN
+# usually does not (chapter 10 trains both, with and without warmup).
 
 # %%
 layer = tformer.EncoderLayer(d, n_heads=4, d_ff=4 * d, dropout=0.0, norm_first=False).eval()
