@@ -147,7 +147,7 @@ for name, m in models.items():
     per_token = sum(c.nbytes() for c in caches) / ctx
     rows.append((name, m.cfg.n_kv_head or m.cfg.n_head, per_token, val_loss[name]))
     print(f"{name}: {rows[-1][1]} KV heads  {per_token:6.0f} bytes/token of cache  val loss {val_loss[name]:.3f}")
-assert rows[0][2] == 2 * rows[1][2] == 4 * rows[2][2]                 # the cache shrinks with the KV heads
+assert len({r[2] / r[1] for r in rows}) == 1                          # cache bytes proportional to KV heads
 fig, ax = plt.subplots(1, 2, figsize=(8, 3))
 ax[0].bar([r[0] for r in rows], [r[2] for r in rows]); ax[0].set_title("KV cache bytes per token")
 ax[1].bar([r[0] for r in rows], [r[3] for r in rows]); ax[1].set_title("validation loss")
