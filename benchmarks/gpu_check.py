@@ -225,7 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         if name in args.skip:
             continue
         t0 = time.perf_counter()
-        part = fn()
+        try:
+            part = fn()
+        except Exception as e:                       # one failing part must not hide the others' figures
+            part = [{"part": name, "what": "FAILED", "value": None, "unit": "",
+                     "extra": f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"}]
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
         rows += part
         print(fmt(part).split("\n", 2)[2], f"   [{time.perf_counter() - t0:.0f} s]", flush=True)
     print()
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    return 0
+    return 1 if any(r["what"] == "FAILED" for r in rows) else 0
 
 
 if __name__ == "__main__":
