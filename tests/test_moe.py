@@ -354,3 +354,30 @@ def test_grouped_dispatch_on_cuda_bf16_equals_padded():
     got = _run(m, x, "grouped")
     torch.testing.assert_close(got[0], ref[0], rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(got[1], ref[1], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not grouped_mm_available(torch.zeros(1), 16, 32), reason="no grouped_mm in this PyTorch")
+def test_grouped_dispatch_under_cpu_bf16_autocast():
+    torch.manual_seed(0)
+    m = MoE(MoEConfig(d_model=16, d_ff=32, n_experts=4, top_k=2, bias=True, activation="swiglu"))
+    x = torch.randn(3, 10, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m.choose_dispatch(x) == "padded"                              # auto: grouped is for CUDA
+        ref, got = _run(m, x, "padded"), _run(m, x, "grouped")
+    assert got[0].dtype == x.dtype                                           # back in the residual's dtype
+    torch.testing.assert_close(got[0], ref[0], rtol=2e-2, atol=2e-2)
+    for name in ref[2]:
+        torch.testing.assert_close(got[2][name], ref[2][name], rtol=5e-2, atol=5e-2, msg=name)
+
+
+@cuda
+def test_auto_dispatch_picks_grouped_under_cuda_autocast():
+    torch.manual_seed(0)
+    m = MoE(MoEConfig(d_model=64, d_ff=128, n_experts=8, top_k=2)).cuda()     # fp32 weights, bf16 autocast
+    x = torch.randn(4, 32, 64, device="cuda")
+    assert m.choose_dispatch(x) == "padded"                                  # fp32: no grouped kernel
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert m.choose_dispatch(x) == "grouped"
+        ref, got = _run(m, x, "padded"), _run(m, x, "grouped")
+    torch.testing.assert_close(got[0], ref[0], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got[1], ref[1], rtol=2e-2, atol=2e-2)

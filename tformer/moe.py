@@ -228,24 +228,36 @@ class Experts(nn.Module):
         matmul per matrix. expert_of_row (M,) names each row's expert; rows past offsets[-1] (marked with
         E) are left undefined by the kernel and must not be read."""
         def mm(a, w, b):
-            out = _grouped_mm(a, w.transpose(1, 2), offs=offsets)              # (M, out)
+            out = _grouped_mm(a, w.to(a.dtype).transpose(1, 2), offs=offsets)   # (M, out), in a's dtype
             if out.requires_grad:   # the kernel's backward wants a dense gradient (not an expanded one)
                 out.register_hook(lambda g: g.contiguous())
             if b is None:
                 return out
-            return out + F.pad(b, (0, 0, 0, 1))[expert_of_row]                  # row E: zero bias for tail rows
+            return out + F.pad(b.to(out.dtype), (0, 0, 0, 1))[expert_of_row]   # row E: zero bias for tail rows
         up = mm(x, self.fc1, self.b1)
         gate = mm(x, self.gate, self.b3) if self.gate is not None else None
-        return mm(self._hidden(up, gate).contiguous(), self.fc2, self.b2)
+        return mm(self._hidden(up, gate).to(x.dtype).contiguous(), self.fc2, self.b2)
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype matmuls on x run in: the autocast dtype when autocast is on for x's device, else x's own."""
+    if x.is_floating_point() and torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
 
 
 def grouped_mm_available(x: torch.Tensor, *dims: int) -> bool:
-    """True when `F.grouped_mm` exists and can take x's dtype and these widths (16-byte aligned rows)."""
-    if _grouped_mm is None or x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+    """True when `F.grouped_mm` exists and can multiply x (in its compute dtype, autocast included) with
+    rows of these widths: bf16 on an sm80+ CUDA GPU, or fp32/bf16 on a CPU; rows 16-byte aligned."""
+    dt = compute_dtype(x)
+    if _grouped_mm is None:
         return False
-    if x.device.type == "cuda" and torch.cuda.get_device_capability(x.device)[0] < 8:
+    if x.device.type == "cuda":
+        if dt != torch.bfloat16 or torch.cuda.get_device_capability(x.device)[0] < 8:
+            return False
+    elif x.device.type != "cpu" or dt not in (torch.float32, torch.bfloat16):
         return False
-    return all((d * x.element_size()) % 16 == 0 for d in dims)
+    return all((d * dt.itemsize) % 16 == 0 for d in dims)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -290,8 +302,7 @@ class MoE(nn.Module):
         c = self.cfg
         if c.dispatch != "auto":
             return c.dispatch
-        if x.device.type == "cuda" and x.dtype in (torch.bfloat16, torch.float16) and \
-                grouped_mm_available(x, c.d_model, c.d_ff):
+        if x.device.type == "cuda" and grouped_mm_available(x, c.d_model, c.d_ff):   # bf16, autocast included
             return "grouped"
         return "padded"
 
@@ -339,16 +350,17 @@ class MoE(nn.Module):
         elif path == "grouped":
             if not grouped_mm_available(xf, c.d_model, c.d_ff):
                 raise RuntimeError(
-                    f"MoE dispatch='grouped' needs torch.nn.functional.grouped_mm (PyTorch >= 2.8), a bf16/fp16/fp32 "
-                    f"input on an sm80+ GPU or CPU, and d_model, d_ff whose rows are 16-byte aligned; got "
-                    f"{xf.dtype} on {xf.device}, d_model={c.d_model}, d_ff={c.d_ff}. Use dispatch='padded'.")
+                    f"MoE dispatch='grouped' needs torch.nn.functional.grouped_mm (PyTorch >= 2.8), bf16 on an sm80+ "
+                    f"GPU (or fp32/bf16 on a CPU), and d_model, d_ff whose rows are 16-byte aligned; got "
+                    f"{compute_dtype(xf)} on {xf.device}, d_model={c.d_model}, d_ff={c.d_ff}. Use dispatch='padded'.")
             # each expert's block starts on a multiple of GROUP_ALIGN rows (as torchtitan does: aligned TMA
             # loads on Hopper); the few padding rows are zeros and are never read back
             padded = (plan.kept_counts + GROUP_ALIGN - 1) // GROUP_ALIGN * GROUP_ALIGN        # (E,)
             ends = torch.cumsum(padded, 0)
             rows = (ends - padded)[plan.expert_sorted] + plan.slot_sorted                # (M,) row of each kept pair
             n_rows = xs.shape[0] + c.n_experts * (GROUP_ALIGN - 1)                     # static upper bound: no sync
-            buf = xs.new_zeros(n_rows, c.d_model).index_copy(0, rows, xs)
+            dt = compute_dtype(xf)
+            buf = xs.new_zeros(n_rows, c.d_model, dtype=dt).index_copy(0, rows, xs.to(dt))
             expert_of_row = torch.searchsorted(ends, torch.arange(n_rows, device=xs.device), right=True)
             ys = self.experts.grouped(buf, expert_of_row, ends.to(torch.int32))[rows]   # tail rows: expert E
         else:
