@@ -10,9 +10,11 @@ into groups of `group_size` inputs with a scale each (GPTQ/AWQ-style layouts); t
 packed into one byte: about 8x smaller than float32 (plus the scales).
 
 `QuantLinear` keeps only the integer weights and scales, and its matmul consumes them: int8 computes
-x @ q^T and scales the result per output channel; int4 unpacks the nibbles and computes one partial
-product per group, scaled and summed. Activations stay in floating point (weight-only quantization, the
-common form for LLM inference, where reading the weights from memory is the bottleneck).
+x @ q^T and scales the result per output channel (the scale factors out of the sum); int4 unpacks the
+nibbles and applies each group's scale on the fly, into a transient weight used by one matmul (a fused
+GPU kernel does this tile by tile in registers). Activations stay in floating point (weight-only
+quantization, the common form for LLM inference, where reading the weights from memory is the
+bottleneck).
 """
 from __future__ import annotations
 
@@ -138,11 +140,9 @@ class QuantLinear(nn.Module):
             # (x @ q^T) * s: the per-output-channel scale factors out of the sum over inputs
             y = F.linear(x, self.qweight.to(x.dtype)) * self.scale.to(x.dtype)
         else:
-            g = self.scale.shape[1]
-            q = unpack_int4(self.qweight).view(self.out_features, g, self.group_size).to(x.dtype)  # (out, G, gs)
-            xg = x.reshape(*x.shape[:-1], g, self.group_size)                                       # (..., G, gs)
-            # one partial product per group, each scaled by its own scale, then summed over groups
-            y = torch.einsum("...gi,ogi,og->...o", xg, q, self.scale.to(x.dtype))
+            # unpack the nibbles and scale them group by group into a transient weight, then one matmul:
+            # what fused int4 kernels do tile by tile in registers (the float weight is never stored)
+            y = F.linear(x, dequantize_int4(self.qweight, self.scale.to(x.dtype)))
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
     def extra_repr(self) -> str:
