@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.models import CLIP, CLIPConfig
+from tformer.models import CLIP, CLIPConfig, ViT, ViTConfig
 from tformer.models.clip import clip_loss, contrastive_logits_loss
 from tformer.vision import caption_ids, digit_captions, load_digits
 
@@ -115,3 +115,17 @@ def test_digit_caption_training_smoke():
         opt.step()
         losses.append(loss.item())
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+
+
+def test_given_image_tower_is_used_and_head_dropped():
+    vit = ViT(ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                        n_classes=10))
+    cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_width=16, vocab_size=20, context_length=6,
+                     text_width=16, text_layers=1, text_heads=2, text_d_ff=32, eos_id=2, embed_dim=8)
+    m = CLIP(cfg, visual=vit)
+    assert m.visual is vit and vit.head is None
+    x = torch.randn(3, 1, 8, 8)
+    torch.testing.assert_close(m.encode_image(x), F.normalize(m.visual_proj(vit.encode(x)[:, 0]), dim=-1))
+    with pytest.raises(ValueError, match="vision_width"):
+        CLIP(CLIPConfig(vision_width=32, vocab_size=20, context_length=6, text_width=16, text_layers=1, text_heads=2,
+                        text_d_ff=32, embed_dim=8), visual=vit)

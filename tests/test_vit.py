@@ -117,10 +117,9 @@ def test_digits_training_smoke():
     torch.manual_seed(0)
     data = load_digits()
     assert data.x_train.shape == (1347, 1, 8, 8) and data.x_test.shape == (450, 1, 8, 8)
-    m = ViT(ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=32, n_layers=1, n_heads=4, d_ff=64,
+    m = ViT(ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=64, n_layers=2, n_heads=4, d_ff=128,
                       n_classes=10))
-    hist = train_classifier(m, data, epochs=2, batch_size=64, lr=3e-3, max_steps=40, progress=False,
-                            augment=lambda x, generator: random_shift(x, 1, generator))
-    assert len(hist.loss) == 40 and len(hist.test_acc) == 2
-    assert sum(hist.loss[-3:]) / 3 < sum(hist.loss[:3]) / 3
-    assert hist.test_acc[-1] > 0.2                                         # chance is 0.1
+    hist = train_classifier(m, data, epochs=2, batch_size=32, lr=3e-3, progress=False)
+    assert len(hist.loss) == 86 and len(hist.test_acc) == 2
+    assert sum(hist.loss[-5:]) / 5 < sum(hist.loss[:5]) / 5
+    assert hist.test_acc[-1] > 0.15                                         # chance is 0.1
