@@ -68,8 +68,22 @@ def hf_text(name: str = "wikitext", split: str = "train", max_chars: int | None 
     return "".join(parts) if name.startswith("wikitext") else "\n".join(parts)  # wikitext rows keep their newlines
 
 
+def _chunks(text: str, chunk_chars: int = 1 << 16) -> Iterator[str]:
+    """Cut text at line ends into pieces of about `chunk_chars` characters (for parallel tokenizing)."""
+    cur, size = [], 0
+    for line in text.splitlines(keepends=True):
+        cur.append(line)
+        size += len(line)
+        if size >= chunk_chars:
+            yield "".join(cur)
+            cur, size = [], 0
+    if cur:
+        yield "".join(cur)
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
-    """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` (never meets an unknown character)."""
+    """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` (never meets an unknown character).
+    Long texts are fed in pieces of lines, which `tokenizers` processes in parallel."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 257:
@@ -79,24 +93,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
+    tok.train_from_iterator((piece for t in texts for piece in _chunks(t)), trainer)
     return tok
 
 
 def encode(tok, text: str, chunk_chars: int = 1 << 16) -> torch.Tensor:
     """text -> token ids (n,) int64, encoded in chunks of lines (in parallel by `tokenizers`)."""
-    lines = text.splitlines(keepends=True)
-    chunks, cur, size = [], [], 0
-    for line in lines:
-        cur.append(line)
-        size += len(line)
-        if size >= chunk_chars:
-            chunks.append("".join(cur))
-            cur, size = [], 0
-    if cur:
-        chunks.append("".join(cur))
-    ids = [i for enc in tok.encode_batch(chunks) for i in enc.ids]
-    return torch.tensor(ids, dtype=torch.long)
+    encodings = tok.encode_batch(list(_chunks(text, chunk_chars)))
+    return torch.cat([torch.tensor(e.ids, dtype=torch.long) for e in encodings] or [torch.zeros(0, dtype=torch.long)])
 
 
 def split_stream(ids: torch.Tensor, train_fraction: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
