@@ -91,3 +91,9 @@ def test_kv_memory_accounting():
     assert kv_memory([64], 64, 16, bytes_per_token=10)["paged"] == 640
     with pytest.raises(ValueError, match="max_len=8"):
         kv_memory([9], 8, 4)
+
+
+def test_beam_search_reorder_says_what_to_use_instead():
+    pool = BlockPool(PagedConfig(n_layers=1, n_kv_heads=1, head_dim=4, block_size=2, n_blocks=4))
+    with pytest.raises(NotImplementedError, match="contiguous KVCache"):
+        pool.new_caches(2)[0].reorder(torch.tensor([1, 0]))

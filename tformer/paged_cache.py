@@ -179,6 +179,11 @@ class PagedKVCache:
         self.table.lengths[self.layer] = length
         self.table.trim()
 
+    def reorder(self, index: torch.Tensor) -> None:
+        """Beam search would make rows share blocks (copy-on-write, as vLLM does); not built here."""
+        raise NotImplementedError("PagedKVCache.reorder: beam search over a paged cache needs shared blocks with "
+                                  "copy-on-write; use the contiguous KVCache (tformer.cache) for beam search")
+
     def nbytes(self) -> int:
         """Bytes of this layer's blocks held by the table (whole blocks: the unfilled tail counts)."""
         c = self.pool.cfg
