@@ -214,6 +214,14 @@ def test_reference_guard_catches_aliases_imported_earlier():
     torch.testing.assert_close(alias(q, q, q)[0], _attention(q, q, q)[0])     # restored after the check
 
 
+def test_forbidding_a_name_this_torch_lacks_is_harmless(temp_exercise):
+    temp_exercise(Exercise("test.missing", "t", reference=lambda x: x * 2, n_random=0,
+                           edge_cases=lambda: [Case("one", (torch.ones(2),))], random_case=None,
+                           forbidden=[(torch, "no_such_function_in_torch"), (torch, "softmax")]))
+    assert check("test.missing", lambda x: x + x).passed
+    assert check("test.missing", lambda x: torch.softmax(x, 0)).status == "error"
+
+
 def test_wrong_answer_reports_case_shape_dtype_difference_and_hint():
     r = check("ch01.softmax", lambda x: _softmax(x) + 1e-2)
     assert r.status == "failed"
