@@ -2,7 +2,10 @@
 
     idx (B, T) -> token + position embeddings -> N x pre-LN block (causal) -> LayerNorm -> logits (B, T, V)
 
-The output projection is the token embedding matrix (tied). `GPT.from_hf_gpt2` loads weights named as
+The output projection is the token embedding matrix (tied). With `n_experts > 0` the FFN of the chosen
+blocks is a mixture of experts (`tformer.moe.MoE`, chapter 13); after each forward `model.aux_loss` holds
+their load-balancing + z losses to add to the LM loss, and `num_params(active=True)` counts the
+parameters one token uses. `GPT.from_hf_gpt2` loads weights named as
 in Hugging Face's `GPT2LMHeadModel`, so the course's own model can run real GPT-2.
 """
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch.nn.functional as F
 from .._checks import check_tokens
 from ..blocks import EncoderLayer
 from ..cache import KVCache, make_caches
-from ..moe import MoE, MoEConfig, Experts
+from ..moe import Experts, MoE, MoEConfig
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 
 
