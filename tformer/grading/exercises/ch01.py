@@ -1,4 +1,4 @@
-"""Chapter 1: scaled dot-product attention."""
+"""Chapter 1: a numerically stable softmax, and scaled dot-product attention."""
 import math
 
 import torch
