@@ -10,7 +10,7 @@ import torch
 
 from tformer.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
-from tformer.moe import (QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity, grouped_mm_available,
+from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity, grouped_mm_available,
                          load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss, top_k_route)
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -299,10 +299,12 @@ def test_param_counts_from_config_match_hugging_face_qwen3_moe():
     assert counts["active"] == total - 3 * (6 - 2) * expert
 
 
-def test_qwen3_235b_a22b_total_and_active():
+def test_qwen3_235b_a22b_and_mixtral_total_and_active():
     c = moe_lm_param_counts(**QWEN3_235B_A22B)
     assert 234e9 < c["total"] < 236e9                                       # "235B"
     assert 21.5e9 < c["active"] < 22.5e9                                    # "A22B"
+    c = moe_lm_param_counts(**MIXTRAL_8X7B)
+    assert round(c["total"] / 1e9, 1) == 46.7 and round(c["active"] / 1e9, 1) == 12.9   # Mistral's figures
 
 
 def test_flash_path_on_cpu_reports_the_kernel_and_fails_loudly():

@@ -432,3 +432,9 @@ def moe_lm_param_counts(vocab_size: int, hidden_size: int, num_layers: int, num_
 QWEN3_235B_A22B = dict(vocab_size=151936, hidden_size=4096, num_layers=94, num_heads=64, num_kv_heads=4,
                        head_dim=128, num_experts=128, experts_per_token=8, expert_ffn=1536,
                        tie_embeddings=False, qk_norm=True)
+
+# Mixtral-8x7B, from its published config.json (huggingface.co/mistralai/Mixtral-8x7B-v0.1): "46.7B total,
+# 12.9B active".
+MIXTRAL_8X7B = dict(vocab_size=32000, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                    head_dim=128, num_experts=8, experts_per_token=2, expert_ffn=14336,
+                    tie_embeddings=False, qk_norm=False)

@@ -35,7 +35,7 @@ from tformer.flash import force_flash, lm_throughput, run_with_flash
 from tformer.grading import check
 from tformer.lm_data import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
-from tformer.moe import (QWEN3_235B_A22B, MoE, MoEConfig, expert_capacity, grouped_mm_available,
+from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, expert_capacity, grouped_mm_available,
                          load_balancing_loss, make_plan, moe_lm_param_counts, top_k_route)
 from tformer.plot import curves, heatmap
 from tformer.timing import time_fn
@@ -129,6 +129,8 @@ plt.show()
 #
 # 94 layers, hidden size 4096, 64 query and 4 key/value heads of size 128, 128 experts per layer with 8
 # active, each expert a SwiGLU FFN of width 1536, vocabulary 151,936, untied input and output embeddings.
+# `moe_lm_param_counts` adds up embeddings, attention, norms, routers and experts (the test suite checks
+# it against Hugging Face's `Qwen3MoeForCausalLM` built from a small configuration).
 
 # %%
 print(QWEN3_235B_A22B)
@@ -137,6 +139,11 @@ for key in ("embeddings", "attention", "experts", "total", "active"):
     print(f"{key:>10}: {qwen[key] / 1e9:7.2f} B")
 print(f"active share per token: {qwen['active'] / qwen['total']:.1%}")
 assert 234e9 < qwen["total"] < 236e9 and 21.5e9 < qwen["active"] < 22.5e9      # "235B" total, "A22B" active
+
+# the same count for Mixtral-8x7B (8 experts, top-2): Mistral quotes 46.7B total and 12.9B active
+mixtral = moe_lm_param_counts(**MIXTRAL_8X7B)
+print(f"Mixtral-8x7B: total {mixtral['total'] / 1e9:.1f} B, active {mixtral['active'] / 1e9:.1f} B")
+assert round(mixtral["total"] / 1e9, 1) == 46.7 and round(mixtral["active"] / 1e9, 1) == 12.9
 
 # %% [markdown]
 # ## 4. Load balancing
