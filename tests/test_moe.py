@@ -10,8 +10,9 @@ import torch
 
 from tformer.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
-from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity, grouped_mm_available,
-                         load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss, top_k_route)
+from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity,
+                         grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,
+                         top_k_route)
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -177,7 +177,8 @@ class Experts(nn.Module):
                  dropout: float = 0.0):
         super().__init__()
         if activation not in ACTIVATIONS and activation != "swiglu":
-            raise ValueError(f"Experts: activation must be one of {sorted(ACTIVATIONS) + ['swiglu']}, got {activation!r}")
+            raise ValueError(f"Experts: activation must be one of {sorted(ACTIVATIONS) + ['swiglu']}, "
+                             f"got {activation!r}")
         self.n_experts, self.d_model, self.d_ff, self.activation = n_experts, d_model, d_ff, activation
         self.fc1 = nn.Parameter(torch.empty(n_experts, d_ff, d_model))
         self.gate = nn.Parameter(torch.empty(n_experts, d_ff, d_model)) if activation == "swiglu" else None

@@ -318,7 +318,8 @@ hook.remove()
 g, e = top_k_route(first.router(seen["x"][0]), 2)
 grid = torch.zeros(24, 8, device=g.device).scatter(1, e, g)
 labels = [repr(tok.decode([i]))[1:-1] for i in snippet[0].tolist()]
-ax = heatmap(grid.detach().cpu(), y_labels=labels, x_labels=[str(i) for i in range(8)], title="gate weight per token and expert")
+ax = heatmap(grid.detach().cpu(), y_labels=labels, x_labels=[str(i) for i in range(8)],
+             title="gate weight per token and expert")
 ax.set_xlabel("expert"), ax.set_ylabel("token")
 plt.show()
 
@@ -368,9 +369,11 @@ if dev.type == "cuda":             # fp32 has no flash kernel: forcing flash rai
 
 # %%
 for name in ("dense", "MoE 8x top-2"):
-    r = lm_throughput(runs[name][0], batch_size=batch, seq_len=block, steps=3 if SMALL else 20, warmup=1 if SMALL else 5)
+    r = lm_throughput(runs[name][0], batch_size=batch, seq_len=block, steps=3 if SMALL else 20,
+                      warmup=1 if SMALL else 5)
     mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no known peak for this device)"
-    print(f"{name:>14} on {r['device']} ({r['dtype']}): {r['tokens_per_s']:,.0f} tokens/s, MFU {mfu}, kernels {r['backends']}")
+    print(f"{name:>14} on {r['device']} ({r['dtype']}): {r['tokens_per_s']:,.0f} tokens/s, MFU {mfu}, "
+          f"kernels {r['backends']}")
 
 # %% [markdown]
 # ## Exercises

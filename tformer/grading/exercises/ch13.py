@@ -124,7 +124,8 @@ def _balance_edge_cases() -> list[Case]:
     collapsed[:, 1] = 1.0
     return [
         Case("uniform probabilities, each expert chosen once (loss 1)", (uniform, torch.tensor([[0], [1], [2], [3]]))),
-        Case("collapse: every token on expert 1 with probability 1 (loss E)", (collapsed, torch.ones(5, 1, dtype=torch.long))),
+        Case("collapse: every token on expert 1 with probability 1 (loss E)",
+             (collapsed, torch.ones(5, 1, dtype=torch.long))),
         _balance_case("one token, k=1", 1, 1, 4, 1),
         _balance_case("k=2 of 4 experts", 2, 6, 4, 2),
         _balance_case("a peaked router, k=2 of 8", 3, 10, 8, 2, skew=5.0),
