@@ -9,7 +9,7 @@ TORCH_SPEC      ?= torch>=2.4,<3
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export TFORMER_SMALL ?= 1
 
-.PHONY: lab test install torch notebooks solutions bench clean
+.PHONY: lab test install torch notebooks solutions grade bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ notebooks: install
 
 solutions: install
 	$(PY) -m tformer.notebooks build --solutions --out solutions/
+
+# Grade every learner notebook in notebooks/ (or GRADE=path): a per-chapter table and grade-report.json.
+GRADE ?= notebooks/
+grade: install
+	$(VENV)/bin/tformer grade $(GRADE)
 
 bench: install
 	$(PY) benchmarks/bench_core.py

@@ -52,10 +52,11 @@ def test_learner_notebooks_have_no_solutions_and_no_outputs():
         assert all(not c.outputs and c.execution_count is None for c in code), src.stem
         text = "".join(c.source for c in code)
         assert "BEGIN SOLUTION" not in text
+        first = nb.cells[0]
+        assert first.cell_type == "markdown" and first.source.startswith("# Chapter"), src.stem
         if "### BEGIN SOLUTION" in src.read_text():
             assert "raise NotImplementedError" in text
-        first = nb.cells[0]
-        assert first.cell_type == "markdown" and "check" in first.source, f"{src.stem}: first cell must say how to check"
+            assert "check(" in first.source, f"{src.stem}: the first cell must say how to check an exercise"
 
 
 def test_cli_runs():
