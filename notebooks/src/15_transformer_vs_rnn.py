@@ -46,7 +46,7 @@ print("small mode:", SMALL, "| device:", dev)
 N_KEYS, N_NOISE = 8, 16                        # key symbols 0..7, noise symbols 8..23, the query symbol 24
 VOCAB = N_KEYS + N_NOISE + 1
 QUERY = VOCAB - 1
-distances = [4, 16, 64] if SMALL else [8, 32, 128, 512]
+distances = [4, 12, 36] if SMALL else [8, 32, 128, 512]
 width = 64 if SMALL else 256
 
 
