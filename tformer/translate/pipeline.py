@@ -57,12 +57,15 @@ def _barrier() -> None:
 
 
 def _resolve_data(out: Path, data, dataset, pair, p: TranslatePreset, rank: int) -> Path:
-    if data is not None and dataset is not None:
-        raise ValueError("give either --data FOLDER or --dataset, not both")
-    if dataset == "wmt14":
-        return wmt14(pair) if rank == 0 else _wait_for(lambda: wmt14(pair))
-    if dataset == "multi30k":
-        return multi30k(data)
+    if data is not None and dataset not in (None, "multi30k"):
+        raise ValueError("give either --data FOLDER or --dataset wmt14, not both")
+    if dataset in ("wmt14", "multi30k"):
+        def fetch() -> Path:
+            return wmt14(pair) if dataset == "wmt14" else multi30k(data)
+        if rank == 0:                                   # one process downloads; the others then read the cache
+            fetch()
+        _barrier()
+        return fetch()
     if dataset is not None:
         raise ValueError(f"unknown dataset {dataset!r}; choose wmt14 or multi30k, or pass --data FOLDER")
     if data is not None:
@@ -73,16 +76,11 @@ def _resolve_data(out: Path, data, dataset, pair, p: TranslatePreset, rank: int)
     return folder
 
 
-def _wait_for(fn):
-    _barrier()
-    return fn()
-
-
 def train_run(out: str | os.PathLike, preset: str = "tiny", *, data: str | os.PathLike | None = None,
               dataset: str | None = None, pair: str = "en-de", src: str | None = None, tgt: str | None = None,
               time_budget: float | None = None, max_steps: int | None = None, device: str | None = None,
               progress: bool = True, stop_after: int | None = None, **overrides) -> dict:
-    """Train (or resume) the run in `out`; returns the final log record (+ BLEU of the averaged model on val).
+    """Train (or resume) the run in `out`; returns the final log record (loss, lr, tokens/s, val_loss).
 
     Without `data`/`dataset` it trains on the built-in offline corpus (English -> German unless src/tgt
     say otherwise). `stop_after` stops after that many steps in this call (to show an interruption).
