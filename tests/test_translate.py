@@ -239,10 +239,14 @@ def test_end_to_end_interrupt_resume_decode_score(tmp_path, capsys):
     b = torch.load(part / "last.pt", weights_only=False)["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (part / "averaged.pt").exists() and len(list(part.glob("snapshot_*.pt"))) == 3
+    choice = json.loads((part / "choice.json").read_text())   # averaged or last, by validation loss
+    better = "averaged" if choice["val_loss_averaged"] <= choice["val_loss_last"] else "last"
+    assert choice["weights"] == better and choice["snapshots"][-1] == "snapshot_0000024.pt"
     # decode greedy and beam, score with sacreBLEU
     src, ref = part / "data" / "test.en", part / "data" / "test.de"
     greedy = score_files(part, src, ref, beam=1)
     beam = score_files(part, src, ref, beam=4)
+    assert greedy["weights"] == choice["weights"]
     for res in (greedy, beam):
         assert 0.0 <= res["bleu"] <= 100.0 and "tok:13a" in res["signature"] and res["sentences"] == 300
         assert all(isinstance(h, str) for h in res["hypotheses"])
