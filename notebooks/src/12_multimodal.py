@@ -106,8 +106,10 @@ print("patch embedding == linear map of patches; with [class] token and position
 # ## 2. Capstone: a ViT trained from scratch on digits
 #
 # ViTs have little built-in knowledge of images (no convolutional locality), so on small data they need
-# help: label smoothing, a warmup + cosine learning rate, and a few epochs. The patch size trades
-# sequence length for detail: $p=2$ gives 16 tokens (+1 class token).
+# help: dropout, label smoothing, weight decay, a warmup + cosine learning rate. The patch size trades
+# sequence length for detail: $p=2$ gives 16 tokens (+1 class token); $p=1$ (64 tokens) was slower and
+# no better here, and shift/rotation augmentation *hurt* (an 8x8 digit has no pixel to spare).
+# Full mode is the capstone recipe (>= 97% on the 25% test split); small mode trains 4 epochs.
 
 # %%
 if SMALL:
@@ -115,9 +117,9 @@ if SMALL:
                         n_classes=10, dropout=0.0, eps=1e-6)
     fit = dict(epochs=4, batch_size=32, lr=3e-3, label_smoothing=0.0)
 else:
-    vit_cfg = ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=64, n_layers=3, n_heads=4, d_ff=128,
-                        n_classes=10, dropout=0.1, eps=1e-6)
-    fit = dict(epochs=40, batch_size=32, lr=3e-3, label_smoothing=0.1)
+    vit_cfg = ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=128, n_layers=2, n_heads=4, d_ff=256,
+                        n_classes=10, dropout=0.2, eps=1e-6)
+    fit = dict(epochs=25, batch_size=32, lr=2e-3, label_smoothing=0.1)
 tformer.seed_everything(0)
 vit = ViT(vit_cfg)
 print(f"ViT: {vit.num_params():,} parameters, {vit_cfg.n_patches} patches + [class] token")
