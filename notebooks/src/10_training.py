@@ -238,7 +238,7 @@ print(Path(run, "log.jsonl").read_text().splitlines()[-1])
 model, bpe_run, info = load_run(run)
 split = "test" if (Path(info["data"]) / f"test.{info['src']}").exists() else "val"
 src, ref = read_parallel(info["data"], info["src"], info["tgt"], split)
-n_eval = 200 if tformer.SMALL else len(src)
+n_eval = 100 if tformer.SMALL else len(src)
 scores = {}
 for beam in (1, 4):
     res = score_lines(model, bpe_run, src[:n_eval], ref[:n_eval], beam=beam)
