@@ -186,7 +186,7 @@ def step_time_vs_length(models: dict[str, Callable[[], nn.Module]], lengths: Seq
     rows = []
     jobs = [(name, t) for name in models for t in lengths]
     built: dict[str, nn.Module] = {}
-    for name, t in tqdm(jobs, desc="train-step timing", disable=not progress):
+    for name, t in tqdm(jobs, desc="train-step timing", **({} if progress else {"disable": True})):  # env TQDM_DISABLE
         if name not in built:
             torch.manual_seed(seed)
             built[name] = models[name]().to(device)

@@ -132,11 +132,14 @@ for r in timings:
         print(f"T={r.seq_len:5d}: LSTM step / Transformer step = {ratio[r.seq_len] / r.seconds:.1f}x")
 
 # %% [markdown]
-# What to look for: the LSTM's time grows in proportion to $T$ (its throughput in tokens/s stays
-# flat: one step per token, however many cores). The Transformer's throughput is higher and, on a GPU,
-# *rises* with $T$ until the chip is full, because a longer sequence is just a larger matrix product.
-# At long $T$ attention's $T^2$ term eventually shows (chapter 8). On a small CPU both are limited by a
-# couple of cores, so the gap is smaller than on a GPU, where the LSTM leaves most of the chip idle.
+# What to look for. On a GPU (full mode) the LSTM's throughput in tokens/s stays flat as $T$ grows (one
+# dependent step per token leaves most of the chip idle), while the Transformer's *rises* with $T$
+# until the chip is full, because a longer sequence is just a larger matrix product; the gap is an
+# order of magnitude or more at $T \ge 512$. At long $T$ attention's $T^2$ term eventually shows
+# (chapter 8). On a CPU with one or two cores there is almost no parallel hardware to fill: both
+# models do about the same arithmetic per token, and at these small sizes the LSTM (a tight C++ loop in
+# `nn.LSTM`) can even be the faster one. Parallelism pays where there are thousands of cores to use:
+# that, not fewer FLOPs, is why the Transformer trains faster.
 #
 # ## 4. The paper's training cost, in FLOPs and GPU-days
 #
