@@ -18,8 +18,6 @@
 # There is no graded exercise in this chapter: it is all measurement.
 
 # %%
-import math
-
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn

@@ -28,7 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import trange
 
 import tformer
-from tformer.efficient import LinformerAttention, PerformerAttention, online_softmax_step, tiled_attention
+from tformer.efficient import LinformerAttention, PerformerAttention, tiled_attention
 from tformer.flash import sdpa_backends_used
 from tformer.grading import check
 from tformer.sparse import (PatternAttention, bigbird_mask, count_pairs, fixed_pattern, longformer_mask,
