@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._checks import check_rank
+from .metrics import accuracy  # one definition, in metrics; chapter 12 imports it from here
 
 DIGIT_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -109,11 +110,6 @@ def random_shift(images: torch.Tensor, max_shift: int = 1, generator: torch.Gene
     cols = torch.arange(w, device=images.device) + d[1, :, None]          # (B, W)
     out = padded[torch.arange(b, device=images.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
     return out.permute(0, 3, 1, 2)                                         # (B, H, W, C) -> (B, C, H, W)
-
-
-def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """Fraction of rows whose argmax equals the label."""
-    return (logits.argmax(dim=-1) == labels).float().mean().item()
 
 
 def recall_at_k(sim: torch.Tensor, k: int, query_labels: torch.Tensor | None = None,
