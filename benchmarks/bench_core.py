@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 
 import torch
 import torch.nn as nn
@@ -24,19 +22,9 @@ import torch.nn.functional as F
 from tformer import MultiHeadAttention, causal_mask
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
 from tformer.positional import sinusoidal_table
+from tformer.timing import time_interleaved
 
 
-def interleaved(fns: dict[str, callable], repeats: int, warmup: int = 2) -> dict[str, float]:
-    for _ in range(warmup):
-        for f in fns.values():
-            f()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def bench_mha(repeats):
@@ -51,7 +39,7 @@ def bench_mha(repeats):
 
     def mine():
         ours(x).sum().backward()
-    return interleaved({"peer": peer, "tformer": mine}, repeats), b * t
+    return time_interleaved({"peer": peer, "tformer": mine}, repeats), b * t
 
 
 def bench_gpt(repeats):
@@ -72,7 +60,7 @@ def bench_gpt(repeats):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return interleaved({"peer": lambda: step(hf, opt_hf, lambda i: hf(i).logits),
+    return time_interleaved({"peer": lambda: step(hf, opt_hf, lambda i: hf(i).logits),
                         "tformer": lambda: step(ours, opt_ours, ours)}, repeats), b * t
 
 
@@ -111,7 +99,7 @@ def bench_seq2seq(repeats):
         opts[model].zero_grad(set_to_none=True)
         loss.backward()
         opts[model].step()
-    return interleaved({"peer": lambda: step(theirs), "tformer": lambda: step(ours)}, repeats), b * t
+    return time_interleaved({"peer": lambda: step(theirs), "tformer": lambda: step(ours)}, repeats), b * t
 
 
 def bench_generate(repeats):
@@ -119,7 +107,7 @@ def bench_generate(repeats):
     model = GPT(GPTConfig(vocab_size=50257, block_size=512, n_layer=6, n_head=6, n_embd=384)).eval()
     idx = torch.randint(0, 50257, (1, 16))
     n = 128
-    return interleaved({"peer": lambda: model.generate(idx, n, temperature=0.0, use_cache=False),
+    return time_interleaved({"peer": lambda: model.generate(idx, n, temperature=0.0, use_cache=False),
                         "tformer": lambda: model.generate(idx, n, temperature=0.0, use_cache=True)},
                        max(3, repeats // 2), warmup=1), n
 

@@ -16,9 +16,7 @@ Pairs run interleaved after a warm-up so they see the same machine load; medians
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -30,19 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tformer.models import GPT  # noqa: E402
 from tformer.paged_cache import BlockPool, PagedConfig, generate_paged  # noqa: E402
 from tformer.quantize import QuantLinear  # noqa: E402
+from tformer.timing import time_interleaved  # noqa: E402
 
 
-def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
-    for _ in range(warmup):
-        for f in fns.values():
-            f()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def bench_decoding(repeats: int, n_new: int = 64):
@@ -63,7 +51,7 @@ def bench_decoding(repeats: int, n_new: int = 64):
     def run_paged():
         generate_paged(ours, [prompt[0]], n_new, BlockPool(PagedConfig.for_model(ours, block_size=16, n_blocks=64)))
     with torch.no_grad():
-        t = interleaved({"tformer": lambda: ours.generate(prompt, n_new, temperature=0),
+        t = time_interleaved({"tformer": lambda: ours.generate(prompt, n_new, temperature=0),
                          "hf": lambda: hf.generate(prompt, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
                                                    attention_mask=torch.ones_like(prompt), pad_token_id=0),
                          "paged": run_paged}, repeats)
@@ -87,7 +75,7 @@ def bench_int8(repeats: int, tokens: int = 256, d: int = 512):
         ref = lin(x)
         err = {name: ((m(x) - ref).norm() / ref.norm()).item() for name, m in
                (("QuantLinear int8", ql), ("QuantLinear int4", q4), ("torch dynamic int8", dyn))}
-        t = interleaved({"float": lambda: lin(x), "QuantLinear int8": lambda: ql(x), "QuantLinear int4": lambda: q4(x),
+        t = time_interleaved({"float": lambda: lin(x), "QuantLinear int8": lambda: ql(x), "QuantLinear int4": lambda: q4(x),
                          "torch dynamic int8": lambda: dyn(x)}, repeats * 4)
     wbytes = {"float": lin.weight.numel() * 4, "QuantLinear int8": ql.qweight.numel() + ql.scale.numel() * 4,
               "QuantLinear int4": q4.qweight.numel() + q4.scale.numel() * 4,

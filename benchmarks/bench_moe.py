@@ -17,29 +17,15 @@ Pairs run interleaved after a warm-up so they see the same machine load; medians
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from tformer.flash import lm_throughput
 from tformer.models import GPT, GPTConfig
+from tformer.timing import time_interleaved
 from tformer.moe import MoE, MoEConfig, grouped_mm_available
 
 
-def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
-    for _ in range(warmup):
-        for f in fns.values():
-            f()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens: int = 512, naive: bool = True):
@@ -82,7 +68,7 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
         fns["HF Qwen3-MoE block (expert loop)"] = f_hf
     except ImportError:
         pass
-    t = interleaved(fns, repeats)
+    t = time_interleaved(fns, repeats)
     ref = min(v for kk, v in t.items() if kk in ("padded", "grouped"))
     print(f"\nMoE layer fwd+bwd, {n_tokens} tokens, d={d}, E={e}, top-{k}, SwiGLU width {ff}, {dtype}, {device}")
     for name, sec in t.items():

@@ -55,6 +55,28 @@ def time_fn(fn: Callable[[], object], warmup: int = 1, repeat: int = 5,
     return statistics.median(times)
 
 
+def time_interleaved(fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: int = 1,
+                     device: torch.device | str | None = None) -> dict[str, float]:
+    """Median seconds of each function, run in turns (a, b, a, b, ...) after `warmup` rounds.
+
+    Benchmarks compare a peer with tformer this way so both see the same machine load.
+    """
+    if repeat < 1:
+        raise ValueError(f"time_interleaved: repeat must be >= 1, got {repeat}")
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    synchronize(device)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            synchronize(device)
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 @contextlib.contextmanager
 def _quiet_fd2():
     """Silence C-level stderr (the profiler library prints a line when it starts and stops)."""
