@@ -29,12 +29,12 @@ import time
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 import tformer
 from tformer.cache import make_caches
 from tformer.grading import check
 from tformer.lm_data import DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.metrics import perplexity
 from tformer.models import GPT, GPTConfig
 from tformer.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
 from tformer.quantize import QuantLinear, model_bytes, quantize_int4, quantize_int8, quantize_model
@@ -226,15 +226,11 @@ err4 = (tformer.quantize.dequantize_int4(p4, s4) - w).abs().mean() / w.abs().mea
 print(f"mean relative weight error: int8 {err8:.4f}, int4 {err4:.4f}")
 
 
-def perplexity(model):
+@torch.no_grad()
+def val_perplexity(model):
     model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for xb, yb in val_batches:
-            logits = model(xb.to(dev))
-            total += F.cross_entropy(logits.flatten(0, 1).float(), yb.to(dev).flatten(), reduction="sum").item()
-            count += yb.numel()
-    return math.exp(total / count)
+    sums = [lm_loss(model, (xb.to(dev), yb.to(dev))) for xb, yb in val_batches]   # (nll sum, tokens) per batch
+    return perplexity(sum(s.item() for s, _ in sums) / sum(n for _, n in sums))
 
 
 def copy_of(model):
@@ -250,7 +246,7 @@ for name, m in quant.items():
     linear_bytes[name] = sum(model_bytes(mod) for mod in m.modules() if isinstance(mod, (QuantLinear, torch.nn.Linear))
                              and mod is not m.lm_head)
     print(f"{name:12s} transformer-block weights {linear_bytes[name] / 1e6:6.3f} MB   "
-          f"whole model {model_bytes(m) / 1e6:6.3f} MB   validation perplexity {perplexity(m):7.2f}")
+          f"whole model {model_bytes(m) / 1e6:6.3f} MB   validation perplexity {val_perplexity(m):7.2f}")
 assert linear_bytes["int8"] < 0.3 * linear_bytes["float32"] and linear_bytes["int4 (g=32)"] < 0.2 * linear_bytes["float32"]
 print(type(quant["int8"].blocks[0].attn.qkv).__name__, quant["int8"].blocks[0].attn.qkv)
 
