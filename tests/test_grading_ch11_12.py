@@ -1,11 +1,10 @@
-"""Chapters 11-12 exercises: independent solutions pass, every named mistake fails and is recognised, and the
-references are out of reach while the learner's function runs."""
+"""Chapters 11-12 exercises: independent solutions pass (stubs, named mistakes and the reference guard are
+checked for every chapter in tests/test_grading.py)."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.grading import REGISTRY, check, set_mode
-from tformer.grading.core import _run
+from tformer.grading import check, set_mode
 
 import tformer.grading.exercises  # noqa: F401  (registers them)
 
@@ -57,24 +56,3 @@ SOLUTIONS = {"ch11.causal_lm_loss": causal_lm_loss, "ch11.mlm_masking": mlm_mask
 def test_independent_solution_passes(name):
     result = check(name, SOLUTIONS[name])
     assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name,mistake", [(n, m) for n in sorted(SOLUTIONS) for m in REGISTRY[n].mistakes])
-def test_each_mistake_fails_and_is_named(name, mistake):
-    result = _run(REGISTRY[name], REGISTRY[name].mistakes[mistake])
-    assert not result.passed
-    assert mistake in result.message
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_calling_the_reference_is_caught(name):
-    ref = REGISTRY[name].reference
-    result = _run(REGISTRY[name], lambda *a, **k: ref(*a, **k))
-    assert not result.passed and "reference" in result.message
-
-
-def test_blank_stub_is_not_attempted():
-    def stub(*a, **k):
-        raise NotImplementedError
-    for name in SOLUTIONS:
-        assert check(name, stub).status == "not attempted"
