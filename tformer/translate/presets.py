@@ -57,7 +57,7 @@ PRESETS: dict[str, TranslatePreset] = {
                             save_every=50, snapshot_minutes=0.0, snapshot_every=25, average_last=4,
                             offline_pairs=4000, max_len=64),
     "small": TranslatePreset(d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.1, vocab_size=8000,
-                             max_tokens=2000, lr=1.5e-3, warmup=100, grad_clip=1.0, max_steps=100_000,
+                             max_tokens=5000, lr=1.5e-3, warmup=300, grad_clip=1.0, max_steps=100_000,
                              eval_every=500, save_every=200, snapshot_minutes=1.5, average_last=5, max_len=128),
     "base": TranslatePreset(),
     "big": TranslatePreset(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3, lr=4.9e-4, max_steps=300_000,
