@@ -33,7 +33,7 @@ from tformer.grading import check
 from tformer.models import CLIP, GPT, CLIPConfig, GPTConfig, ViT, ViTConfig
 from tformer.models.clip import clip_loss
 from tformer.models.vit import patchify
-from tformer.vision import (CAPTION_VOCAB, TRAIN_TEMPLATES, ZERO_SHOT_TEMPLATES, accuracy, caption_ids,
+from tformer.vision import (CAPTION_VOCAB, CIFAR10_NAMES, TRAIN_TEMPLATES, ZERO_SHOT_TEMPLATES, accuracy, caption_ids,
                             digit_captions, load_digits, predict, random_affine, recall_at_k, train_classifier)
 
 tformer.seed_everything(0)
@@ -350,9 +350,8 @@ if not SMALL:
               "(it is cached in ~/.cache/huggingface), or skip this cell.")
     else:
         ours_real = CLIP.from_hf_clip(real).eval()
-        names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
         big = F.interpolate(data.x_test[:4].repeat(1, 3, 1, 1), size=224)   # any images work; digits are a toy
-        inputs = proc(text=[f"a photo of a {n}" for n in names], return_tensors="pt", padding=True)
+        inputs = proc(text=[f"a photo of a {n}" for n in CIFAR10_NAMES], return_tensors="pt", padding=True)
         with torch.no_grad():
             mine = ours_real(big, inputs["input_ids"], inputs["attention_mask"])
             ref = real(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], pixel_values=big).logits_per_image
