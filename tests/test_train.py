@@ -158,6 +158,40 @@ def test_accumulation_equals_one_big_batch():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
+def lrs_of_run(trainer):
+    """The learning rate each optimizer step of `trainer.fit()` used."""
+    seen, step = [], trainer.optimizer.step
+
+    def spy(*a, **k):
+        seen.append(trainer.optimizer.param_groups[0]["lr"])
+        return step(*a, **k)
+    trainer.optimizer.step = spy
+    trainer.fit()
+    return seen
+
+
+def test_linear_schedule_warms_up_then_reaches_zero_at_the_end(tmp_path):
+    n, w, peak = 20, 5, 1e-2
+    lrs = lrs_of_run(Trainer(make_model(), mse_sum, Shuffled(), cfg(schedule="linear", max_steps=n, warmup=w,
+                                                                      lr=peak)))
+    expect = [peak * min(k / w, 1 - (k - 1) / n) for k in range(1, n + 1)]   # step k uses progress (k-1)/n
+    assert lrs == pytest.approx(expect)
+    assert lrs[w - 1] == max(lrs) and lrs[-1] == pytest.approx(peak / n)
+    # a resumed run continues on the same line (the multiplier's progress is recomputed, not stale)
+    part = Trainer(make_model(), mse_sum, Shuffled(), cfg(schedule="linear", max_steps=n, warmup=w, lr=peak),
+                   out_dir=tmp_path / "r")
+    part.fit(steps=9)
+    rest = lrs_of_run(Trainer(make_model(), mse_sum, Shuffled(), cfg(schedule="linear", max_steps=n, warmup=w,
+                                                                     lr=peak), out_dir=tmp_path / "r"))
+    assert rest == pytest.approx(expect[9:])
+    # with a time budget, progress is the larger of the step and time fractions
+    t = Trainer(make_model(), mse_sum, Shuffled(), cfg(schedule="linear", max_steps=1000, time_budget=2.0))
+    t.state.step, t.state.elapsed = 100, 60.0
+    assert t._progress() == pytest.approx(0.5)
+    t.state.elapsed = 500.0
+    assert t._progress() == 1.0
+
+
 def test_validation_budget_and_divergence(tmp_path):
     calls = []
     t = Trainer(make_model(), mse_sum, Shuffled(), cfg(eval_every=10), val_data=Shuffled(seed=1),

@@ -84,14 +84,34 @@ class ConstantSchedule:
         return min(1.0, (i + 1) / self.warmup) if self.warmup > 0 else 1.0
 
 
+class LinearDecaySchedule:
+    """Multiplier min(step / warmup, 1 - progress): linear warmup, then a straight line to 0 at the run's end.
+
+    `progress` is the fraction of the run done (0..1): the larger of step / max_steps and elapsed / time
+    budget, set by the Trainer before every scheduler step. So a run stopped by its time budget still
+    ends with the learning rate at 0, which is what a short, budgeted run wants: the loss drops
+    sharply while the lr anneals, and an inverse-square-root schedule never anneals.
+    """
+
+    def __init__(self, warmup: int):
+        if warmup < 1:
+            raise ValueError(f"LinearDecaySchedule: expected warmup >= 1, got {warmup}")
+        self.warmup = warmup
+        self.progress = 0.0
+
+    def __call__(self, i: int) -> float:
+        return max(0.0, min((i + 1) / self.warmup, 1.0 - self.progress))
+
+
+SCHEDULES = {"noam": InverseSqrtSchedule, "constant": ConstantSchedule, "linear": LinearDecaySchedule}
+
+
 def make_scheduler(optimizer: torch.optim.Optimizer, kind: str = "noam", warmup: int = 4000):
-    """A `LambdaLR` around the optimizer: kind "noam" (inverse square root) or "constant"."""
-    if kind == "noam":
-        fn = InverseSqrtSchedule(warmup)
-    elif kind == "constant":
-        fn = ConstantSchedule(warmup)
-    else:
-        raise ValueError(f"make_scheduler: kind must be 'noam' or 'constant', got {kind!r}")
+    """A `LambdaLR` around the optimizer: kind "noam" (inverse square root), "constant" or "linear"
+    (linear decay to 0 at the end of the run; the Trainer keeps its `progress` up to date)."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"make_scheduler: kind must be one of {sorted(SCHEDULES)}, got {kind!r}")
+    fn = SCHEDULES[kind](warmup)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
 
 
@@ -227,7 +247,8 @@ class TrainConfig:
     max_steps: int = 1000              # optimizer steps in all (a resumed run counts from where it stopped)
     time_budget: float | None = None   # minutes of training (summed over resumes); None = no limit
     lr: float = 1e-3                   # peak learning rate (reached at the end of warmup)
-    schedule: str = "noam"             # "noam" (warmup, then 1/sqrt(step)) or "constant" (warmup, then flat)
+    schedule: str = "noam"             # "noam" (warmup, then 1/sqrt(step)), "constant" (warmup, then flat)
+                                       # or "linear" (warmup, then down to 0 at max_steps or the time budget)
     warmup: int = 4000                 # warmup steps (the paper: 4000)
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
     adam_eps: float = 1e-9             # Adam epsilon (the paper)
@@ -444,9 +465,16 @@ class Trainer:
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip)
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return mean, float(stats[1])
+
+    def _progress(self) -> float:
+        """Fraction of the run done: steps against max_steps, training time against the time budget."""
+        cfg, st = self.cfg, self.state
+        done = st.step / max(cfg.max_steps, 1)
+        if cfg.time_budget:
+            done = max(done, st.elapsed / (cfg.time_budget * 60.0))
+        return min(done, 1.0)
 
     def fit(self, steps: int | None = None) -> dict:
         """Train until `cfg.max_steps` or the time budget (or `steps` more steps, to stop early on purpose).
@@ -475,8 +503,16 @@ class Trainer:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
+            if self.world > 1:                      # rank 0's clock for all: same lr, same stopping step
+                t = torch.tensor([dt], dtype=torch.float64, device=self.device)
+                dist.broadcast(t, 0)
+                dt = float(t)
             st.step += 1
             st.elapsed += dt
+            for fn in getattr(self.scheduler, "lr_lambdas", []):
+                if hasattr(fn, "progress"):
+                    fn.progress = self._progress()
+            self.scheduler.step()
             st.tokens += n
             win_loss += loss; win_n += 1; win_tok += n; win_t += dt
             if not math.isfinite(loss):
@@ -515,5 +551,5 @@ class Trainer:
                 f.write(json.dumps(record) + "\n")
 
 
-__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "make_scheduler", "label_smoothed_cross_entropy",
+__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "make_scheduler", "label_smoothed_cross_entropy",
            "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints", "setup_distributed"]
