@@ -56,3 +56,21 @@ def test_without_positions_permuting_the_input_permutes_the_output():
     mem, _ = model.encode(src)
     mem_p, _ = model.encode(src[:, perm])
     assert not torch.allclose(mem[:, perm], mem_p, atol=1e-3)
+
+
+def test_dropout_sites_follow_the_config():
+    """dropout: sub-layer outputs and embeddings; attn_dropout / ffn_dropout: attention weights and FFN
+    hidden units, defaulting to dropout (nn.Transformer) and 0 in the paper's presets."""
+    from tformer.models.transformer import Transformer
+    from tformer.translate.presets import get_preset
+
+    def sites(model):
+        attn = {m.dropout for n, m in model.named_modules() if n.endswith("attn")}
+        ffn = {m.dropout.p for n, m in model.named_modules() if n.endswith("ffn")}
+        resid = {m.p for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in ("drop", "drop1", "drop2", "drop3")}
+        return attn, ffn, resid
+    base = dict(src_vocab_size=10, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1)
+    assert sites(Transformer(TransformerConfig(dropout=0.2, **base))) == ({0.2}, {0.2}, {0.2})
+    assert sites(Transformer(TransformerConfig(dropout=0.2, attn_dropout=0.0, ffn_dropout=0.05, **base))) == (
+        {0.0}, {0.05}, {0.2})
+    assert (get_preset("base").attn_dropout, get_preset("base").ffn_dropout) == (0.0, 0.0)

@@ -54,20 +54,29 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(h))
 
 
+def _inner_dropout(dropout: float, attn: float | None, ffn: float | None) -> tuple[float, float]:
+    """Dropout on attention weights and inside the FFN; None = the residual `dropout` (nn.Transformer's
+    choice). The paper drops only sub-layer outputs and embeddings, i.e. both 0 (fairseq's defaults)."""
+    return (dropout if attn is None else attn), (dropout if ffn is None else ffn)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention + FFN, each wrapped in a residual connection and LayerNorm.
 
     Serves the paper's encoder (post-LN, bidirectional), GPT (pre-LN, `is_causal=True`), BERT, ViT and
     CLIP's towers. `ffn` replaces the dense FFN (a mixture-of-experts layer, chapter 13).
+    `dropout` is applied to each sub-layer's output; `attn_dropout`/`ffn_dropout` (None = `dropout`) to
+    the attention weights and the FFN's hidden units.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
                  activation: str = "relu", n_kv_heads: int | None = None, bias: bool = True, eps: float = 1e-5,
-                 ffn: nn.Module | None = None):
+                 ffn: nn.Module | None = None, attn_dropout: float | None = None, ffn_dropout: float | None = None):
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias)
-        self.ffn = ffn if ffn is not None else FeedForward(d_model, d_ff, dropout, activation, bias)
+        attn_p, ffn_p = _inner_dropout(dropout, attn_dropout, ffn_dropout)
+        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=attn_p, bias=bias)
+        self.ffn = ffn if ffn is not None else FeedForward(d_model, d_ff, ffn_p, activation, bias)
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
@@ -88,12 +97,14 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder output, FFN; post-LN or pre-LN."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
-                 activation: str = "relu", n_kv_heads: int | None = None, bias: bool = True, eps: float = 1e-5):
+                 activation: str = "relu", n_kv_heads: int | None = None, bias: bool = True, eps: float = 1e-5,
+                 attn_dropout: float | None = None, ffn_dropout: float | None = None):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias)
-        self.ffn = FeedForward(d_model, d_ff, dropout, activation, bias)
+        attn_p, ffn_p = _inner_dropout(dropout, attn_dropout, ffn_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=attn_p, bias=bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=attn_p, bias=bias)
+        self.ffn = FeedForward(d_model, d_ff, ffn_p, activation, bias)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model, eps=eps, bias=bias) for _ in range(3))
         self.drop1, self.drop2, self.drop3 = (nn.Dropout(dropout) for _ in range(3))
 

@@ -61,6 +61,30 @@ print(f"base: peak at step {peak}, lr {noam_lr(peak, 512, 4000):.2e} = (512*4000
 assert peak == 4000
 
 # %% [markdown]
+# **A run with a fixed budget should anneal.** At the paper's last step, $1/\sqrt{s}$ is still at a fifth
+# of its peak: that schedule never settles the weights, it only slows down. When the budget is known
+# (the Multi30k capstone has 30 CPU minutes), the `linear` schedule warms up the same way, then falls
+# on a straight line to zero exactly when the budget runs out: its progress is the larger of
+# steps / `max_steps` and minutes / `time_budget`. The last updates are small ones that settle the
+# weights, where most of the loss drop of a short run happens. The `small` preset uses it.
+
+# %%
+from tformer.train import InverseSqrtSchedule, LinearDecaySchedule
+
+budget_steps, w, peak_lr = 1200, 300, 1.5e-3
+lin, rsqrt = LinearDecaySchedule(w), InverseSqrtSchedule(w)
+lin_lr = []
+for i in range(budget_steps):
+    lin.progress = i / budget_steps                    # the Trainer sets this before every step
+    lin_lr.append(peak_lr * lin(i))
+fig, ax = plt.subplots(figsize=(6, 3.2))
+ax.plot([peak_lr * rsqrt(i) for i in range(budget_steps)], label="noam: 1/sqrt(step)")
+ax.plot(lin_lr, label="linear: to 0 at the end of the budget")
+ax.set_xlabel("step"), ax.set_ylabel("learning rate"), ax.legend(), ax.set_title(f"{budget_steps} steps, warmup {w}")
+plt.show()
+assert lin_lr[-1] < 0.01 * peak_lr < peak_lr * rsqrt(budget_steps - 1)
+
+# %% [markdown]
 # ## Exercise: the schedule
 # `steps` is a LongTensor of step numbers (counted from 1, any shape); return the learning rate for each,
 # as float64, same shape.

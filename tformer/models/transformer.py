@@ -32,7 +32,9 @@ class TransformerConfig:
     d_ff: int = 2048                   # FFN inner width
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
-    dropout: float = 0.1               # residual, attention and FFN dropout (P_drop)
+    dropout: float = 0.1               # dropout on sub-layer outputs and embeddings (P_drop)
+    attn_dropout: float | None = None  # on attention weights; None = dropout (0 in the paper's text)
+    ffn_dropout: float | None = None   # on the FFN's hidden units; None = dropout (0 in the paper's text)
     max_len: int = 1024                # longest sequence the positional table covers
     pad_id: int = 0                    # padding token id
     norm_first: bool = False           # False = post-LN (the paper); True = pre-LN
@@ -65,7 +67,8 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(
             EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.norm_first, cfg.activation,
-                         cfg.n_kv_heads, cfg.bias, cfg.eps) for _ in range(cfg.n_encoder_layers))
+                         cfg.n_kv_heads, cfg.bias, cfg.eps, attn_dropout=cfg.attn_dropout,
+                         ffn_dropout=cfg.ffn_dropout) for _ in range(cfg.n_encoder_layers))
         final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
 
@@ -82,7 +85,8 @@ class Decoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(
             DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.norm_first, cfg.activation,
-                         cfg.n_kv_heads, cfg.bias, cfg.eps) for _ in range(cfg.n_decoder_layers))
+                         cfg.n_kv_heads, cfg.bias, cfg.eps, attn_dropout=cfg.attn_dropout,
+                         ffn_dropout=cfg.ffn_dropout) for _ in range(cfg.n_decoder_layers))
         final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
 

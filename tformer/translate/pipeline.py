@@ -48,6 +48,7 @@ class Seq2SeqLoss:
 def build_model(p: TranslatePreset, vocab_size: int, pad_id: int = 0) -> Transformer:
     cfg = TransformerConfig(src_vocab_size=vocab_size, d_model=p.d_model, n_heads=p.n_heads, d_ff=p.d_ff,
                             n_encoder_layers=p.n_layers, n_decoder_layers=p.n_layers, dropout=p.dropout,
+                            attn_dropout=p.attn_dropout, ffn_dropout=p.ffn_dropout,
                             norm_first=p.norm_first, max_len=max(p.max_len + 64, 320), pad_id=pad_id)
     return Transformer(cfg)
 
@@ -128,7 +129,7 @@ def train_run(out: str | os.PathLike, preset: str = "tiny", *, data: str | os.Pa
     val_batches = TokenBatcher(enc[2], enc[3], p.max_tokens, shuffle=False, max_len=4 * p.max_len)
     torch.manual_seed(p.seed)                           # same initial weights on every rank and every restart
     model = build_model(p, bpe.vocab_size, bpe.pad_id)
-    tc = TrainConfig(max_steps=p.max_steps, time_budget=time_budget, lr=p.lr, warmup=p.warmup,
+    tc = TrainConfig(max_steps=p.max_steps, time_budget=time_budget, lr=p.lr, warmup=p.warmup, schedule=p.schedule,
                      grad_clip=p.grad_clip, accum_steps=p.accum_steps, eval_every=p.eval_every,
                      save_every=p.save_every, snapshot_every=p.snapshot_every, snapshot_minutes=p.snapshot_minutes,
                      keep_snapshots=max(p.keep_snapshots or 0, p.average_last), seed=p.seed, progress=progress)

@@ -1,7 +1,11 @@
 """Presets for the translation capstone: model size and training recipe in one record.
 
     tiny   CI and the notebook's small mode: trains on the built-in corpus in seconds on a CPU
-    small  Multi30k on a CPU in 30 minutes: 3+3 layers, d=256 (the size of the course's CPU peer)
+    small  Multi30k on a CPU in 30 minutes: 3+3 layers, d=256 (the size of the course's CPU peer).
+           Its recipe is tuned for the budget: small batches (1,600 padded tokens a side: ~1,900 updates
+           in 30 minutes instead of ~600 at 5,000) and the "linear" schedule, which decays to 0 exactly
+           when the time budget runs out. Measured de->en on an idle 2-core CPU: 37.0 greedy / 38.3
+           beam-4 sacreBLEU on test_2016_flickr (5,000-token batches + inverse-sqrt: 32.5 / 33.5).
     base   the paper's transformer-base (Table 3): 6+6 layers, d=512, 100k steps of ~25k tokens
     big    the paper's transformer-big: d=1024, 16 heads, dropout 0.3 (EN-DE), 300k steps
 """
@@ -17,7 +21,9 @@ class TranslatePreset:
     n_heads: int = 8                  # attention heads
     d_ff: int = 2048                  # FFN inner width
     n_layers: int = 6                 # encoder layers = decoder layers
-    dropout: float = 0.1              # P_drop
+    dropout: float = 0.1              # P_drop, on sub-layer outputs and embeddings
+    attn_dropout: float | None = None # on attention weights (None = P_drop, as nn.Transformer; the paper: 0)
+    ffn_dropout: float | None = None  # on the FFN's hidden units (None = P_drop, as nn.Transformer; the paper: 0)
     norm_first: bool = False          # False = post-LN, the paper
     max_len: int = 256                # longest sentence (BPE tokens) kept for training
     # vocabulary
@@ -27,6 +33,8 @@ class TranslatePreset:
     accum_steps: int = 1              # micro-batches per step (to reach max_tokens on fewer GPUs)
     lr: float = 7.0e-4                # peak lr; 512^-0.5 * 4000^-0.5 = 7.0e-4 is the paper's schedule
     warmup: int = 4000                # warmup steps
+    schedule: str = "noam"            # "noam": the paper's 1/sqrt(step); "linear": down to 0 at the end of
+                                      # max_steps or the time budget, whichever comes first
     label_smoothing: float = 0.1      # epsilon_ls
     grad_clip: float | None = None    # the paper does not clip
     max_steps: int = 100_000          # training steps (base: 100k, big: 300k)
@@ -57,10 +65,11 @@ PRESETS: dict[str, TranslatePreset] = {
                             save_every=50, snapshot_minutes=0.0, snapshot_every=25, average_last=4,
                             offline_pairs=4000, max_len=64),
     "small": TranslatePreset(d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.1, vocab_size=8000,
-                             max_tokens=5000, lr=1.5e-3, warmup=300, grad_clip=1.0, max_steps=100_000,
+                             max_tokens=1600, lr=1.5e-3, warmup=400, schedule="linear", grad_clip=1.0, max_steps=100_000,
                              eval_every=500, save_every=200, snapshot_minutes=1.5, average_last=5, max_len=128),
-    "base": TranslatePreset(),
-    "big": TranslatePreset(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3, lr=4.9e-4, max_steps=300_000,
+    "base": TranslatePreset(attn_dropout=0.0, ffn_dropout=0.0),
+    "big": TranslatePreset(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3, attn_dropout=0.0, ffn_dropout=0.0,
+                           lr=4.9e-4, max_steps=300_000,
                            average_last=20),
 }
 
