@@ -129,3 +129,63 @@ def test_given_image_tower_is_used_and_head_dropped():
     with pytest.raises(ValueError, match="vision_width"):
         CLIP(CLIPConfig(vision_width=32, vocab_size=20, context_length=6, text_width=16, text_layers=1, text_heads=2,
                         text_d_ff=32, embed_dim=8), visual=vit)
+
+
+# -- real image-caption pairs through `datasets` (a local imagefolder stands in for Flickr8k) ------------
+COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 220), "yellow": (230, 220, 30)}
+
+
+def write_caption_folder(folder, per_colour=6):
+    """An "imagefolder" dataset: PNGs of different sizes plus metadata.jsonl with two caption columns,
+    the layout `datasets` reads locally and the parquet sets on the hub (Flickr8k) carry."""
+    import json
+
+    from PIL import Image
+    g = torch.Generator().manual_seed(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, rgb in COLOURS.items():
+        for i in range(per_colour):
+            w, h = 20 + 4 * i, 16 + 2 * i                                        # not square, not the target size
+            noise = torch.randint(-20, 21, (h, w, 3), generator=g)
+            px = (torch.tensor(rgb) + noise).clamp(0, 255).to(torch.uint8).numpy()
+            Image.fromarray(px).save(folder / f"{name}_{i}.png")
+            rows.append({"file_name": f"{name}_{i}.png", "caption_0": f"a {name} square",
+                         "caption_1": f"something {name}"})
+    (folder / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_image_captions_load_through_datasets_and_a_clip_learns_them(tmp_path):
+    from tformer.vision import load_image_captions, retrieval_recall, train_clip
+    write_caption_folder(tmp_path / "caps" / "train")
+    data = load_image_captions(str(tmp_path / "caps"), split="train", image_size=8)
+    assert data.images.shape == (24, 3, 8, 8) and data.images.dtype == torch.float32
+    assert sorted(data.captions[0]) == sorted({c for c in data.captions[0]}) and len(data.captions[0]) == 2
+    assert {c for caps in data.captions for c in caps} >= {"a red square", "something blue"}
+    red = [i for i, caps in enumerate(data.captions) if "a red square" in caps]
+    assert data.images[red, 0].mean() > data.images[red, 2].mean()              # the red channel dominates
+    torch.manual_seed(0)
+    cfg = CLIPConfig(image_size=8, patch_size=4, in_channels=3, vision_width=32, vision_layers=1, vision_heads=2,
+                     vision_d_ff=64, vocab_size=259, context_length=24, text_width=32, text_layers=1,
+                     text_heads=2, text_d_ff=64, eos_id=2, embed_dim=16)
+    model = CLIP(cfg)
+    before = retrieval_recall(model, data, ks=(1, 5))
+    hist = train_clip(model, data, epochs=40, batch_size=8, lr=3e-3, progress=False)
+    after = retrieval_recall(model, data, ks=(1, 5))
+    first, last = sum(hist.loss[:6]) / 6, sum(hist.loss[-6:]) / 6
+    assert last < 0.7 * first, f"CLIP loss should fall on colour/caption pairs: {first:.3f} -> {last:.3f}"
+    # six images share each caption, so once colours align a caption's own image is among 6 near-ties:
+    # text->image R@5 tops out near 5/6 (chance: 5/24)
+    assert after["t2i@5"] >= 0.75 and after["t2i@5"] > before["t2i@5"] + 0.4, (before, after)
+
+
+def test_image_captions_say_what_to_do_offline(tmp_path, monkeypatch):
+    from tformer.data import DataUnavailableError
+    from tformer.vision import load_image_captions
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DataUnavailableError, match="digit_captions"):
+        load_image_captions("tformer-tests/no-such-caption-set")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "a.txt").write_text("no images here")
+    with pytest.raises((DataUnavailableError, ValueError)):
+        load_image_captions(str(tmp_path / "empty"))

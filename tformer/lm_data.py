@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .data.sources import DataUnavailableError  # one error type for every loader: offline, say what to do
+from .data.sources import DataUnavailableError, load_hub_dataset  # one error type for every loader
 
 # name -> (datasets path, config, text column)
 CORPORA = {
@@ -50,14 +50,9 @@ def hf_text(name: str = "wikitext", split: str = "train", max_chars: int | None 
         kwargs = {"data_files": {split: name}}
     else:
         raise ValueError(f"hf_text: name must be one of {sorted(CORPORA)} or a local .txt file, got {name!r}")
-    try:
-        import datasets
-        ds = datasets.load_dataset(path, config, split=split, **kwargs)
-    except Exception as e:  # noqa: BLE001  (network, hub or cache errors: one clear message)
-        raise DataUnavailableError(
-            f"could not load {path} ({config}) split {split!r} through `datasets`: {type(e).__name__}: {e}. "
-            f"Run once with a network connection (datasets caches it under ~/.cache/huggingface), or use the "
-            f"offline corpus: tformer.lm_data.offline_text() (set TFORMER_SMALL=1 in the notebooks).") from e
+    ds = load_hub_dataset(path, config, split=split, local=path == "text", **kwargs, hint=(
+        "Run once with a network connection (datasets caches it under ~/.cache/huggingface), or use the "
+        "offline corpus: tformer.lm_data.offline_text() (set TFORMER_SMALL=1 in the notebooks)."))
     parts, n = [], 0
     for row in ds:
         t = row[column]

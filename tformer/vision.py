@@ -1,7 +1,9 @@
 """Image data and training helpers for chapter 12 (ViT and the CLIP-style aligner).
 
 Offline default: scikit-learn's bundled handwritten digits (1,797 grey 8x8 images, 10 classes, no
-download). Online: CIFAR-10 through `datasets` (`load_cifar10`). `random_affine` is a batched
+download). Online: CIFAR-10 (`load_cifar10`) and image-caption sets such as Flickr8k
+(`load_image_captions`) through `datasets`; `train_clip` and `retrieval_recall` train and score a
+CLIP-style aligner on the latter. `random_affine` is a batched
 augmentation (small shifts, rotations, scalings via `F.affine_grid`), `train_classifier` a plain
 AdamW + warmup/cosine loop with a progress bar, `accuracy` and `recall_at_k` the metrics.
 """
@@ -10,12 +12,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ._checks import check_rank
+from .data.sources import DataUnavailableError, load_hub_dataset  # noqa: F401  (the error loaders raise)
 from .metrics import accuracy  # one definition, in metrics; chapter 12 imports it from here
 
 DIGIT_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -52,16 +58,12 @@ def load_digits(test_size: float = 0.25, seed: int = 0) -> ImageSplit:
 def load_cifar10(max_train: int | None = None, max_test: int | None = None, cache_dir: str | None = None) -> ImageSplit:
     """CIFAR-10 through Hugging Face `datasets` ("uoft-cs/cifar10"), as (N, 3, 32, 32) standardised tensors.
 
-    Needs the network the first time (then the `datasets` cache). Offline, this raises a RuntimeError
-    saying so: use `load_digits()` instead, or copy a cached dataset into HF_HOME.
+    Needs the network the first time (then the `datasets` cache). Offline, this raises
+    `DataUnavailableError` saying so: use `load_digits()` instead, or copy a cached dataset into HF_HOME.
     """
-    try:
-        from datasets import load_dataset
-        ds = load_dataset("uoft-cs/cifar10", cache_dir=cache_dir)
-    except Exception as e:  # no network, no cache
-        raise RuntimeError(f"load_cifar10: could not load CIFAR-10 through `datasets` ({type(e).__name__}: {e}). "
-                           "It needs the network once (it is cached afterwards). Offline, use "
-                           "tformer.vision.load_digits() (bundled with scikit-learn).") from e
+    ds = load_hub_dataset("uoft-cs/cifar10", cache_dir=cache_dir, hint=(
+        "CIFAR-10 needs the network once (it is cached afterwards). Offline, use tformer.vision.load_digits() "
+        "(bundled with scikit-learn)."))
 
     def to_tensors(split, limit):
         part = ds[split] if limit is None else ds[split].select(range(min(limit, len(ds[split]))))
@@ -226,4 +228,143 @@ def caption_ids(texts: list[str], context_length: int) -> torch.Tensor:
     for i, s in enumerate(texts):
         b = [BOS_ID] + [c + 3 for c in s.encode("utf-8")][: context_length - 2] + [EOS_ID]
         out[i, :len(b)] = torch.tensor(b)
+    return out
+
+
+# --- real image-caption pairs (Flickr8k and the like) through `datasets` ---------------------------------
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)   # the per-channel statistics CLIP normalises with
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+FLICKR8K = "jxie/flickr8k"                         # parquet: image, caption_0 .. caption_4; 6000/1000/1000
+
+
+@dataclass
+class ImageCaptions:
+    """images (N, 3, S, S) normalised with CLIP's mean/std; captions[i] the captions of image i."""
+    images: torch.Tensor
+    captions: list[list[str]]
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+
+def _caption_columns(names: list[str]) -> list[str]:
+    cols = [c for c in names if c.startswith("caption") or c in ("text", "sentences", "sentence")]
+    if not cols:
+        raise ValueError(f"load_image_captions: found no caption column among {names}; expected caption, "
+                         f"caption_0.., captions or text (or pass caption_columns=)")
+    return sorted(cols)
+
+
+def load_image_captions(source: str = FLICKR8K, split: str = "train", image_size: int = 64,
+                        limit: int | None = None, caption_columns: list[str] | None = None,
+                        image_column: str = "image") -> ImageCaptions:
+    """Image-caption pairs through `datasets`: a hub name (default Flickr8k), or a local folder in the
+    "imagefolder" layout (images + metadata.jsonl with file_name and caption columns), read by the same
+    `load_dataset` call. Each image is made RGB, its shorter side resized to `image_size`, centre-cropped
+    (CLIP's preprocessing) and normalised. A caption column may hold a string or a list of strings.
+    Offline (and not cached), a hub name raises `DataUnavailableError` saying what to do.
+    """
+    from PIL import Image
+
+    local = Path(source).is_dir()
+    args = ("imagefolder",) if local else (source,)
+    ds = load_hub_dataset(*args, split=split, local=local, **({"data_dir": source} if local else {}), hint=(
+        "An image-caption set needs the network once (it is cached afterwards). Offline, the chapter's CLIP "
+        "capstone uses the digits and their template captions (tformer.vision.digit_captions)."))
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    if image_column not in ds.column_names:
+        raise ValueError(f"load_image_captions: no column {image_column!r} in {ds.column_names}")
+    cols = caption_columns or _caption_columns([c for c in ds.column_names if c != image_column])
+    images, captions = [], []
+    for row in ds:
+        img = row[image_column].convert("RGB")
+        w, h = img.size
+        k = image_size / min(w, h)
+        img = img.resize((max(image_size, round(w * k)), max(image_size, round(h * k))), Image.BICUBIC)
+        w, h = img.size
+        left, top = (w - image_size) // 2, (h - image_size) // 2
+        images.append(np.asarray(img.crop((left, top, left + image_size, top + image_size))))
+        caps = []
+        for c in cols:
+            v = row[c]
+            caps.extend([v] if isinstance(v, str) else list(v))
+        captions.append([t.strip() for t in caps if t and t.strip()])
+    x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255.0          # (N, 3, S, S)
+    x = (x - torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)) / torch.tensor(CLIP_STD).view(1, 3, 1, 1)
+    return ImageCaptions(x, captions)
+
+
+def train_clip(model: nn.Module, data: ImageCaptions, epochs: int = 10, batch_size: int = 128, lr: float = 5e-4,
+               weight_decay: float = 0.1, warmup_frac: float = 0.1, augment=None, max_steps: int | None = None,
+               device: torch.device | str = "cpu", seed: int = 0, progress: bool = True) -> History:
+    """Train a `CLIP` on image-caption pairs: each step, every image of the batch meets one of its captions
+    drawn at random; AdamW with warmup + cosine decay; `History.loss` per step. Only parameters with
+    requires_grad train (freeze `model.visual` for a locked image tower, as in LiT)."""
+    from tqdm.auto import tqdm
+
+    g = torch.Generator().manual_seed(seed)
+    ctx = model.cfg.context_length
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.98), eps=1e-6)
+    n = len(data)
+    per_epoch = math.ceil(n / batch_size)
+    total = epochs * per_epoch if max_steps is None else min(max_steps, epochs * per_epoch)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, max(1, int(warmup_frac * total))))
+    model.to(device).train()
+    hist, t0, step = History(), time.perf_counter(), 0
+    bar = tqdm(total=total, desc="CLIP", **({} if progress else {"disable": True}))
+    while step < total:
+        perm = torch.randperm(n, generator=g)
+        for i in range(0, n - 1, batch_size):               # a batch of one has no negatives
+            idx = perm[i:i + batch_size]
+            if len(idx) < 2:
+                continue
+            pick = torch.randint(0, 1 << 30, (len(idx),), generator=g)
+            texts = [data.captions[j][int(p) % len(data.captions[j])] for j, p in zip(idx.tolist(), pick)]
+            x = data.images[idx]
+            if augment is not None:
+                x = augment(x, generator=g)
+            loss = model.loss(x.to(device), caption_ids(texts, ctx).to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            hist.loss.append(loss.item())
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            if step >= total:
+                break
+    bar.close()
+    hist.seconds = time.perf_counter() - t0
+    return hist
+
+
+@torch.no_grad()
+def retrieval_recall(model: nn.Module, data: ImageCaptions, ks: tuple[int, ...] = (1, 5, 10),
+                     batch_size: int = 256) -> dict[str, float]:
+    """The standard image-caption retrieval protocol: every image against every caption of the set.
+    image->text R@k: one of the image's own captions is in its top k; text->image R@k: the caption's image
+    is in its top k. Returns {"i2t@k": ..., "t2i@k": ...}."""
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    ctx = model.cfg.context_length
+    texts = [t for caps in data.captions for t in caps]
+    owner = torch.tensor([i for i, caps in enumerate(data.captions) for _ in caps])          # (N_txt,)
+    img = torch.cat([model.encode_image(data.images[i:i + batch_size].to(dev)).float().cpu()
+                     for i in range(0, len(data), batch_size)])                               # (N_img, E)
+    txt = torch.cat([model.encode_text(caption_ids(texts[i:i + batch_size], ctx).to(dev)).float().cpu()
+                     for i in range(0, len(texts), batch_size)])                              # (N_txt, E)
+    sim = img @ txt.T                                                                         # (N_img, N_txt)
+    model.train(was)
+    out = {}
+    for k in ks:
+        top_t = sim.topk(min(k, sim.shape[1]), dim=1).indices                                 # (N_img, k)
+        out[f"i2t@{k}"] = (owner[top_t] == torch.arange(len(data)).unsqueeze(1)).any(1).float().mean().item()
+        out[f"t2i@{k}"] = recall_at_k(sim.T, k, owner, torch.arange(len(data)))
     return out

@@ -8,7 +8,7 @@ Multi30k layout: train.de / train.en / val.de / ...), which the translation pipe
     wmt14("en-de")                  # WMT14 through `datasets` (newstest2013 = val, newstest2014 = test)
 
 Offline, `multi30k()` and `wmt14()` raise `DataUnavailableError` at once with what to do instead,
-rather than a long series of retries.
+rather than a long series of retries; `load_hub_dataset` does this for every `datasets` loader in tformer.
 """
 from __future__ import annotations
 
@@ -59,6 +59,29 @@ def _offline_reason(host: str) -> str | None:
     return None
 
 
+def load_hub_dataset(path: str, *args, hint: str, local: bool = False, **kwargs):
+    """`datasets.load_dataset(path, *args, **kwargs)`, failing at once with one clear message.
+
+    Without a connection to the hub it raises `DataUnavailableError` before `datasets` starts retrying,
+    unless HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set: then `datasets` itself reads its cache without
+    the network. `local=True` (a builder such as "imagefolder" or "text" on local files) skips the check.
+    Any failure becomes a `DataUnavailableError` that ends with `hint`: what to do instead.
+    """
+    if not local:
+        reason = _offline_reason("huggingface.co")
+        hf_offline = any(os.environ.get(v, "0").lower() not in ("0", "", "false", "no")
+                         for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        if reason and not hf_offline:
+            raise DataUnavailableError(f"cannot load {path} through `datasets`: {reason}. {hint} (If it is "
+                                       f"already cached, set HF_HUB_OFFLINE=1 to read the cache offline.)")
+    try:
+        import datasets
+        return datasets.load_dataset(path, *args, **kwargs)
+    except Exception as e:  # noqa: BLE001  (network, hub or cache errors: report them in one message)
+        raise DataUnavailableError(f"could not load {path} through `datasets` ({type(e).__name__}: {e}). "
+                                   f"{hint}") from e
+
+
 def multi30k(folder: str | os.PathLike | None = None) -> Path:
     """The Multi30k task-1 folder (de/en train, val, test_2016_flickr).
 
@@ -100,18 +123,10 @@ def wmt14(pair: str = "en-de", max_train: int | None = None) -> Path:
     langs = config.split("-")
     if all((out / f"{s}.{lang}").exists() for s in ("train", "val", "test") for lang in langs):
         return out
-    reason = _offline_reason("huggingface.co")
-    if reason:
-        raise DataUnavailableError(
-            f"WMT14 {pair} is not cached and cannot be fetched through `datasets`: {reason}. Run once with a "
-            f"network connection (it caches under {out}), or copy line-aligned train/val/test.{langs[0]}/"
-            f".{langs[1]} files there; on a CPU without network use --data with your own files or the "
-            f"built-in offline corpus.")
-    try:
-        import datasets
-        ds = datasets.load_dataset("wmt/wmt14", config)
-    except Exception as e:  # noqa: BLE001  (network, hub or cache errors: report them in one message)
-        raise DataUnavailableError(f"loading WMT14 {config} through datasets failed: {type(e).__name__}: {e}") from e
+    ds = load_hub_dataset("wmt/wmt14", config, hint=(
+        f"WMT14 {pair} needs a network connection once (it is then cached under {out}); or copy line-aligned "
+        f"train/val/test.{langs[0]}/.{langs[1]} files there; on a CPU without network use --data with your "
+        f"own files or the built-in offline corpus."))
     write_translation_split(ds["train"], out, "train", langs, max_train)
     write_translation_split(ds["validation"], out, "val", langs)
     write_translation_split(ds["test"], out, "test", langs)
