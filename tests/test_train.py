@@ -160,12 +160,8 @@ def test_accumulation_equals_one_big_batch():
 
 def lrs_of_run(trainer):
     """The learning rate each optimizer step of `trainer.fit()` used."""
-    seen, step = [], trainer.optimizer.step
-
-    def spy(*a, **k):
-        seen.append(trainer.optimizer.param_groups[0]["lr"])
-        return step(*a, **k)
-    trainer.optimizer.step = spy
+    seen = []
+    trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: seen.append(opt.param_groups[0]["lr"]))
     trainer.fit()
     return seen
 
