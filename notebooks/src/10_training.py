@@ -281,5 +281,6 @@ for s, r, h in list(zip(src, ref, scores[4]["hypotheses"]))[:4]:
 # **What to expect at full size.** transformer-base on WMT14 EN-DE: 27.3 tokenized BLEU in the paper
 # (sacreBLEU about 26.5); transformer-big 28.4; EN-FR 38.1 / 41.8. On Multi30k de->en, the course's
 # CPU recipe is `tformer translate train --data DIR --src de --tgt en --preset small --time-budget 30`
-# then `tformer translate score --run RUN --src DIR/test_2016_flickr.de --ref DIR/test_2016_flickr.en`
-# (see the README's results table).
+# then `tformer translate score --run RUN --src DIR/test_2016_flickr.de --ref DIR/test_2016_flickr.en`:
+# 37.0 greedy / 38.3 beam-4 sacreBLEU after 30 minutes on an idle 2-core CPU, against 32.5 / 33.5 for
+# the same model with 5,000-token batches and the paper's $1/\sqrt{s}$ schedule (see the README's results table).
