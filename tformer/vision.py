@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._checks import check_rank
-from .data.sources import DataUnavailableError, load_hub_dataset  # noqa: F401  (the error loaders raise)
+from .data.sources import load_hub_dataset
 from .metrics import accuracy  # one definition, in metrics; chapter 12 imports it from here
 
 DIGIT_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -153,6 +153,45 @@ class History:
     seconds: float = 0.0
 
 
+class _AdamWLoop:
+    """What `train_classifier` and `train_clip` share: AdamW over the trainable parameters (no weight decay
+    on biases, norms, positions or the class token), warmup + cosine over the run, a progress bar, and
+    the History they return. `update(loss)` takes one step and says whether the run is done."""
+
+    def __init__(self, model: nn.Module, n: int, batch_size: int, epochs: int, max_steps: int | None, lr: float,
+                 weight_decay: float, warmup_frac: float, betas: tuple[float, float], eps: float, desc: str,
+                 progress: bool):
+        from tqdm.auto import tqdm
+
+        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        decays = [p.dim() >= 2 and "pos_embed" not in name and "cls_token" not in name for name, p in named]
+        self.opt = torch.optim.AdamW([{"params": [p for (_, p), d in zip(named, decays) if d], "weight_decay": weight_decay},
+                                      {"params": [p for (_, p), d in zip(named, decays) if not d], "weight_decay": 0.0}],
+                                     lr=lr, betas=betas, eps=eps)
+        total = epochs * math.ceil(n / batch_size)
+        self.total = total if max_steps is None else min(max_steps, total)
+        warmup = max(1, int(warmup_frac * self.total))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: warmup_cosine(s, self.total, warmup))
+        self.step, self.hist, self.t0 = 0, History(), time.perf_counter()
+        self.bar = tqdm(total=self.total, desc=desc, **({} if progress else {"disable": True}))  # or TQDM_DISABLE=1
+
+    def update(self, loss: torch.Tensor) -> bool:
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.sched.step()
+        self.hist.loss.append(loss.item())
+        self.step += 1
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{self.hist.loss[-1]:.3f}")
+        return self.step >= self.total
+
+    def close(self) -> History:
+        self.bar.close()
+        self.hist.seconds = time.perf_counter() - self.t0
+        return self.hist
+
+
 def train_classifier(model: nn.Module, data: ImageSplit, epochs: int = 10, batch_size: int = 64, lr: float = 1e-3,
                      weight_decay: float = 0.05, warmup_frac: float = 0.1, label_smoothing: float = 0.0,
                      augment=None, max_steps: int | None = None, device: torch.device | str = "cpu",
@@ -161,44 +200,24 @@ def train_classifier(model: nn.Module, data: ImageSplit, epochs: int = 10, batch
 
     `augment(x, generator)` transforms a training batch; `max_steps` stops early (smoke tests).
     """
-    from tqdm.auto import tqdm
-
     g = torch.Generator().manual_seed(seed)
     model.to(device).train()
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.999))
     n = len(data.y_train)
-    per_epoch = math.ceil(n / batch_size)
-    total = epochs * per_epoch if max_steps is None else min(max_steps, epochs * per_epoch)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, max(1, int(warmup_frac * total))))
-    hist, t0, step = History(), time.perf_counter(), 0
-    bar = tqdm(total=total, desc="train", **({} if progress else {"disable": True}))  # TQDM_DISABLE=1 also works
-    for _ in range(epochs):
+    loop = _AdamWLoop(model, n, batch_size, epochs, max_steps, lr, weight_decay, warmup_frac, (0.9, 0.999), 1e-8,
+                      "train", progress)
+    done = loop.total == 0
+    while not done:
         perm = torch.randperm(n, generator=g)
         for i in range(0, n, batch_size):
             idx = perm[i:i + batch_size]
             x, y = data.x_train[idx], data.y_train[idx]
             if augment is not None:
                 x = augment(x, generator=g)
-            loss = F.cross_entropy(model(x.to(device)), y.to(device), label_smoothing=label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            hist.loss.append(loss.item())
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-            if step >= total:
+            done = loop.update(F.cross_entropy(model(x.to(device)), y.to(device), label_smoothing=label_smoothing))
+            if done:
                 break
-        hist.test_acc.append(accuracy(predict(model, data.x_test), data.y_test))
-        if step >= total:
-            break
-    bar.close()
-    hist.seconds = time.perf_counter() - t0
-    return hist
+        loop.hist.test_acc.append(accuracy(predict(model, data.x_test), data.y_test))
+    return loop.close()
 
 
 # --- captions for the CLIP-style aligner ----------------------------------------------------------------
@@ -302,46 +321,30 @@ def train_clip(model: nn.Module, data: ImageCaptions, epochs: int = 10, batch_si
     """Train a `CLIP` on image-caption pairs: each step, every image of the batch meets one of its captions
     drawn at random; AdamW with warmup + cosine decay; `History.loss` per step. Only parameters with
     requires_grad train (freeze `model.visual` for a locked image tower, as in LiT)."""
-    from tqdm.auto import tqdm
-
+    n = len(data)
+    if n < 2 or batch_size < 2:
+        raise ValueError(f"train_clip: a contrastive batch needs at least 2 pairs; got {n} pairs, batch_size={batch_size}")
     g = torch.Generator().manual_seed(seed)
     ctx = model.cfg.context_length
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.98), eps=1e-6)
-    n = len(data)
-    per_epoch = math.ceil(n / batch_size)
-    total = epochs * per_epoch if max_steps is None else min(max_steps, epochs * per_epoch)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, max(1, int(warmup_frac * total))))
     model.to(device).train()
-    hist, t0, step = History(), time.perf_counter(), 0
-    bar = tqdm(total=total, desc="CLIP", **({} if progress else {"disable": True}))
-    while step < total:
+    loop = _AdamWLoop(model, n, batch_size, epochs, max_steps, lr, weight_decay, warmup_frac, (0.9, 0.98), 1e-6,
+                      "CLIP", progress)
+    done = loop.total == 0
+    while not done:
         perm = torch.randperm(n, generator=g)
-        for i in range(0, n - 1, batch_size):               # a batch of one has no negatives
+        for i in range(0, n, batch_size):
             idx = perm[i:i + batch_size]
-            if len(idx) < 2:
+            if len(idx) < 2:                                # a batch of one has no negatives
                 continue
             pick = torch.randint(0, 1 << 30, (len(idx),), generator=g)
             texts = [data.captions[j][int(p) % len(data.captions[j])] for j, p in zip(idx.tolist(), pick)]
             x = data.images[idx]
             if augment is not None:
                 x = augment(x, generator=g)
-            loss = model.loss(x.to(device), caption_ids(texts, ctx).to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            hist.loss.append(loss.item())
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-            if step >= total:
+            done = loop.update(model.loss(x.to(device), caption_ids(texts, ctx).to(device)))
+            if done:
                 break
-    bar.close()
-    hist.seconds = time.perf_counter() - t0
-    return hist
+    return loop.close()
 
 
 @torch.no_grad()
