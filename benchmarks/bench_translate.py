@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tformer.timing import time_interleaved
 from tformer.translate.pipeline import Seq2SeqLoss, build_model
 from tformer.translate.presets import get_preset
 
@@ -83,31 +82,28 @@ def main() -> None:
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
     runs = {"tformer": (ours, loss_ours), "nn.Transformer": (peer, loss_peer)}
     opts = {k: torch.optim.Adam(m.parameters(), 1e-4, betas=(0.9, 0.98), eps=1e-9) for k, (m, _) in runs.items()}
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for i in range(args.warmup + args.steps):
-        for name, (model, loss_fn) in runs.items():
+
+    def step(name):
+        model, loss_fn = runs[name]
+
+        def run():
             model.train()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
             with amp:
                 loss, n = loss_fn(model, batch)
             (loss / n).backward()
             opts[name].step()
             opts[name].zero_grad(set_to_none=True)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            if i >= args.warmup:
-                times[name].append(time.perf_counter() - t0)
+        return run
+
+    med = time_interleaved({k: step(k) for k in runs}, args.steps, warmup=args.warmup, device=dev)
     tokens = int((tgt_out != 0).sum())
     print(f"preset {args.preset}: d={p.d_model} layers={p.n_layers}+{p.n_layers} heads={p.n_heads} ffn={p.d_ff} "
           f"vocab={args.vocab}; batch {args.batch}x{args.len}; device {dev}, torch threads {torch.get_num_threads()}")
     print(f"parameters: tformer {n_ours / 1e6:.2f}M, nn.Transformer {n_peer / 1e6:.2f}M")
     tps = {}
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        tps[name] = tokens / med
-        print(f"{name:>15}: median step {med * 1000:8.1f} ms  {tps[name]:9.0f} target tokens/s")
+    for name, sec in med.items():
+        tps[name] = tokens / sec
+        print(f"{name:>15}: median step {sec * 1000:8.1f} ms  {tps[name]:9.0f} target tokens/s")
     print(f"ratio tformer / nn.Transformer: {tps['tformer'] / tps['nn.Transformer']:.2f}")
 
 

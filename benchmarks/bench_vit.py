@@ -11,13 +11,12 @@ patch 4, d=192, 6 layers (a CIFAR ViT); "base" = ViT-B/16 at 224x224.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
 from tformer.models import ViT
+from tformer.timing import time_interleaved
 
 CONFIGS = {
     "digits": dict(image_size=8, patch_size=2, num_channels=1, hidden_size=64, num_hidden_layers=2,
@@ -58,21 +57,9 @@ def main() -> None:
             opts[name].zero_grad(set_to_none=True)
             loss.backward()
             opts[name].step()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
         return run
 
-    fns = {k: step(k) for k in ("transformers", "tformer")}
-    for _ in range(2):
-        for f in fns.values():
-            f()
-    times = {k: [] for k in fns}
-    for _ in range(args.repeats):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = time_interleaved({k: step(k) for k in ("transformers", "tformer")}, args.repeats, warmup=2, device=dev)
     print(f"ViT training step, config {args.config!r} ({kw['image_size']}px, patch {kw['patch_size']}, "
           f"d={kw['hidden_size']}, {kw['num_hidden_layers']} layers), batch {args.batch}, {dev}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}, median of {args.repeats}")
