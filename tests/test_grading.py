@@ -1,18 +1,20 @@
-"""The exercise checker: modes, time limit, reference guard, mistakes, smallest failing case, `tformer grade`."""
+"""The exercise checker: modes, time limit, reference guard, mistakes, smallest failing case, `tformer grade`.
+(Every exercise's solution, stub, named mistakes and reference guard: tests/test_exercises.py.)"""
 from __future__ import annotations
 
 import json
-import math
 
 import nbformat
 import pytest
 import torch
-import torch.nn.functional as F
 
 import tformer
 from tformer.grading import REGISTRY, Case, Exercise, check, compare, register, set_mode
 from tformer.grading import core
 from tformer.grading import exercises  # noqa: F401  (registers every chapter)
+
+from exercise_solutions.ch01 import attention as _attention, softmax as _softmax
+from exercise_solutions.ch03 import split_heads as _split
 
 
 @pytest.fixture(autouse=True)
@@ -33,176 +35,6 @@ def temp_exercise():
     yield add
     for n in names:
         REGISTRY.pop(n, None)
-
-
-# --- independent correct solutions (written from the formulas, not from tformer) -------------------------------
-
-def _attention(q, k, v, mask=None):
-    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    w = torch.softmax(s, -1).nan_to_num(0.0)                        # fully masked rows: 0, not NaN
-    return w @ v, w
-
-
-def _softmax(x):
-    e = torch.exp(x - x.amax(-1, keepdim=True))
-    return e / e.sum(-1, keepdim=True)
-
-
-def _self_attention(x, wq, wk, wv):
-    return _attention(x @ wq, x @ wk, x @ wv)[0]
-
-
-def _cross_attention(x, c, wq, wk, wv):
-    return _attention(x @ wq, c @ wk, c @ wv)[0]
-
-
-def _split(x, h):
-    b, t, d = x.shape
-    return x.reshape(b, t, h, d // h).permute(0, 2, 1, 3)
-
-
-def _merge(x):
-    b, h, t, hd = x.shape
-    return x.permute(0, 2, 1, 3).reshape(b, t, h * hd)
-
-
-def _mha_with_torch(x, w_qkv, b_qkv, w_o, b_o, h):               # the peer: torch.nn.MultiheadAttention
-    d = x.shape[-1]
-    m = torch.nn.MultiheadAttention(d, h, batch_first=True)
-    with torch.no_grad():
-        m.in_proj_weight.copy_(w_qkv), m.in_proj_bias.copy_(b_qkv)
-        m.out_proj.weight.copy_(w_o), m.out_proj.bias.copy_(b_o)
-    return m(x, x, x, need_weights=False)[0]
-
-
-def _mha(x, w_qkv, b_qkv, w_o, b_o, h):
-    q, k, v = (_split(z, h) for z in (x @ w_qkv.T + b_qkv).chunk(3, -1))
-    return _merge(_attention(q, k, v)[0]) @ w_o.T + b_o
-
-
-def _table(max_len, d):
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    ang = pos / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-    return torch.stack([ang.sin(), ang.cos()], -1).reshape(max_len, d).float()
-
-
-def _shift(k, d):
-    w = 1 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-    blocks = [torch.tensor([[math.cos(k * wi), math.sin(k * wi)], [-math.sin(k * wi), math.cos(k * wi)]])
-              for wi in w.tolist()]
-    return torch.block_diag(*blocks).float()
-
-
-def _layer_norm(x, w, b, eps=1e-5):
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + eps) * w + b
-
-
-def _ffn(x, w1, b1, w2, b2):
-    return torch.relu(x @ w1.T + b1) @ w2.T + b2
-
-
-def _encoder_with_torch(x, p, h):                                  # the peer: nn.TransformerEncoderLayer
-    d = x.shape[-1]
-    layer = torch.nn.TransformerEncoderLayer(d, h, p["ffn.fc1.weight"].shape[0], dropout=0.0, batch_first=True)
-    names = {"attn.qkv.weight": "self_attn.in_proj_weight", "attn.qkv.bias": "self_attn.in_proj_bias",
-             "attn.out.weight": "self_attn.out_proj.weight", "attn.out.bias": "self_attn.out_proj.bias",
-             "ffn.fc1.weight": "linear1.weight", "ffn.fc1.bias": "linear1.bias",
-             "ffn.fc2.weight": "linear2.weight", "ffn.fc2.bias": "linear2.bias"}
-    sd = {names.get(k, k): v for k, v in p.items()}
-    layer.load_state_dict(sd)
-    return layer.eval()(x)
-
-
-def _encoder(x, p, h):
-    x = _layer_norm(x + _mha(x, p["attn.qkv.weight"], p["attn.qkv.bias"], p["attn.out.weight"], p["attn.out.bias"], h),
-                    p["norm1.weight"], p["norm1.bias"])
-    f = _ffn(x, p["ffn.fc1.weight"], p["ffn.fc1.bias"], p["ffn.fc2.weight"], p["ffn.fc2.bias"])
-    return _layer_norm(x + f, p["norm2.weight"], p["norm2.bias"])
-
-
-def _causal(t_q, t_k):
-    return torch.arange(t_k)[None, :] <= torch.arange(t_q)[:, None] + (t_k - t_q)
-
-
-def _causal_padding(tok, pad_id):
-    b, t = tok.shape
-    return (_causal(t, t) & (tok != pad_id)[:, None, None, :]).expand(b, 1, t, t)
-
-
-SOLUTIONS = {
-    "ch01.attention": _attention, "ch01.softmax": _softmax,
-    "ch02.self_attention": _self_attention, "ch02.cross_attention": _cross_attention,
-    "ch03.split_heads": _split, "ch03.merge_heads": _merge, "ch03.mha_forward": _mha,
-    "ch04.sinusoidal_table": _table, "ch04.shift_matrix": _shift,
-    "ch05.layer_norm": _layer_norm, "ch05.ffn": _ffn, "ch05.encoder_layer": _encoder,
-    "ch06.causal_mask": _causal, "ch06.causal_padding_mask": _causal_padding,
-}
-CHAPTER_EXERCISES = sorted(n for n in REGISTRY if n[:4] in {f"ch0{i}" for i in range(1, 7)})
-ALL_EXERCISES = sorted(REGISTRY)  # every chapter's; the chapter test files hold their independent solutions
-
-
-def test_chapters_1_to_6_have_2_to_4_exercises_each():
-    for ch in range(1, 7):
-        n = sum(name.startswith(f"ch0{ch}.") for name in REGISTRY)
-        assert 2 <= n <= 4, f"ch0{ch} has {n} exercises"
-    assert set(SOLUTIONS) == set(CHAPTER_EXERCISES)
-
-
-@pytest.mark.parametrize("name", CHAPTER_EXERCISES)
-def test_independent_solution_passes(name):
-    r = check(name, SOLUTIONS[name])
-    assert r.passed, r.message
-    assert r.cases_run == len(REGISTRY[name].edge_cases()) + REGISTRY[name].n_random
-
-
-@pytest.mark.parametrize("name,peer", [("ch03.mha_forward", _mha_with_torch), ("ch05.encoder_layer", _encoder_with_torch)])
-def test_references_agree_with_pytorch_peers(name, peer):
-    ex = REGISTRY[name]
-    for case in ex.edge_cases() + [ex.random_case(s) for s in range(4)]:
-        with torch.no_grad():
-            torch.testing.assert_close(ex.reference(*case.args), peer(*case.args), atol=1e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("name", ALL_EXERCISES)
-def test_stub_is_not_attempted(name):
-    def stub(*args, **kwargs):
-        raise NotImplementedError("Exercise: replace this line with your code")
-    r = check(name, stub)
-    assert (r.status, r.passed, r.cases_run) == ("not attempted", False, 1)
-
-
-@pytest.mark.parametrize("name,mistake", [(n, m) for n in ALL_EXERCISES for m in REGISTRY[n].mistakes])
-def test_each_named_mistake_is_recognized(name, mistake):
-    r = check(name, REGISTRY[name].mistakes[mistake])
-    assert r.status == "failed", r.message
-    assert "known mistake: " in r.message and mistake in r.message, r.message
-
-
-def test_the_required_mistakes_are_named():
-    required = {"ch01.attention": ["1/sqrt(d_k)", "wrong axis", "mask applied after the softmax"],
-                "ch03.split_heads": ["reshape without the transpose"],
-                "ch03.mha_forward": ["reshape without the transpose"],
-                "ch05.layer_norm": ["Bessel"],
-                "ch04.sinusoidal_table": ["sin and cos swapped"]}
-    for name, words in required.items():
-        names = " | ".join(REGISTRY[name].mistakes)
-        for w in words:
-            assert w in names, (name, w, names)
-
-
-@pytest.mark.parametrize("name", ALL_EXERCISES)
-def test_calling_the_reference_does_not_pass(name):
-    ex = REGISTRY[name]
-    assert ex.forbidden, f"{name} forbids nothing"
-    r = check(name, lambda *a, **k: ex.reference(*a, **k))
-    assert r.status == "error" and "called the reference" in r.message, r.message
-    # and the reference works again afterwards
-    case = ex.edge_cases()[0]
-    ex.reference(*case.args, **case.kwargs)
 
 
 def test_reference_guard_catches_aliases_imported_earlier():
@@ -416,3 +248,17 @@ def test_in_place_edits_do_not_leak_between_reference_learner_and_mistakes():
     args, _ = core._clone_args(case)
     args[1]["norm1.weight"].zero_()
     assert not torch.equal(case.args[1]["norm1.weight"], args[1]["norm1.weight"])
+
+
+def test_each_notebook_owes_its_own_exercises(temp_exercise, tmp_path):
+    """A chapter split into two notebooks: exercises registered with `notebook=` go to that notebook only."""
+    from tformer.grading.cli import exercises_of
+    one = lambda: [Case("one", (torch.ones(1),))]  # noqa: E731
+    temp_exercise(Exercise("ch97.first", "t", reference=lambda x: x, edge_cases=one, random_case=None, n_random=0,
+                           notebook="97_first_part"))
+    temp_exercise(Exercise("ch97.second", "t", reference=lambda x: x, edge_cases=one, random_case=None, n_random=0,
+                           notebook="97b_second_part"))
+    temp_exercise(Exercise("ch97.any", "t", reference=lambda x: x, edge_cases=one, random_case=None, n_random=0))
+    assert exercises_of(tmp_path / "97_first_part.ipynb") == ["ch97.first", "ch97.any"]
+    assert exercises_of(tmp_path / "97b_second_part.ipynb") == ["ch97.second", "ch97.any"]
+    assert exercises_of(tmp_path / "01_attention.ipynb") == ["ch01.attention", "ch01.softmax"]

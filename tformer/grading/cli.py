@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-_CHAPTER = re.compile(r"^(\d\d)_")
+_CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
 
 
 @dataclass
@@ -69,6 +69,16 @@ def _chapter(nb_path: Path) -> str | None:
     return f"ch{m.group(1)}" if m else None
 
 
+def exercises_of(nb_path: Path) -> list[str]:
+    """The exercises a notebook owes, in registration (= notebook) order: those registered with its stem as
+    `notebook`, else those of its chapter (name prefix chNN.) that name no notebook."""
+    from .core import REGISTRY
+    from . import exercises  # noqa: F401  (registers every chapter's exercises)
+    stem, chapter = Path(nb_path).stem, _chapter(Path(nb_path))
+    return [n for n, ex in REGISTRY.items()
+            if ex.notebook == stem or (not ex.notebook and chapter and n.startswith(chapter + "."))]
+
+
 def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> NotebookReport:
     """Execute one notebook headless; collect the `check` results it recorded."""
     try:
@@ -110,7 +120,7 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> Noteb
             if out.get("output_type") == "error":
                 report.cell_errors.append(f"{out.get('ename')}: {out.get('evalue', '')}".splitlines()[0][:200])
     latest = {r["exercise"]: r for r in recorded}   # a check run twice counts once (the last run)
-    expected = [n for n in REGISTRY if chapter and n.startswith(chapter + ".")]   # registration = notebook order
+    expected = exercises_of(nb_path)
     for name in expected + [n for n in latest if n not in expected]:
         r = latest.get(name)
         if r is None:

@@ -72,6 +72,8 @@ class Exercise:
     mistakes: dict[str, Callable[..., Any]] = field(default_factory=dict)  # name -> buggy version
     forbidden: list[tuple[Any, str]] = field(default_factory=list)         # (owner, attribute) disabled while fn runs
     time_limit: float = 10.0                    # seconds for the whole check
+    notebook: str = ""                          # the notebook it belongs to, by stem ("11_pretraining");
+                                                # "" = the notebook whose name starts with the chapter number
 
 
 @dataclass
