@@ -53,10 +53,10 @@ test: install
 
 # Regenerate learner notebooks (stubs) and solution notebooks from their sources in notebooks/src/.
 notebooks: install
-	$(PY) -m tformer.notebooks build
+	$(PY) -m tools.notebooks build
 
 solutions: install
-	$(PY) -m tformer.notebooks build --solutions --out solutions/
+	$(PY) -m tools.notebooks build --solutions --out solutions/
 
 # Grade every learner notebook in notebooks/ (or GRADE=path): a per-chapter table and grade-report.json.
 GRADE ?= notebooks/

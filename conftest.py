@@ -1,13 +1,18 @@
 """Pytest set-up for the whole repository.
 
-* Solution notebooks are regenerated from notebooks/src into build/solutions before collection.
+* Solution notebooks are regenerated from notebooks/src into build/solutions, only when this run
+  collects notebooks (`pytest` from the root, `pytest notebooks/ build/solutions/`, a path to an .ipynb);
+  `pytest tests/test_moe.py` builds nothing and needs neither jupytext nor nbval.
 * Notebooks run under nbval (--nbval-lax: every cell must run without error; outputs are not compared)
   in small mode; learner notebooks with TFORMER_GRADE=blank (each stub must fail gracefully),
   solution notebooks with TFORMER_GRADE=strict (each solution must pass).
+* Without nbval installed (a machine with only the runtime dependencies), its options in pyproject's
+  addopts are accepted and ignored, and no notebook is collected.
 * At the end, each notebook's total run time is listed.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from collections import defaultdict
@@ -16,7 +21,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent
+NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = ROOT / "build" / "solutions"
+HAVE_NBVAL = importlib.util.find_spec("nbval") is not None
 _times: dict[str, float] = defaultdict(float)
 
 os.environ.setdefault("TFORMER_SMALL", "1")
@@ -26,13 +33,36 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
-def _build_solutions() -> None:
-    # at import, before pytest resolves testpaths, so build/solutions exists to be collected
-    from tformer.notebooks import build
+def pytest_addoption(parser):
+    if not HAVE_NBVAL:  # keep pyproject's addopts valid; nothing runs notebooks then
+        group = parser.getgroup("nbval", "nbval is not installed: notebooks are not collected")
+        group.addoption("--nbval-lax", action="store_true")
+        group.addoption("--nbval-current-env", action="store_true")
+        group.addoption("--nbval-cell-timeout", default=None)
+
+
+def _collects_notebooks(args: list[str]) -> bool:
+    """Does one of these collection arguments reach a notebook (learner or solution)?"""
+    for arg in args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path.suffix == ".ipynb" or path in (NOTEBOOKS, SOLUTIONS):
+            return True
+        if path in SOLUTIONS.parents or path in NOTEBOOKS.parents:
+            return True
+        if SOLUTIONS in path.parents or NOTEBOOKS in path.parents:
+            return True
+    return False
+
+
+def pytest_configure(config):
+    if not HAVE_NBVAL or not _collects_notebooks(config.args):
+        return
+    from tools.notebooks import build
+    existed = SOLUTIONS.exists()
     build(SOLUTIONS, solutions=True)
-
-
-_build_solutions()
+    # testpaths drops folders that do not exist yet: add the one just written
+    if not existed and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        config.args.append(str(SOLUTIONS.relative_to(ROOT)))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -12,9 +12,9 @@ The learner notebook (`notebooks/NN_slug.ipynb`, committed without outputs) gets
 `raise NotImplementedError(...)`, at the same indentation; the solution notebook keeps the code and drops
 the markers.
 
-    python -m tformer.notebooks build                          # learner notebooks -> notebooks/
-    python -m tformer.notebooks build --solutions --out DIR    # solution notebooks -> DIR
-    python -m tformer.notebooks check                          # fail if notebooks/ is out of date
+    python -m tools.notebooks build                          # learner notebooks -> notebooks/
+    python -m tools.notebooks build --solutions --out DIR    # solution notebooks -> DIR
+    python -m tools.notebooks check                          # fail if notebooks/ is out of date
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def stale(out: Path = ROOT / "notebooks") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tformer.notebooks", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.notebooks", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="write notebooks from notebooks/src")
     b.add_argument("--solutions", action="store_true", help="keep the solutions (teacher notebooks)")
