@@ -1,13 +1,34 @@
 """tformer: the package behind the course. Hand-written by topic; notebooks import it.
 
-    attention   scaled_dot_product_attention (reference), MultiHeadAttention (MHA/GQA/MQA, KV cache)
-    masks       causal, padding, sliding-window masks and combining them (bool, True = may attend)
-    positional  sinusoidal, learned, RoPE (+ position interpolation, NTK, YaRN)
-    blocks      FeedForward, EncoderLayer, DecoderLayer (post-LN and pre-LN)
-    cache       KVCache
-    paged_cache, quantize, speculative   paged KV cache, int8/int4 weights, speculative decoding (ch. 14)
-    moe, flash, lm_data   mixture of experts; forced flash attention, tokens/s, MFU; LM text (ch. 13)
-    models      Transformer (encoder-decoder), GPT (decoder-only), ...
+Every module, from the bottom layer (masks, attention) up to the capstones; tests/test_notebook_cells.py
+checks that this map names every module and subpackage:
+
+    runtime      SMALL (env TFORMER_SMALL), device(), seed_everything()
+    _checks      shared input checks: bad input raises an error naming what was expected
+    masks        causal, padding, sliding-window masks and combining them (bool, True = may attend)  ch. 6
+    attention    scaled_dot_product_attention (reference), MultiHeadAttention (MHA/GQA/MQA, KV cache),
+                 split_heads / merge_heads                                                        ch. 1-3
+    cache        KVCache (one layer's keys and values while decoding)                              ch. 14
+    positional   sinusoidal, learned, RoPE (+ position interpolation, NTK, YaRN)                   ch. 4, 8
+    blocks       FeedForward, EncoderLayer, DecoderLayer (post-LN and pre-LN)                      ch. 5
+    sparse       sliding-window, strided, Longformer and BigBird patterns                           ch. 8-9
+    efficient    tiled online-softmax attention, Linformer, Performer                              ch. 9
+    models/      transformer (encoder-decoder), gpt, bert, vit, clip, rnn (LSTM baselines)
+    moe          top-k router, expert FFNs, load-balancing loss                                     ch. 13
+    flash        forced flash kernel, tokens/s and MFU                                              ch. 13
+    timing       step time, peak memory, FLOP counts, power-law fits                                ch. 7-9, 15
+    train        the paper's schedule, label smoothing, Trainer                                    ch. 10
+    data/        corpora (built-in, Multi30k, WMT14), shared BPE, token-count batches               ch. 10
+    decode       greedy and beam search for the encoder-decoder                                    ch. 10
+    metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity                              ch. 10-13
+    translate/   the translation capstone: presets, pipeline, `tformer translate`                  ch. 10
+    lm, lm_data  language-model objectives; LM text, tokenizer and batches                         ch. 11, 13
+    vision       image data, augmentation and training helpers for ViT and CLIP                   ch. 12
+    paged_cache, quantize, speculative   paged KV cache, int8/int4 weights, speculative decoding   ch. 14
+    plot         heat maps and curves for the notebooks
+    grading/     check("chNN.name", fn) and `tformer grade`
+    notebooks    builds the chapter notebooks from notebooks/src (a repository tool)
+    cli          the `tformer` command
 """
 from .attention import MultiHeadAttention, fast_attention, merge_heads, scaled_dot_product_attention, split_heads
 from .blocks import DecoderLayer, EncoderLayer, FeedForward

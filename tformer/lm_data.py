@@ -51,8 +51,9 @@ def hf_text(name: str = "wikitext", split: str = "train", max_chars: int | None 
     else:
         raise ValueError(f"hf_text: name must be one of {sorted(CORPORA)} or a local .txt file, got {name!r}")
     ds = load_hub_dataset(path, config, split=split, local=path == "text", **kwargs, hint=(
-        "Run once with a network connection (datasets caches it under ~/.cache/huggingface), or use the "
-        "offline corpus: tformer.lm_data.offline_text() (set TFORMER_SMALL=1 in the notebooks)."))
+        "Run once with a network connection (it is then cached under tformer.data.cache_dir(), data/cache/ "
+        "in a checkout), or use the offline corpus: tformer.lm_data.offline_text() (set TFORMER_SMALL=1 in "
+        "the notebooks)."))
     parts, n = [], 0
     for row in ds:
         t = row[column]

@@ -27,9 +27,17 @@ class DataUnavailableError(RuntimeError):
     """Real data could not be fetched (offline, or the source is gone); the message says what to do."""
 
 
+_CHECKOUT_DATA = Path(__file__).resolve().parents[2] / "data"   # the repository's data/ (see data/README.md)
+
+
 def cache_dir() -> Path:
-    """$TFORMER_CACHE, else ~/.cache/tformer."""
-    return Path(os.environ.get("TFORMER_CACHE", Path.home() / ".cache" / "tformer"))
+    """Where downloads are cached: $TFORMER_CACHE; else data/cache/ of the repository checkout (ignored by
+    git) when tformer runs from one; else ~/.cache/tformer (an installed package without the checkout)."""
+    if os.environ.get("TFORMER_CACHE"):
+        return Path(os.environ["TFORMER_CACHE"])
+    if (_CHECKOUT_DATA / "README.md").is_file():
+        return _CHECKOUT_DATA / "cache"
+    return Path.home() / ".cache" / "tformer"
 
 
 def read_parallel(folder: str | os.PathLike, src: str, tgt: str, split: str = "train") -> tuple[list[str], list[str]]:
@@ -65,7 +73,8 @@ def load_hub_dataset(path: str, *args, hint: str, local: bool = False, **kwargs)
     Without a connection to the hub it raises `DataUnavailableError` before `datasets` starts retrying,
     unless HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set: then `datasets` itself reads its cache without
     the network. `local=True` (a builder such as "imagefolder" or "text" on local files) skips the check.
-    Any failure becomes a `DataUnavailableError` that ends with `hint`: what to do instead.
+    Any failure becomes a `DataUnavailableError` that ends with `hint`: what to do instead. Unless a
+    `cache_dir` is given, `datasets` caches under `cache_dir()/huggingface`.
     """
     if not local:
         reason = _offline_reason("huggingface.co")
@@ -74,6 +83,8 @@ def load_hub_dataset(path: str, *args, hint: str, local: bool = False, **kwargs)
         if reason and not hf_offline:
             raise DataUnavailableError(f"cannot load {path} through `datasets`: {reason}. {hint} (If it is "
                                        f"already cached, set HF_HUB_OFFLINE=1 to read the cache offline.)")
+    if not local and kwargs.get("cache_dir") is None:
+        kwargs["cache_dir"] = str(cache_dir() / "huggingface")    # data/cache/huggingface in a checkout
     try:
         import datasets
         return datasets.load_dataset(path, *args, **kwargs)

@@ -1,0 +1,37 @@
+"""The repository's map of itself stays true: the module map in tformer/__init__.py names every module,
+data/ has a README per dataset, and downloads are cached in data/cache/ (ignored by git) by default."""
+import pkgutil
+import subprocess
+from pathlib import Path
+
+import tformer
+from tformer.data import cache_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_module_map_names_every_module_and_subpackage():
+    doc = tformer.__doc__
+    names = [m.name for m in pkgutil.iter_modules(tformer.__path__) if m.name != "__main__"]
+    missing = [n for n in names if f"{n}/" not in doc and f" {n} " not in doc and f" {n}," not in doc
+               and f", {n} " not in doc]
+    assert not missing, f"tformer/__init__.py's module map does not mention: {missing}"
+
+
+def test_data_has_a_readme_per_dataset_with_source_license_and_offline_fallback():
+    folders = ["multi30k", "wmt14", "digits", "cifar10", "flickr8k", "lm_corpora", "generated"]
+    index = (ROOT / "data" / "README.md").read_text()
+    for name in folders:
+        text = (ROOT / "data" / name / "README.md").read_text()
+        assert f"({name}/README.md)" in index, f"data/README.md does not link {name}/"
+        for word in ("License", "offline"):
+            assert word.lower() in text.lower(), f"data/{name}/README.md says nothing about {word}"
+
+
+def test_downloads_are_cached_in_data_cache_ignored_by_git(monkeypatch):
+    monkeypatch.delenv("TFORMER_CACHE", raising=False)
+    assert cache_dir() == ROOT / "data" / "cache"
+    ignored = subprocess.run(["git", "check-ignore", "-q", "data/cache/x"], cwd=ROOT)
+    assert ignored.returncode == 0, "data/cache/ must be ignored by git"
+    monkeypatch.setenv("TFORMER_CACHE", "/tmp/elsewhere")
+    assert cache_dir() == Path("/tmp/elsewhere")
