@@ -1,5 +1,7 @@
 # tformer: two commands do all the set-up.
 #   make lab   create .venv if missing, install, open JupyterLab on notebooks/
+#              (as root it adds --allow-root; server options go in LAB_ARGS, e.g.
+#               make lab LAB_ARGS="--ip=0.0.0.0 --no-browser --port=8888")
 #   make test  create .venv if missing, install, run every test (package, graders, notebooks)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -44,8 +46,11 @@ $(VENV)/.installed: pyproject.toml | torch
 
 install: $(VENV)/.installed
 
+# Containers, cloud notebooks and CI run as root, where Jupyter refuses to start without --allow-root.
+LAB_ARGS  ?=
+LAB_ROOT  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: install
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(LAB_ROOT) $(LAB_ARGS) notebooks/
 
 # Runs the package tests, the grader tests and every notebook (both forms) in small mode.
 test: install

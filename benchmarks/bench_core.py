@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import tformer.runtime
 from tformer import MultiHeadAttention, causal_mask
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
 from tformer.positional import sinusoidal_table
@@ -115,8 +116,9 @@ def bench_generate(repeats):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
     args = p.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
+    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     rows = [("MultiHeadAttention fwd+bwd", "nn.MultiheadAttention", bench_mha, "tokens/s"),
             ("GPT train step 6L/384d T=256", "transformers GPT2LMHeadModel", bench_gpt, "tokens/s"),
             ("enc-dec train step 6+6 d512", "nn.Transformer", bench_seq2seq, "tgt tokens/s"),

@@ -25,6 +25,7 @@ import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import tformer.runtime  # noqa: E402
 from tformer.models import GPT  # noqa: E402
 from tformer.paged_cache import BlockPool, PagedConfig, generate_paged  # noqa: E402
 from tformer.quantize import QuantLinear  # noqa: E402
@@ -91,8 +92,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (1 on a shared machine)")
     args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     bench_decoding(args.repeats)
     bench_int8(args.repeats)

@@ -27,6 +27,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+import tformer.runtime
 from tformer.attention import scaled_dot_product_attention
 from tformer.efficient import orthogonal_gaussian, performer_attention, tiled_attention
 from tformer.sparse import sliding_window_attention
@@ -56,6 +57,7 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=256, help="tiled attention key block")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
+    tformer.runtime.set_threads(None)   # explicit: every core, whatever small mode chose
     device = torch.device(args.device)
     torch.manual_seed(0)
     rows = []

@@ -20,6 +20,7 @@ import argparse
 
 import torch
 
+import tformer.runtime
 from tformer.flash import lm_throughput
 from tformer.models import GPT, GPTConfig
 from tformer.timing import time_interleaved
@@ -124,8 +125,7 @@ def main():
     p.add_argument("--gpu", action="store_true", help="CUDA: bf16, flash forced, tokens/s and MFU")
     p.add_argument("--compile", action="store_true", help="with --gpu: torch.compile the models")
     args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     if args.gpu:
         if not torch.cuda.is_available():
             raise SystemExit("--gpu needs a CUDA GPU")

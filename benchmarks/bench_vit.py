@@ -15,6 +15,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
+import tformer.runtime
 from tformer.models import ViT
 from tformer.timing import time_interleaved
 
@@ -34,6 +35,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
+    tformer.runtime.set_threads(None)   # explicit: every core, whatever small mode chose
     import transformers
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")

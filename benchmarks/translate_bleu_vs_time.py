@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+import tformer.runtime
 from tformer.translate import load_run, score_lines
 
 
@@ -27,8 +28,7 @@ def main() -> None:
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     run = Path(args.run)
     src = Path(args.src).read_text(encoding="utf-8").rstrip("\n").split("\n")
     ref = Path(args.ref).read_text(encoding="utf-8").rstrip("\n").split("\n")

@@ -31,8 +31,6 @@ from tformer.grading import check
 from tformer.plot import heatmap
 
 tformer.seed_everything(0)
-if tformer.SMALL:
-    torch.set_num_threads(1)   # tiny tensors: one thread is as fast, and immune to a busy shared CPU
 print("small mode:", tformer.SMALL)
 
 # %% [markdown]

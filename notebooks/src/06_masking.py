@@ -29,8 +29,6 @@ from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
 from tformer.plot import curves, heads_grid, heatmap
 
 tformer.seed_everything(0)
-if tformer.SMALL:
-    torch.set_num_threads(1)   # tiny tensors: one thread is as fast, and immune to a busy shared CPU
 print("small mode:", tformer.SMALL)
 
 # %% [markdown]

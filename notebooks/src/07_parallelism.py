@@ -104,7 +104,8 @@ models = {
 }
 for name, make in models.items():
     print(f"{name}: {sum(p.numel() for p in make().parameters()):,} parameters")
-timings = step_time_vs_length(models, lengths, batch, vocab, device=device, warmup=1, repeat=2 if tformer.SMALL else 5)
+with tformer.runtime.threads(tformer.runtime.ALL_THREADS):   # parallel speed: every core, set explicitly here
+    timings = step_time_vs_length(models, lengths, batch, vocab, device=device, warmup=1, repeat=2 if tformer.SMALL else 5)
 print(format_table([{"model": r.name, "T": r.seq_len, "ms / step": 1e3 * r.seconds, "tokens/s": r.tokens_per_s}
                     for r in timings]))
 

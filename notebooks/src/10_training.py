@@ -38,8 +38,6 @@ from tformer.translate import load_run, score_lines, train_run
 from tformer.translate.pipeline import Seq2SeqLoss
 
 tformer.seed_everything(0)
-if tformer.SMALL:
-    torch.set_num_threads(1)   # small models: one thread is as fast, and immune to a busy shared CPU
 device = tformer.device()
 print("small mode:", tformer.SMALL, "| device:", device)
 

@@ -35,8 +35,6 @@ from tformer.models import BERT, GPT, BertClassifier, BertConfig, GPTConfig
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
-if SMALL:
-    torch.set_num_threads(1)   # tiny tensors on a shared CPU: one thread is as fast and steadier
 dev = tformer.device()
 print("small mode:", SMALL, "| device:", dev)
 

@@ -43,8 +43,6 @@ from tformer.train import TrainConfig, Trainer
 
 SMALL = tformer.SMALL
 tformer.seed_everything(0)
-if SMALL:
-    torch.set_num_threads(1)   # tiny tensors: one thread is as fast, and immune to a busy shared CPU
 dev = tformer.device()
 print("small mode:", SMALL, "| device:", dev)
 

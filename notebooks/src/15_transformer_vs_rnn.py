@@ -173,9 +173,10 @@ assert g_tf[far].mean() / g_tf[-1] > 100 * g_lstm[far].mean() / g_lstm[-1]
 # %%
 lengths = [32, 128, 384] if SMALL else [256, 1024, 2048, 4096]
 batch = 4 if SMALL else 16
-rows = step_time_vs_length({"Transformer": lambda: make_transformer(256, width, max(lengths)),
-                            "LSTM": lambda: make_lstm(256, width)},
-                           lengths, batch, 256, device=dev, warmup=1, repeat=2 if SMALL else 5, progress=not SMALL)
+with tformer.runtime.threads(tformer.runtime.ALL_THREADS):   # parallel speed: every core, set explicitly here
+    rows = step_time_vs_length({"Transformer": lambda: make_transformer(256, width, max(lengths)),
+                                "LSTM": lambda: make_lstm(256, width)},
+                               lengths, batch, 256, device=dev, warmup=1, repeat=2 if SMALL else 5, progress=not SMALL)
 print(format_table([r.__dict__ for r in rows]))
 plt.figure(figsize=(5, 3.2))
 for name in ("Transformer", "LSTM"):
