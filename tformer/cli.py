@@ -2,25 +2,127 @@
 
 A module listed in COMMANDS defines `add_cli(subparsers)`, which adds a subparser and sets
 `func=handler` (handler(args) -> exit code).
+
+Errors, the same for every subcommand. A handler raises `UserError("what was wrong; what to do")` for
+bad input; `main` prints it as one line on stderr and exits with status 2. A job that started and then
+failed (disk full while saving, ...) exits with status 1. Nobody sees a traceback, unless they ask with
+`--debug` (before or after the subcommand) or TFORMER_DEBUG=1, for a bug report. Usage mistakes that
+argparse catches (a missing option, `--beam 0`) are one line and status 2 as well.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import sys
+import traceback
 
 COMMANDS = [
     "tformer.grading.cli",        # tformer grade PATH
     "tformer.translate.cli",      # tformer translate ...
 ]
 
+EXIT_USER, EXIT_FAILED = 2, 1
+
+
+class UserError(Exception):
+    """Bad input from the person at the keyboard: one line on stderr, exit status 2."""
+    exit_code = EXIT_USER
+
+
+class JobFailed(Exception):
+    """The job ran and failed for a reason the user can act on: one line on stderr, exit status 1."""
+    exit_code = EXIT_FAILED
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the subcommand, what was wrong, where help is), exit 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def add_debug(p: argparse.ArgumentParser) -> None:
+    """`--debug` on a (sub)parser; SUPPRESS keeps a subparser from resetting the top-level flag."""
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback on errors (also TFORMER_DEBUG=1)")
+
+
+# argparse `type=` helpers: the value's type and range in one place, the option named in the error
+def _number(kind, lo=None, hi=None, lo_open=False, what=""):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}"
+                                             f"{what}, got {text!r}") from None
+        if kind is float and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected a finite number{what}, got {text!r}")
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            raise argparse.ArgumentTypeError(f"expected {'>' if lo_open else '>='} {lo}{what}, got {text}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"expected <= {hi}{what}, got {text}")
+        return v
+    parse.__name__ = kind.__name__                     # argparse names the type in some messages
+    return parse
+
+
+def positive_int(text: str) -> int:
+    return _number(int, lo=1)(text)
+
+
+def positive_float(text: str) -> float:
+    return _number(float, lo=0, lo_open=True)(text)
+
+
+def nonnegative_float(text: str) -> float:
+    return _number(float, lo=0)(text)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tformer", description="tformer: the course's command line")
-    sub = p.add_subparsers(dest="command")
+    p = Parser(prog="tformer", description="tformer: the course's command line")
+    p.add_argument("--debug", action="store_true", default=False,
+                   help="show the full traceback on errors (also TFORMER_DEBUG=1)")
+    sub = p.add_subparsers(dest="command", parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(name).add_cli(sub)
     return p
+
+
+def _debug_wanted(args) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("TFORMER_DEBUG", "0").lower() not in (
+        "0", "", "false", "no")
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text
+
+
+def classify(e: BaseException) -> tuple[int, str]:
+    """(exit status, message) for an exception that reached `main`."""
+    from .train import CheckpointError, CheckpointWriteError, RunInUseError
+    if isinstance(e, (UserError, JobFailed)):
+        return e.exit_code, _one_line(e)
+    if isinstance(e, (CheckpointError, RunInUseError)):          # the run folder given is unusable now
+        return EXIT_USER, _one_line(e)
+    if isinstance(e, CheckpointWriteError):
+        return EXIT_FAILED, _one_line(e)
+    if isinstance(e, UnicodeDecodeError):
+        return EXIT_USER, f"input is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8"
+    if isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
+        return EXIT_USER, _one_line(e)
+    try:
+        from .data import DataUnavailableError
+    except ImportError:  # pragma: no cover
+        DataUnavailableError = ()                                  # noqa: N806
+    if isinstance(e, DataUnavailableError):
+        return EXIT_USER, _one_line(e)
+    if isinstance(e, OSError):                                     # disk full, I/O error: the job failed
+        return EXIT_FAILED, _one_line(e)
+    return EXIT_FAILED, (f"failed: {type(e).__name__}: {_one_line(e)} (this looks like a bug in tformer: rerun "
+                         f"with --debug and report the traceback)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0
-    return int(args.func(args) or 0)
+    prog = " ".join(["tformer", args.command] + ([args.action] if getattr(args, "action", None) else []))
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        if _debug_wanted(args):
+            traceback.print_exc()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        code, message = classify(e)
+        if _debug_wanted(args):
+            traceback.print_exc()
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

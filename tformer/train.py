@@ -18,7 +18,8 @@ rises linearly for `warmup` steps, then decays as 1/sqrt(step). Adam(0.9, 0.98, 
 
 It gives: a tqdm progress bar, gradient accumulation and clipping, bf16 autocast on CUDA, periodic
 validation, atomic checkpoints (a temporary file then `os.replace`, so a crash never leaves a torn
-file), exact resume (model, optimizer, scheduler, RNG states, data position: an interrupted and
+file; the previous full checkpoint stays beside the newest as last.prev.pt, and resume falls back to it
+when last.pt is unreadable), exact resume (model, optimizer, scheduler, RNG states, data position: an interrupted and
 resumed run ends with the same weights as an uninterrupted one), a time budget, the last few weight
 snapshots for checkpoint averaging, and DistributedDataParallel when launched by `torchrun`.
 """
@@ -28,6 +29,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -182,13 +184,142 @@ def _dist_on() -> bool:
 # Checkpoints
 
 
-def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """`torch.save` to a temporary file in the same folder, then `os.replace`: readers never see half a file."""
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read: truncated (a crash or a full disk while copying it),
+    corrupt, or not a checkpoint of this model. The message names the file."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """Saving a checkpoint failed (disk full, no permission); the message says whether the previous one survived."""
+
+
+class RunInUseError(RuntimeError):
+    """Another job holds the run folder's lock."""
+
+
+# The function that writes a checkpoint's bytes to an open file: torch.save. A seam for fault injection:
+# tests replace it with a writer that stops part-way (an interrupted save) or raises OSError(ENOSPC).
+checkpoint_writer: Callable[[Any, Any], None] = torch.save
+
+
+def previous_path(path: str | os.PathLike) -> Path:
+    """Where `atomic_save(..., keep_previous=True)` keeps the checkpoint it replaces: last.pt -> last.prev.pt."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def atomic_save(obj: Any, path: str | os.PathLike, keep_previous: bool = False) -> None:
+    """Write `obj` to a temporary file in the same folder, fsync it, then `os.replace` it onto `path`.
+
+    Readers never see half a file: a crash, an interrupt or a full disk before the rename leaves the old
+    `path` untouched (the temporary file is removed when Python still runs). keep_previous=True first
+    moves the old file to `previous_path(path)`, so two complete checkpoints exist after a save.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(obj, tmp)
+    try:
+        with open(tmp, "wb") as f:
+            checkpoint_writer(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            kept = (f"the previous {path.name} in {path.parent} is intact" if path.exists()
+                    else f"nothing was replaced: the checkpoints already in {path.parent} are intact")
+            raise CheckpointWriteError(f"could not save {path}: {e.strerror or e}; {kept}. Free some space "
+                                       f"(or fix the folder) and run the same command again to resume") from e
+        raise
+    if keep_previous and path.exists():
+        os.replace(path, previous_path(path))
     os.replace(tmp, path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Text (config.json, choice.json) written like `atomic_save`: whole or not at all."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | os.PathLike, weights_only: bool = False) -> Any:
+    """`torch.load` on the CPU; a file that cannot be read raises `CheckpointError` naming it."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except FileNotFoundError:
+        raise
+    except Exception as e:                             # truncated zip, garbage, wrong pickle, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} is unreadable (truncated or corrupt: {first[:120]})") from e
+
+
+class RunLock:
+    """An exclusive lock on a run folder (`fcntl.flock` on RUN/.lock), so that two jobs never train into
+    the same folder at once. The kernel releases it when the process dies, however it dies. Under
+    torchrun, rank 0 takes it for the whole job (see `acquire_run_lock`).
+
+        lock = RunLock("runs/x"); lock.acquire()    # RunInUseError if another job holds it
+        ...; lock.release()
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        self.path = Path(folder) / ".lock"
+        self._f = None
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise RunInUseError(f"{self.path.parent} is in use by another training job ({holder}); wait for it "
+                                f"to finish, or train into another --out folder") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        f.flush()
+        self._f = f
+        return self
+
+    def release(self) -> None:
+        if self._f is not None:
+            self._f.close()                             # closing the file releases the flock
+            self._f = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def acquire_run_lock(folder: str | os.PathLike) -> RunLock | None:
+    """Rank 0 locks `folder` for the whole (torchrun) job; every rank raises RunInUseError if it is taken."""
+    lock, msg = None, None
+    rank = dist.get_rank() if _dist_on() else 0
+    if rank == 0:
+        try:
+            lock = RunLock(folder).acquire()
+        except RunInUseError as e:
+            msg = str(e)
+    if _dist_on():
+        box = [msg]
+        dist.broadcast_object_list(box, src=0)
+        msg = box[0]
+    if msg is not None:
+        raise RunInUseError(msg)
+    return lock
 
 
 def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, torch.Tensor]:
@@ -203,7 +334,7 @@ def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, torch.T
     total: dict[str, torch.Tensor] = {}
     last: dict[str, torch.Tensor] = {}
     for p in paths:
-        sd = torch.load(p, map_location="cpu", weights_only=True)
+        sd = load_checkpoint(p, weights_only=True)
         sd = sd.get("model", sd)
         if total and set(sd) != set(total):
             raise ValueError(f"average_checkpoints: {p} has different parameter names from {paths[0]}")
@@ -324,9 +455,28 @@ class Trainer:
         self.extra_state = extra_state or {}    # saved with last.pt (e.g. the run's model config)
         self.state = TrainState()
         self._resumed = False
-        if self.out_dir is not None and self.cfg.resume and (self.out_dir / "last.pt").exists():
-            self.load(self.out_dir / "last.pt")
-            self._resumed = True
+        self.resumed_from: Path | None = None
+        if self.out_dir is not None and self.cfg.resume:
+            self._resume()
+
+    def _resume(self) -> None:
+        """Load the newest readable full checkpoint: last.pt, else the one before it (last.prev.pt)."""
+        found = [p for p in (self.out_dir / "last.pt", previous_path(self.out_dir / "last.pt")) if p.exists()]
+        errors = []
+        for path in found:
+            try:
+                self.load(path)
+            except CheckpointError as e:
+                errors.append(str(e))
+                continue
+            if errors and self.rank == 0:
+                print(f"warning: {errors[0]}; resuming from {path.name} (step {self.state.step}) instead",
+                      file=sys.stderr)
+            self._resumed, self.resumed_from = True, path
+            return
+        if errors:
+            raise CheckpointError(f"cannot resume: {'; '.join(errors)}. Delete the folder to start again, "
+                                  f"or train into another --out")
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _autocast(self):
@@ -376,13 +526,18 @@ class Trainer:
     def save(self, path: str | os.PathLike | None = None) -> None:
         """Full checkpoint (atomic). All ranks must call it (it gathers their RNG states); rank 0 writes."""
         sd = self.state_dict()
-        if self.rank == 0:
-            atomic_save(sd, path or self.out_dir / "last.pt")
+        if self.rank == 0:                          # the checkpoint it replaces stays as last.prev.pt
+            atomic_save(sd, path or self.out_dir / "last.pt", keep_previous=path is None)
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore everything `save` wrote: weights, optimizer, scheduler, RNG, data position, history."""
-        ck = torch.load(path, map_location="cpu", weights_only=False)
-        self.module.load_state_dict(ck["model"])
+        ck = load_checkpoint(path)
+        if not isinstance(ck, dict) or not {"model", "optimizer", "scheduler", "train", "rng"} <= ck.keys():
+            raise CheckpointError(f"{path} is not a full training checkpoint (written by Trainer.save)")
+        try:
+            self.module.load_state_dict(ck["model"])
+        except RuntimeError as e:
+            raise CheckpointError(f"{path} does not fit this model: {str(e).splitlines()[0]}") from e
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
         self.state = TrainState(**ck["train"])
@@ -494,6 +649,7 @@ class Trainer:
         self.module.train()
         batches = self._batches()
         last_snap = st.elapsed
+        saved_at = st.step if self._resumed else None      # last.pt already holds this step
         record: dict = {}
         win_loss, win_n, win_tok, win_t = 0.0, 0, 0.0, 0.0
         while st.step < stop_at and (budget is None or st.elapsed < budget):
@@ -533,8 +689,9 @@ class Trainer:
                 last_snap = st.elapsed
             if self.out_dir is not None and cfg.save_every and st.step % cfg.save_every == 0:
                 self.save()
+                saved_at = st.step
         bar.close()
-        if self.out_dir is not None:                # before validating: the RNG state saved is the step's
+        if self.out_dir is not None and saved_at != st.step:   # before validating: the RNG state saved is the step's
             self.save()
         final = {"step": st.step, "minutes": st.elapsed / 60, **self.evaluate()}
         if final.keys() - {"step", "minutes"}:
@@ -552,4 +709,6 @@ class Trainer:
 
 
 __all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "make_scheduler", "label_smoothed_cross_entropy",
-           "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints", "setup_distributed"]
+           "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints", "setup_distributed",
+           "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock", "acquire_run_lock", "load_checkpoint",
+           "atomic_write_text", "previous_path", "checkpoint_writer"]

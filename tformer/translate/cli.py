@@ -5,7 +5,10 @@
     tformer translate score --run RUN --src FILE --ref FILE [--beam 4] [--json]
     tformer translate --run RUN [--beam 4] < sentences.txt
 
-Re-running `train` with the same RUN resumes it. Under `torchrun --nproc-per-node N` the same train
+Re-running `train` with the same RUN resumes it (settings that define the model, the data or the
+tokenizer cannot change then; the time budget, --max-steps and the evaluation and snapshot cadence
+can). One job per RUN at a time. Errors are one line on stderr (exit 2: bad input, 1: the job failed);
+--debug or TFORMER_DEBUG=1 shows the traceback. Under `torchrun --nproc-per-node N` the same train
 command trains with DistributedDataParallel.
 """
 from __future__ import annotations
@@ -13,79 +16,96 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from .presets import PRESETS
 
 
 def add_cli(subparsers) -> None:
+    from ..cli import add_debug, nonnegative_float, positive_float, positive_int
     p = subparsers.add_parser("translate", help="train and score a translation Transformer (chapter 10)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="run folder to translate stdin with (one sentence a line)")
-    p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy)")
+    p.add_argument("--alpha", type=nonnegative_float, default=0.6, help="length penalty")
+    add_debug(p)
     p.set_defaults(func=_stdin, action=None)
     sub = p.add_subparsers(dest="action")
 
     t = sub.add_parser("train", help="train (or resume) a run")
     t.add_argument("--data", help="folder with line-aligned train.<lang> and val.<lang> (Multi30k layout)")
     t.add_argument("--dataset", choices=["wmt14", "multi30k"], help="fetch real data instead of --data")
-    t.add_argument("--pair", default="en-de", help="WMT14 pair: en-de, de-en, en-fr, fr-en")
+    t.add_argument("--pair", default="en-de", choices=["en-de", "de-en", "en-fr", "fr-en"], help="WMT14 pair")
     t.add_argument("--src", help="source language (default: de with --data, the pair's first, en offline)")
     t.add_argument("--tgt", help="target language")
-    t.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    t.add_argument("--preset", choices=sorted(PRESETS), help="model and recipe (default: tiny; on resume the run's)")
     t.add_argument("--out", required=True, help="run folder (re-run with the same folder to resume)")
-    t.add_argument("--time-budget", type=float, help="minutes of training")
-    t.add_argument("--max-steps", type=int, help="training steps (default: the preset's)")
+    t.add_argument("--time-budget", type=positive_float, help="minutes of training (may change on resume)")
+    t.add_argument("--max-steps", type=positive_int, help="training steps (default: the preset's; may change on resume)")
     t.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when present)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest on a crowded CPU)")
+    t.add_argument("--threads", type=positive_int, help="CPU threads for torch (1 is fastest on a crowded CPU)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a preset field, e.g. --set max_tokens=6000 (repeatable)")
+    add_debug(t)
     t.set_defaults(func=_train)
 
     s = sub.add_parser("score", help="translate FILE and print sacreBLEU with its signature")
     s.add_argument("--run", required=True)
     s.add_argument("--src", required=True, help="source sentences, one a line")
     s.add_argument("--ref", required=True, help="reference translations, aligned")
-    s.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
-    s.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    s.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy)")
+    s.add_argument("--alpha", type=nonnegative_float, default=0.6, help="length penalty")
     s.add_argument("--weights", default="auto", choices=["auto", "averaged", "last"])
     s.add_argument("--out", help="also write the translations to this file")
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    add_debug(s)
     s.set_defaults(func=_score)
 
 
-def _train(args) -> int:
-    from ..data import DataUnavailableError
-    from .pipeline import train_run
-    from .presets import TranslatePreset
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
+def _parse_sets(items: list[str]) -> dict:
+    """--set FIELD=VALUE ... -> {field: value of the field's type}; UserError naming the field."""
+    from ..cli import UserError
+    from .presets import parse_field
     overrides = {}
-    known = TranslatePreset.__dataclass_fields__
-    for item in args.set:
-        key, _, value = item.partition("=")
-        if key not in known:
-            print(f"error: --set {item}: unknown preset field {key!r}; fields: {', '.join(known)}", file=sys.stderr)
-            return 2
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UserError(f"--set {item}: expected FIELD=VALUE, e.g. --set lr=1e-3")
         try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
-    try:
-        res = train_run(args.out, args.preset, data=args.data, dataset=args.dataset, pair=args.pair, src=args.src,
-                        tgt=args.tgt, time_budget=args.time_budget, max_steps=args.max_steps, device=args.device,
-                        progress=not args.no_progress, **overrides)
-    except DataUnavailableError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+            overrides[key.strip()] = parse_field(key.strip(), value)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    return overrides
+
+
+def _train(args) -> int:
+    from .pipeline import train_run
+    from ..cli import UserError
+    overrides = _parse_sets(args.set)                   # before anything is loaded or written
+    max_steps = args.max_steps
+    if "max_steps" in overrides:
+        if max_steps is not None and max_steps != overrides["max_steps"]:
+            raise UserError(f"--max-steps {max_steps} and --set max_steps={overrides['max_steps']} disagree; give one")
+        max_steps = overrides.pop("max_steps")
+    if args.threads:
+        from ..runtime import set_threads
+        set_threads(args.threads)
+    res = train_run(args.out, args.preset, data=args.data, dataset=args.dataset, pair=args.pair, src=args.src,
+                    tgt=args.tgt, time_budget=args.time_budget, max_steps=max_steps, device=args.device,
+                    progress=not args.no_progress, **overrides)
     print(json.dumps({k: v for k, v in res.items() if isinstance(v, (int, float, str))}))
     return 0
 
 
 def _score(args) -> int:
+    from ..cli import UserError
     from .pipeline import score_files
+    if args.out:
+        out = Path(args.out)
+        if out.is_dir() or not out.parent.is_dir():
+            raise UserError(f"--out {out}: {'is a folder' if out.is_dir() else 'its folder does not exist'}; "
+                            f"give a file path to write the translations to")
     res = score_files(args.run, args.src, args.ref, beam=args.beam, alpha=args.alpha, weights=args.weights)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
@@ -101,14 +121,23 @@ def _score(args) -> int:
 
 
 def _stdin(args) -> int:
+    from ..cli import UserError
     if args.run is None:
-        print("usage: tformer translate --run RUN < sentences.txt   (or: tformer translate train|score ...)",
-              file=sys.stderr)
-        return 2
+        raise UserError("give a run: tformer translate --run RUN < sentences.txt   (or: tformer translate "
+                        "train|score ...; see tformer translate --help)")
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserError(f"standard input is not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); convert "
+                        f"it, e.g. with iconv -f latin1 -t utf-8") from None
+    lines = text.splitlines()
     from ..decode import translate
     from .pipeline import load_run
-    model, bpe, _ = load_run(args.run)
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    model, bpe, _ = load_run(args.run)                  # the run is checked even when the input is empty
+    if not lines:
+        return 0
     for hyp in translate(model, bpe, lines, beam=args.beam, alpha=args.alpha):
         print(hyp)
     return 0

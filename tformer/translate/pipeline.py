@@ -5,6 +5,8 @@ A run folder holds everything needed to resume, translate and score:
     RUN/config.json      preset, languages, data folder
     RUN/tokenizer.json   the shared BPE, trained on the run's training data
     RUN/last.pt          full training state (resume point), written atomically
+    RUN/last.prev.pt     the full state before it (resume falls back to it if last.pt is unreadable)
+    RUN/.lock            held (flock) by the job training into RUN: a second job is refused
     RUN/snapshot_*.pt    the last weight snapshots; RUN/averaged.pt is their average
     RUN/choice.json      averaged or last weights, whichever validates better (what `score` uses)
     RUN/log.jsonl        loss, lr, tokens/s, validation, minutes
@@ -19,18 +21,22 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from ..cli import UserError
 from ..data import SharedBPE, TokenBatcher, multi30k, read_parallel, wmt14, write_offline_corpus
 from ..decode import translate
 from ..metrics import sacrebleu_score, tokenized_bleu
 from ..models.transformer import Transformer, TransformerConfig
-from ..train import Trainer, TrainConfig, average_checkpoints, label_smoothed_cross_entropy, setup_distributed
-from .presets import TranslatePreset, get_preset
+from ..train import (CheckpointError, Trainer, TrainConfig, acquire_run_lock, atomic_save, atomic_write_text,
+                     average_checkpoints, label_smoothed_cross_entropy, load_checkpoint, previous_path,
+                     setup_distributed)
+from .presets import RESUMABLE, TranslatePreset, get_preset, validate
 
 
 class Seq2SeqLoss:
@@ -60,7 +66,7 @@ def _barrier() -> None:
 
 def _resolve_data(out: Path, data, dataset, pair, p: TranslatePreset, rank: int) -> Path:
     if data is not None and dataset not in (None, "multi30k"):
-        raise ValueError("give either --data FOLDER or --dataset wmt14, not both")
+        raise RunInputError("give either --data FOLDER or --dataset wmt14, not both")
     if dataset in ("wmt14", "multi30k"):
         def fetch() -> Path:
             return wmt14(pair) if dataset == "wmt14" else multi30k(data)
@@ -69,7 +75,7 @@ def _resolve_data(out: Path, data, dataset, pair, p: TranslatePreset, rank: int)
         _barrier()
         return fetch()
     if dataset is not None:
-        raise ValueError(f"unknown dataset {dataset!r}; choose wmt14 or multi30k, or pass --data FOLDER")
+        raise RunInputError(f"unknown dataset {dataset!r}; choose wmt14 or multi30k, or pass --data FOLDER")
     if data is not None:
         return Path(data)
     folder = out / "data"
@@ -78,38 +84,158 @@ def _resolve_data(out: Path, data, dataset, pair, p: TranslatePreset, rank: int)
     return folder
 
 
-def train_run(out: str | os.PathLike, preset: str = "tiny", *, data: str | os.PathLike | None = None,
+class RunInputError(UserError, ValueError):
+    """Bad input to a run (data, settings, files to score): the message says what and what to do.
+    A ValueError for Python callers; the `tformer` command prints it as one line and exits with 2."""
+
+
+class RunMismatchError(RunInputError):
+    """A resumed run was given a setting that defines its model, data or tokenizer, and it differs."""
+
+
+def _check_data(folder: Path, src: str, tgt: str) -> None:
+    """The training and validation files exist and are aligned: checked before anything is written."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"data folder {folder} does not exist; give --data a folder with line-aligned "
+                                f"train.{src}, train.{tgt}, val.{src}, val.{tgt} (the Multi30k layout)")
+    for split in ("train", "val"):
+        try:
+            a, b = read_parallel(folder, src, tgt, split)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise RunInputError(str(e) if isinstance(e, ValueError) and not isinstance(e, UnicodeDecodeError)
+                                else f"{folder}/{split}.{src} or .{tgt} is not UTF-8 text; convert it") from None
+        if not any(x.strip() for x in a):
+            raise RunInputError(f"{folder / f'{split}.{src}'} is empty: nothing to train on")
+
+
+def _resume_changes(out: Path, info: dict, preset, data, dataset, pair, src, tgt, max_steps, overrides) -> dict:
+    """Settings given to a resumed run: refuse those that differ and define the model, data or tokenizer;
+    return the others ({field: (old, new)}) to apply and log."""
+    def refuse(what: str, old, new, hint: str = "") -> None:
+        raise RunMismatchError(f"{out} was started with {what}={old}, this call gives {what}={new}; {hint or 'it defines the model, the data or the tokenizer, so it cannot change on resume'}: "
+                               f"leave it out to resume, or train into another --out")
+    if preset is not None and preset != info.get("preset_name"):
+        refuse("--preset", info.get("preset_name"), preset)
+    for flag, new, old in (("--src", src, info["src"]), ("--tgt", tgt, info["tgt"])):
+        if new is not None and new != old:
+            refuse(flag, old, new)
+    if data is not None and Path(data).resolve() != Path(info["data"]).resolve():
+        refuse("--data", info["data"], data)
+    if dataset is not None and "dataset" in info and dataset != info["dataset"]:
+        refuse("--dataset", info["dataset"], dataset)
+    if dataset == "wmt14" and info.get("dataset") == "wmt14" and pair != info.get("pair", pair):
+        refuse("--pair", info.get("pair"), pair)
+    run_p = info["preset"]
+    changes = {}
+    given = dict(overrides)
+    if max_steps is not None:
+        given["max_steps"] = max_steps
+    for key, new in given.items():
+        old = run_p.get(key)
+        if new is None or new == old:
+            continue
+        if key not in RESUMABLE:
+            refuse(f"{key}", old, new)
+        changes[key] = (old, new)
+    return changes
+
+
+def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | os.PathLike | None = None,
               dataset: str | None = None, pair: str = "en-de", src: str | None = None, tgt: str | None = None,
               time_budget: float | None = None, max_steps: int | None = None, device: str | None = None,
               progress: bool = True, stop_after: int | None = None, **overrides) -> dict:
     """Train (or resume) the run in `out`; returns the final log record (loss, lr, tokens/s, val_loss).
 
     Without `data`/`dataset` it trains on the built-in offline corpus (English -> German unless src/tgt
-    say otherwise). `stop_after` stops after that many steps in this call (to show an interruption).
+    say otherwise); `preset` defaults to "tiny" for a new run and to the run's own on resume.
+    `stop_after` stops after that many steps in this call (to show an interruption).
+
+    On resume, a setting that defines the model, the data or the tokenizer and differs from the run's
+    raises `RunMismatchError`; the time budget, max_steps and the evaluation/snapshot cadence may change
+    (logged in log.jsonl). One job at a time: `RunInUseError` if another holds the run's lock.
     """
+    if time_budget is not None and not time_budget > 0:
+        raise RunInputError(f"time_budget must be > 0 minutes, got {time_budget}")
+    if max_steps is not None and max_steps < 1:
+        raise RunInputError(f"max_steps must be >= 1, got {max_steps}")
     rank, world, local = setup_distributed()
     out = Path(out)
     cfg_path = out / "config.json"
-    if cfg_path.exists():                               # resuming: the run's own settings win
-        info = json.loads(cfg_path.read_text())
-        p = TranslatePreset.from_dict(info["preset"])
-        if max_steps is not None:
-            p.max_steps = max_steps
-    else:
-        p = get_preset(preset, max_steps=max_steps, **overrides)
-        if dataset == "wmt14":
-            a, b = pair.split("-")
-            src, tgt = src or a, tgt or b
-        elif data is None and dataset is None:
-            src, tgt = src or "en", tgt or "de"
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file, not a run folder")
+    lock = None
+    try:
+        if cfg_path.exists():                           # resuming: the run's own settings win
+            lock = acquire_run_lock(out)
+            info = read_info(out)
+            changes = _resume_changes(out, info, preset, data, dataset, pair, src, tgt, max_steps, overrides)
+            p = TranslatePreset.from_dict(info["preset"])
+            for key, (_, new) in changes.items():
+                setattr(p, key, new)
+            try:
+                validate(p)
+            except ValueError as e:
+                raise RunInputError(str(e)) from None
+            if changes and rank == 0:
+                info["preset"] = p.to_dict()
+                atomic_write_text(cfg_path, json.dumps(info, indent=2))
         else:
-            src, tgt = src or "de", tgt or "en"
-        folder = _resolve_data(out, data, dataset, pair, p, rank)
-        info = {"preset_name": preset, "preset": p.to_dict(), "src": src, "tgt": tgt, "data": str(folder)}
-        if rank == 0:
-            out.mkdir(parents=True, exist_ok=True)
-            cfg_path.write_text(json.dumps(info, indent=2))
-        _barrier()
+            changes = {}
+            preset = preset or "tiny"
+            try:
+                p = get_preset(preset, max_steps=max_steps, **overrides)
+            except ValueError as e:
+                raise RunInputError(str(e)) from None
+            if dataset == "wmt14":
+                a, b = pair.split("-")
+                src, tgt = src or a, tgt or b
+            elif data is None and dataset is None:
+                src, tgt = src or "en", tgt or "de"
+            else:
+                src, tgt = src or "de", tgt or "en"
+            if src == tgt:
+                raise RunInputError(f"source and target language are both {src!r}; give different --src and --tgt")
+            if data is not None and dataset is None:
+                _check_data(Path(data), src, tgt)       # before anything is written into the run folder
+            if rank == 0:
+                out.mkdir(parents=True, exist_ok=True)
+            lock = acquire_run_lock(out)
+            folder = _resolve_data(out, data, dataset, pair, p, rank)
+            _check_data(folder, src, tgt)
+            info = {"preset_name": preset, "preset": p.to_dict(), "src": src, "tgt": tgt, "data": str(folder),
+                    "dataset": dataset, "pair": pair}
+            if rank == 0:
+                atomic_write_text(cfg_path, json.dumps(info, indent=2))
+            _barrier()
+        return _train(out, p, info, changes, time_budget, device, progress, stop_after, rank, world, local)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def read_info(run: Path) -> dict:
+    """RUN/config.json; CheckpointError if it is unreadable."""
+    try:
+        info = json.loads((run / "config.json").read_text(encoding="utf-8"))
+        TranslatePreset.from_dict(info["preset"])
+        return info
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{run / 'config.json'} is unreadable ({type(e).__name__}: {e}); the run cannot "
+                              f"be used") from e
+
+
+def _load_bpe(path: Path) -> SharedBPE:
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing: the run has no tokenizer (was its training interrupted "
+                              f"before it began?); train it again with the same command")
+    try:
+        return SharedBPE.load(path)
+    except Exception as e:
+        raise CheckpointError(f"{path} is unreadable (truncated or corrupt: {str(e).splitlines()[0][:100]})") from e
+
+
+def _train(out: Path, p: TranslatePreset, info: dict, changes: dict, time_budget, device, progress, stop_after,
+           rank: int, world: int, local: int) -> dict:
     src, tgt, folder = info["src"], info["tgt"], Path(info["data"])
     dev = torch.device(device) if device else (torch.device("cuda", local) if torch.cuda.is_available()
                                                else torch.device("cpu"))
@@ -122,7 +248,7 @@ def train_run(out: str | os.PathLike, preset: str = "tiny", *, data: str | os.Pa
         if progress:
             print(f"trained a shared BPE of {p.vocab_size} tokens in {time.perf_counter() - t0:.1f} s")
     _barrier()
-    bpe = SharedBPE.load(tok_path)
+    bpe = _load_bpe(tok_path)
     enc = [bpe.encode(x) for x in (train_src, train_tgt, val_src, val_tgt)]
     batches = TokenBatcher(enc[0], enc[1], p.max_tokens // max(p.accum_steps, 1), seed=p.seed, max_len=p.max_len,
                            rank=rank, world=world)
@@ -135,6 +261,15 @@ def train_run(out: str | os.PathLike, preset: str = "tiny", *, data: str | os.Pa
                      keep_snapshots=max(p.keep_snapshots or 0, p.average_last), seed=p.seed, progress=progress)
     trainer = Trainer(model, Seq2SeqLoss(p.label_smoothing, bpe.pad_id), batches, tc, val_data=val_batches,
                       out_dir=out, device=dev, extra_state={"run": info})
+    if trainer.state.step and rank == 0:
+        note = {"resume": trainer.state.step, "from": trainer.resumed_from.name if trainer.resumed_from else None,
+                "time_budget": time_budget, "changed": {k: list(v) for k, v in changes.items()}}
+        with open(out / "log.jsonl", "a") as f:
+            f.write(json.dumps(note) + "\n")
+        if changes or time_budget is not None:
+            said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changes.items())
+            print(f"resuming {out} at step {trainer.state.step}" + (f"; changed: {said}" if said else "")
+                  + (f"; time budget {time_budget} min" if time_budget is not None else ""), file=sys.stderr)
     if progress and rank == 0:
         print(f"{src}->{tgt}: {batches.n_pairs} training pairs in {len(batches)} batches of <= {p.max_tokens} tokens; "
               f"model {model.num_params() / 1e6:.1f}M parameters; "
@@ -163,39 +298,102 @@ def finish_run(out: Path, trainer: Trainer) -> None:
     p = TranslatePreset.from_dict(trainer.extra_state["run"]["preset"])
     snaps = trainer.snapshots()[-p.average_last:]
     averaged = average_checkpoints(snaps)
-    torch.save(averaged, out / "averaged.pt")
+    atomic_save(averaged, out / "averaged.pt")
     last = {k: v.clone() for k, v in trainer.module.state_dict().items()}
     val_last = trainer.evaluate().get("val_loss")
     trainer.module.load_state_dict(averaged)
     val_avg = trainer.evaluate().get("val_loss")
     trainer.module.load_state_dict(last)
     choice = "averaged" if val_last is None or val_avg <= val_last else "last"
-    (out / "choice.json").write_text(json.dumps({"weights": choice, "val_loss_averaged": val_avg,
+    atomic_write_text(out / "choice.json", json.dumps({"weights": choice, "val_loss_averaged": val_avg,
                                                  "val_loss_last": val_last, "snapshots": [q.name for q in snaps]}))
+
+
+def _weight_files(run: Path, weights: str) -> list[Path]:
+    """Files to take weights from, best first: the asked-for one, then the other finished weights, the
+    previous full checkpoint and the snapshots, newest first (the fall-backs when a file is unreadable)."""
+    first = run / ("averaged.pt" if weights == "averaged" else "last.pt")
+    rest = [run / "last.pt", run / "averaged.pt", previous_path(run / "last.pt"),
+            *sorted(run.glob("snapshot_*.pt"), reverse=True)]
+    return [first] + [p for p in rest if p != first]
 
 
 def load_run(run: str | os.PathLike, weights: str = "auto", device: str | None = None):
     """(model in eval mode, bpe, info) from a run folder. weights: "averaged", "last" or "auto"
-    (the one with the lower validation loss at the end of training; "last" while training runs)."""
+    (the one with the lower validation loss at the end of training; "last" while training runs).
+
+    A weights file that cannot be read (truncated, corrupt) is named in a warning on stderr and the next
+    good one is used: the other finished weights, the previous full checkpoint, then the newest snapshot;
+    info["weights"] says which. CheckpointError when none is readable.
+    """
     run = Path(run)
+    if weights not in ("auto", "averaged", "last"):
+        raise RunInputError(f"weights must be auto, averaged or last, got {weights!r}")
+    if not run.is_dir():
+        raise FileNotFoundError(f"run folder {run} does not exist; train one with `tformer translate train --out {run}`")
     if not (run / "config.json").exists():
         raise FileNotFoundError(f"{run} is not a translation run (no config.json); train one with "
                                 f"`tformer translate train --out {run}`")
-    info = json.loads((run / "config.json").read_text())
+    info = read_info(run)
     p = TranslatePreset.from_dict(info["preset"])
-    bpe = SharedBPE.load(run / "tokenizer.json")
+    bpe = _load_bpe(run / "tokenizer.json")
     model = build_model(p, bpe.vocab_size, bpe.pad_id)
     if weights == "auto":                               # what finish_run chose by validation loss
         choice = run / "choice.json"
-        weights = json.loads(choice.read_text())["weights"] if choice.exists() else "last"
-    path = run / ("averaged.pt" if weights == "averaged" else "last.pt")
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist (weights={weights!r})")
-    sd = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(sd["model"] if "model" in sd else sd)
+        try:
+            weights = json.loads(choice.read_text())["weights"] if choice.exists() else "last"
+        except (ValueError, KeyError):
+            print(f"warning: {choice} is unreadable; using the last weights", file=sys.stderr)
+            weights = "last"
+    problems, used = [], None
+    for path in _weight_files(run, weights):
+        if not path.exists():
+            continue
+        try:
+            sd = load_checkpoint(path, weights_only=False)
+            model.load_state_dict(sd["model"] if isinstance(sd, dict) and "model" in sd else sd)
+        except (CheckpointError, RuntimeError, TypeError, AttributeError) as e:
+            msg = str(e) if isinstance(e, CheckpointError) else f"{path} does not fit the run's model ({str(e).splitlines()[0][:100]})"
+            problems.append(msg)
+            continue
+        used = path
+        break
+    if used is None:
+        if not problems:
+            raise FileNotFoundError(f"{run} has no weights yet (no last.pt, averaged.pt or snapshots); train it "
+                                    f"with `tformer translate train --out {run}`")
+        raise CheckpointError(f"no readable weights in {run}: " + "; ".join(problems))
+    if problems:
+        print(f"warning: {problems[0]}; using {used.name} instead", file=sys.stderr)
+        weights = used.name
     dev = torch.device(device) if device else (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     info["weights"] = weights
     return model.to(dev).eval(), bpe, info
+
+
+def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
+    """The lines of a UTF-8 text file (one sentence a line; a final newline does not add a line).
+
+    Clear errors for what people really pass: a missing file, a folder, a file that is not UTF-8, an
+    empty one.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise IsADirectoryError(f"{what} {path} is a folder; give a text file, one sentence a line")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise RunInputError(f"{what} {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); convert it, "
+                         f"e.g. `iconv -f latin1 -t utf-8 {path}`") from None
+    if text.endswith("\n"):
+        text = text[:-1]
+    if not text.strip():
+        raise RunInputError(f"{what} {path} is empty: nothing to translate")
+    return text.replace("\r\n", "\n").split("\n")
 
 
 def score_lines(model, bpe, src_lines, ref_lines, *, beam: int = 4, alpha: float = 0.6, max_tokens: int = 4000,
@@ -211,9 +409,16 @@ def score_lines(model, bpe, src_lines, ref_lines, *, beam: int = 4, alpha: float
 
 def score_files(run, src_file, ref_file, *, beam: int = 4, alpha: float = 0.6, weights: str = "auto",
                 progress: bool = False) -> dict:
+    """Translate `src_file` with the run's weights and score against `ref_file`. The files are read and
+    checked (UTF-8, not empty, the same number of lines) before the model is loaded."""
+    if beam < 1:
+        raise RunInputError(f"beam must be >= 1 (1 = greedy), got {beam}")
+    src_lines = read_lines(src_file, "--src")
+    ref_lines = read_lines(ref_file, "--ref")
+    if len(src_lines) != len(ref_lines):
+        raise RunInputError(f"--src {src_file} has {len(src_lines)} lines but --ref {ref_file} has {len(ref_lines)}; "
+                         f"they must be line-aligned (one reference per source sentence)")
     model, bpe, info = load_run(run, weights)
-    src_lines = Path(src_file).read_text(encoding="utf-8").rstrip("\n").split("\n")
-    ref_lines = Path(ref_file).read_text(encoding="utf-8").rstrip("\n").split("\n")
     res = score_lines(model, bpe, src_lines, ref_lines, beam=beam, alpha=alpha, progress=progress)
     res["weights"] = info["weights"]
     return res

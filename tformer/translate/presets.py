@@ -79,4 +79,88 @@ def get_preset(name: str, **overrides) -> TranslatePreset:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     d = PRESETS[name].to_dict()
     d.update({k: v for k, v in overrides.items() if v is not None})
-    return TranslatePreset.from_dict(d)
+    return validate(TranslatePreset.from_dict(d))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checking settings from the command line (`--set FIELD=VALUE`) and on resume
+
+# settings that may change when a run resumes: how long it trains and how often it validates and saves.
+# Every other field defines the model, the data or the tokenizer (or the recipe the saved optimizer
+# state belongs to), so a resumed run refuses to change it.
+RESUMABLE = ("max_steps", "eval_every", "save_every", "snapshot_every", "snapshot_minutes", "keep_snapshots",
+             "average_last")
+
+_POSITIVE = {"d_model", "n_heads", "d_ff", "n_layers", "max_len", "max_tokens", "accum_steps", "lr", "warmup",
+             "max_steps", "average_last", "grad_clip", "keep_snapshots", "offline_pairs"}
+_NONNEGATIVE = {"eval_every", "save_every", "snapshot_every", "snapshot_minutes", "seed"}
+_PROBABILITY = {"dropout", "attn_dropout", "ffn_dropout", "label_smoothing"}     # 0 <= p < 1
+_MIN_VOCAB = 300                                    # SharedBPE: 256 bytes + special tokens + some merges
+
+
+def _kind(name: str) -> tuple[type, bool]:
+    """(base type, None allowed) of a preset field, from its annotation ("float | None" -> (float, True))."""
+    ann = str(next(f.type for f in fields(TranslatePreset) if f.name == name))
+    parts = [a.strip() for a in ann.split("|")]
+    base = {"int": int, "float": float, "bool": bool, "str": str}[next(a for a in parts if a != "None")]
+    return base, "None" in parts
+
+
+def parse_field(name: str, text: str):
+    """The value of `--set name=text`, parsed to the field's type and range-checked; ValueError names the field."""
+    names = [f.name for f in fields(TranslatePreset)]
+    if name not in names:
+        raise ValueError(f"--set {name}={text}: unknown preset field {name!r}; fields: {', '.join(names)}")
+    kind, optional = _kind(name)
+    raw = text.strip()
+    if optional and raw.lower() in ("none", "null", ""):
+        value = None
+    elif kind is bool:
+        low = raw.lower()
+        if low not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"--set {name}={text}: {name} is true or false")
+        value = low in ("true", "1", "yes")
+    elif kind is int:
+        try:
+            value = int(raw.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"--set {name}={text}: {name} must be an integer") from None
+    elif kind is float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"--set {name}={text}: {name} must be a number") from None
+    else:
+        value = raw
+    check_field(name, value, prefix=f"--set {name}={text}: ")
+    return value
+
+
+def check_field(name: str, value, prefix: str = "") -> None:
+    """Range of one field: ValueError naming it and the accepted range."""
+    from ..train import SCHEDULES
+    if value is None:
+        if not _kind(name)[1]:
+            raise ValueError(f"{prefix}{name} cannot be None")
+        return
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{prefix}{name} must be a finite number, got {value}")
+    if name in _POSITIVE and not value > 0:
+        raise ValueError(f"{prefix}{name} must be > 0, got {value}")
+    if name in _NONNEGATIVE and not value >= 0:
+        raise ValueError(f"{prefix}{name} must be >= 0, got {value}")
+    if name in _PROBABILITY and not 0 <= value < 1:
+        raise ValueError(f"{prefix}{name} must be in [0, 1), got {value}")
+    if name == "vocab_size" and value < _MIN_VOCAB:
+        raise ValueError(f"{prefix}vocab_size must be >= {_MIN_VOCAB} (256 bytes + special tokens), got {value}")
+    if name == "schedule" and value not in SCHEDULES:
+        raise ValueError(f"{prefix}schedule must be one of {', '.join(sorted(SCHEDULES))}, got {value!r}")
+
+
+def validate(p: TranslatePreset) -> TranslatePreset:
+    """Every field's range, and the ones that depend on each other (d_model divisible by n_heads)."""
+    for f in fields(p):
+        check_field(f.name, getattr(p, f.name))
+    if p.d_model % p.n_heads:
+        raise ValueError(f"d_model ({p.d_model}) must be divisible by n_heads ({p.n_heads})")
+    return p
