@@ -317,3 +317,44 @@ def test_stdin_translation_and_bad_stdin(capsys, base_run, monkeypatch):
     code, _, err = run_cli(capsys, "translate")
     assert code == 2
     one_line_error(err, "give a run")
+
+
+LOCK_WORKER = """
+import sys
+import torch.distributed as dist
+from tformer.train import RunInUseError, acquire_run_lock, setup_distributed
+rank, world, _ = setup_distributed()
+try:
+    lock = acquire_run_lock(sys.argv[1])
+    result = "ok"
+except RunInUseError:
+    result = "refused"
+open(f"{sys.argv[2]}.rank{rank}", "w").write(result)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_the_ranks_of_one_torchrun_job_share_the_lock(tmp_path):
+    """Two gloo ranks: both go ahead on a free run folder (rank 0 holds the lock for the job); both are
+    refused when another job holds it, so no rank is left waiting at a barrier."""
+    script = tmp_path / "worker.py"
+    script.write_text(LOCK_WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    run = tmp_path / "run"
+
+    def torchrun(tag):
+        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                            str(script), str(run), str(tmp_path / tag)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode != 0 and "gloo" in r.stderr.lower() and "not available" in r.stderr.lower():
+            pytest.skip("this torch build has no gloo backend")
+        assert r.returncode == 0, r.stderr[-3000:]
+        return [(tmp_path / f"{tag}.rank{i}").read_text() for i in (0, 1)]
+
+    assert torchrun("free") == ["ok", "ok"]
+    from tformer.train import RunLock
+    with RunLock(run):
+        assert torchrun("held") == ["refused", "refused"]
