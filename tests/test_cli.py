@@ -125,8 +125,8 @@ def test_score_truncated_checkpoints(capsys, run_copy):
         p.write_bytes(data[: len(data) // 3])
     code, _, err = run_cli(capsys, "translate", "score", "--run", run, "--src", src, "--ref", ref, "--beam", "1")
     assert code == 2
-    line = one_line_error(err, "no readable weights", "last.pt is unreadable", "snapshot_0000002.pt")
-    assert "PytorchStreamReader" not in line or "truncated or corrupt" in line
+    one_line_error(err, "no readable weights", "are unreadable", "truncated or corrupt",
+                   *[f"{p.name}" for p in run.glob("*.pt")])
 
 
 @pytest.mark.parametrize("content, fragment", [(b"", "is empty"), (b"\n", "is empty"),

@@ -353,8 +353,9 @@ def load_run(run: str | os.PathLike, weights: str = "auto", device: str | None =
             sd = load_checkpoint(path, weights_only=False)
             model.load_state_dict(sd["model"] if isinstance(sd, dict) and "model" in sd else sd)
         except (CheckpointError, RuntimeError, TypeError, AttributeError) as e:
-            msg = str(e) if isinstance(e, CheckpointError) else f"{path} does not fit the run's model ({str(e).splitlines()[0][:100]})"
-            problems.append(msg)
+            why = (str(e).split(" is unreadable (", 1)[-1].rstrip(")") if isinstance(e, CheckpointError)
+                   else f"does not fit the run's model: {str(e).splitlines()[0][:100]}")
+            problems.append((path.name, why))
             continue
         used = path
         break
@@ -362,9 +363,13 @@ def load_run(run: str | os.PathLike, weights: str = "auto", device: str | None =
         if not problems:
             raise FileNotFoundError(f"{run} has no weights yet (no last.pt, averaged.pt or snapshots); train it "
                                     f"with `tformer translate train --out {run}`")
-        raise CheckpointError(f"no readable weights in {run}: " + "; ".join(problems))
+        names = [n for n, _ in problems]
+        raise CheckpointError(f"no readable weights in {run}: {', '.join(names)} "
+                              f"{'is' if len(names) == 1 else 'are'} unreadable ({problems[0][1]}); "
+                              f"train the run again, or restore the files")
     if problems:
-        print(f"warning: {problems[0]}; using {used.name} instead", file=sys.stderr)
+        print(f"warning: {run}/{problems[0][0]} is unreadable ({problems[0][1]}); using {used.name} instead",
+              file=sys.stderr)
         weights = used.name
     dev = torch.device(device) if device else (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     info["weights"] = weights
