@@ -31,8 +31,11 @@ def _threads_from_env() -> int:
         n = int(raw)
     except ValueError:
         n = 0
-    if n < 1:
-        raise ValueError(f"TFORMER_THREADS must be a positive integer (CPU threads for torch), got {raw!r}")
+    if n < 1:                                   # a warning, not an error: every import of tformer reads it
+        import sys
+        print(f"warning: TFORMER_THREADS must be a positive integer (CPU threads for torch), got {raw!r}; "
+              f"using 1", file=sys.stderr)
+        n = 1
     return n
 
 
