@@ -132,7 +132,7 @@ def moe_rows(dev, dtype, width, layers, heads, block, batch, vocab, steps) -> li
         from tformer.flash import lm_throughput
     except ImportError as e:                                     # the MoE/flash module is not in this checkout
         return [{"part": "MoE LM", "what": "not available", "value": None, "unit": "", "extra": str(e)}]
-    base = dict(vocab_size=vocab, block_size=block, n_layer=layers, n_head=heads, n_embd=width)
+    base = dict(vocab_size=vocab, block_size=block, n_layers=layers, n_heads=heads, d_model=width)
     cfgs = {"MoE 8x top-2": GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width),
             "dense (equal active)": GPTConfig(**base, d_ff=4 * width)}
     rows = []

@@ -76,8 +76,8 @@ def test_bad_input_errors():
         contrastive_logits_loss(torch.randn(3, 4))
     with pytest.raises(ValueError, match=r"\(N, E\)"):
         clip_loss(torch.randn(3, 4), torch.randn(2, 4), 1.0)
-    m = CLIP(CLIPConfig(image_size=8, patch_size=4, in_channels=1, vision_width=16, vision_layers=1, vision_heads=2,
-                        vision_d_ff=32, vocab_size=20, context_length=6, text_width=16, text_layers=1, text_heads=2,
+    m = CLIP(CLIPConfig(image_size=8, patch_size=4, in_channels=1, vision_d_model=16, vision_n_layers=1, vision_n_heads=2,
+                        vision_d_ff=32, vocab_size=20, context_length=6, text_d_model=16, text_n_layers=1, text_n_heads=2,
                         text_d_ff=32, eos_id=2, embed_dim=8))
     with pytest.raises(ValueError, match="end-of-text"):
         m.encode_text(torch.full((1, 4), 5))
@@ -86,8 +86,8 @@ def test_bad_input_errors():
 
 
 def test_temperature_is_learned_and_clamped():
-    m = CLIP(CLIPConfig(image_size=8, patch_size=4, in_channels=1, vision_width=16, vision_layers=1, vision_heads=2,
-                        vision_d_ff=32, vocab_size=20, context_length=6, text_width=16, text_layers=1, text_heads=2,
+    m = CLIP(CLIPConfig(image_size=8, patch_size=4, in_channels=1, vision_d_model=16, vision_n_layers=1, vision_n_heads=2,
+                        vision_d_ff=32, vocab_size=20, context_length=6, text_d_model=16, text_n_layers=1, text_n_heads=2,
                         text_d_ff=32, eos_id=2, embed_dim=8))
     assert math.isclose(m.scale().item(), 1 / 0.07, rel_tol=1e-5)
     assert m.logit_scale.requires_grad
@@ -101,8 +101,8 @@ def test_digit_caption_training_smoke():
     data = load_digits()
     x, y = data.x_train[:64], data.y_train[:64]
     g = torch.Generator().manual_seed(0)
-    cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_width=32, vision_layers=1, vision_heads=4,
-                     vision_d_ff=64, vocab_size=259, context_length=48, text_width=32, text_layers=1, text_heads=4,
+    cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_d_model=32, vision_n_layers=1, vision_n_heads=4,
+                     vision_d_ff=64, vocab_size=259, context_length=48, text_d_model=32, text_n_layers=1, text_n_heads=4,
                      text_d_ff=64, eos_id=2, embed_dim=16)
     model = CLIP(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
@@ -120,14 +120,14 @@ def test_digit_caption_training_smoke():
 def test_given_image_tower_is_used_and_head_dropped():
     vit = ViT(ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=16, n_layers=1, n_heads=2, d_ff=32,
                         n_classes=10))
-    cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_width=16, vocab_size=20, context_length=6,
-                     text_width=16, text_layers=1, text_heads=2, text_d_ff=32, eos_id=2, embed_dim=8)
+    cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_d_model=16, vocab_size=20, context_length=6,
+                     text_d_model=16, text_n_layers=1, text_n_heads=2, text_d_ff=32, eos_id=2, embed_dim=8)
     m = CLIP(cfg, visual=vit)
     assert m.visual is vit and vit.head is None
     x = torch.randn(3, 1, 8, 8)
     torch.testing.assert_close(m.encode_image(x), F.normalize(m.visual_proj(vit.encode(x)[:, 0]), dim=-1))
-    with pytest.raises(ValueError, match="vision_width"):
-        CLIP(CLIPConfig(vision_width=32, vocab_size=20, context_length=6, text_width=16, text_layers=1, text_heads=2,
+    with pytest.raises(ValueError, match="vision_d_model"):
+        CLIP(CLIPConfig(vision_d_model=32, vocab_size=20, context_length=6, text_d_model=16, text_n_layers=1, text_n_heads=2,
                         text_d_ff=32, embed_dim=8), visual=vit)
 
 
@@ -165,9 +165,9 @@ def test_image_captions_load_through_datasets_and_a_clip_learns_them(tmp_path):
     red = [i for i, caps in enumerate(data.captions) if "a red square" in caps]
     assert data.images[red, 0].mean() > data.images[red, 2].mean()              # the red channel dominates
     torch.manual_seed(0)
-    cfg = CLIPConfig(image_size=8, patch_size=4, in_channels=3, vision_width=32, vision_layers=1, vision_heads=2,
-                     vision_d_ff=64, vocab_size=259, context_length=24, text_width=32, text_layers=1,
-                     text_heads=2, text_d_ff=64, eos_id=2, embed_dim=16)
+    cfg = CLIPConfig(image_size=8, patch_size=4, in_channels=3, vision_d_model=32, vision_n_layers=1, vision_n_heads=2,
+                     vision_d_ff=64, vocab_size=259, context_length=24, text_d_model=32, text_n_layers=1,
+                     text_n_heads=2, text_d_ff=64, eos_id=2, embed_dim=16)
     model = CLIP(cfg)
     before = retrieval_recall(model, data, ks=(1, 5))
     hist = train_clip(model, data, epochs=40, batch_size=8, lr=3e-3, progress=False)

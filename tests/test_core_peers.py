@@ -94,10 +94,10 @@ def test_from_hf_gpt2_same_logits():
     idx = torch.randint(0, 97, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(ours(idx), hf(idx).logits, atol=1e-5, rtol=1e-5)
-    from_sd = GPT.from_hf_gpt2(hf.state_dict(), n_head=4).eval()
+    from_sd = GPT.from_hf_gpt2(hf.state_dict(), n_heads=4).eval()
     with torch.no_grad():
         torch.testing.assert_close(from_sd(idx), hf(idx).logits, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="n_head"):
+    with pytest.raises(ValueError, match="n_heads"):
         GPT.from_hf_gpt2(hf.state_dict())
 
 
@@ -115,7 +115,7 @@ def test_greedy_generate_matches_hf_and_cache():
 
 def test_generate_past_context_slides_window():
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    m = GPT(GPTConfig(vocab_size=20, block_size=8, n_layers=1, n_heads=2, d_model=16))
     idx = torch.randint(0, 20, (1, 6))
     a = m.generate(idx, 10, temperature=0.0, use_cache=True)
     b = m.generate(idx, 10, temperature=0.0, use_cache=False)
@@ -128,7 +128,7 @@ def test_generate_past_context_slides_window():
 
 def test_rope_gpt_cache_matches_full_pass():
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=30, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
+    m = GPT(GPTConfig(vocab_size=30, block_size=16, n_layers=2, n_heads=4, n_kv_heads=2, d_model=32,
                       positional="rope", activation="swiglu", bias=False)).eval()
     idx = torch.randint(0, 30, (2, 10))
     a = m.generate(idx, 6, temperature=0.0, use_cache=True)

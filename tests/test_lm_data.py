@@ -62,7 +62,7 @@ def test_split_stream():
 
 def test_lm_loss_sum_count_and_aux_only_in_training():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=50, block_size=8, n_layer=1, n_head=2, n_embd=16, n_experts=4, moe_top_k=2))
+    model = GPT(GPTConfig(vocab_size=50, block_size=8, n_layers=1, n_heads=2, d_model=16, n_experts=4, moe_top_k=2))
     x, y = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
     model.train()
     loss, n = lm_loss(model, (x, y))

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from tformer.attention import capture_attention
 from tformer.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
 from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity,
@@ -244,11 +245,11 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="dims"):
         m(torch.randn(16, dtype=torch.float64))
     with pytest.raises(ValueError, match="moe_layers"):
-        GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=2, n_head=2, n_embd=8, n_experts=2, moe_layers=(5,)))
+        GPT(GPTConfig(vocab_size=10, block_size=8, n_layers=2, n_heads=2, d_model=8, n_experts=2, moe_layers=(5,)))
 
 
 def _tiny(**kw):
-    cfg = dict(vocab_size=64, block_size=16, n_layer=3, n_head=2, n_embd=16)
+    cfg = dict(vocab_size=64, block_size=16, n_layers=3, n_heads=2, d_model=16)
     cfg.update(kw)
     torch.manual_seed(0)
     return GPT(GPTConfig(**cfg))
@@ -313,10 +314,8 @@ def test_flash_path_on_cpu_reports_the_kernel_and_fails_loudly():
     idx = torch.randint(0, 64, (2, 8))
     _, used = run_with_flash(lambda: model(idx))
     assert used == ["flash (cpu)"]
-    for b in model.blocks:                                                  # bypass SDPA: must be caught
-        b.attn.record_weights = True
-    with pytest.raises(RuntimeError, match="no flash-attention kernel ran"):
-        run_with_flash(lambda: model(idx))
+    with capture_attention(model), pytest.raises(RuntimeError, match="no flash-attention kernel ran"):
+        run_with_flash(lambda: model(idx))                                  # bypasses SDPA: must be caught
     q = torch.randn(1, 2, 4, 8)
     _, used = sdpa_backends_used(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
     assert used and all(u in ("flash (cpu)", "math") for u in used)
@@ -332,7 +331,7 @@ def test_lm_throughput_smoke_cpu():
 @cuda
 def test_flash_kernel_runs_on_cuda_bf16_and_refuses_fp32():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=128, block_size=64, n_layer=2, n_head=4, n_embd=128, n_experts=4,
+    model = GPT(GPTConfig(vocab_size=128, block_size=64, n_layers=2, n_heads=4, d_model=128, n_experts=4,
                           moe_top_k=2)).cuda()
     idx = torch.randint(0, 128, (2, 64), device="cuda")
 

@@ -7,15 +7,15 @@ from tformer.models import GPT, GPTConfig
 from tformer.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
 
 
-def _model(n_kv_head=2, seed=0):
+def _model(n_kv_heads=2, seed=0):
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=40, block_size=64, n_layer=2, n_head=4, n_kv_head=n_kv_head, n_embd=32)
+    cfg = GPTConfig(vocab_size=40, block_size=64, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, d_model=32)
     return GPT(cfg).double().eval()
 
 
-@pytest.mark.parametrize("n_kv_head,block_size", [(4, 4), (2, 3), (1, 16)])
-def test_outputs_equal_contiguous_cache_and_full_forward(n_kv_head, block_size):
-    m = _model(n_kv_head)
+@pytest.mark.parametrize("n_kv_heads,block_size", [(4, 4), (2, 3), (1, 16)])
+def test_outputs_equal_contiguous_cache_and_full_forward(n_kv_heads, block_size):
+    m = _model(n_kv_heads)
     pool = BlockPool(PagedConfig.for_model(m, block_size=block_size, n_blocks=64, dtype=torch.float64))
     paged, contiguous = pool.new_caches(batch=3), make_caches(2, 64)
     g = torch.Generator().manual_seed(1)

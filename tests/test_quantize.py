@@ -76,7 +76,7 @@ def test_quantlinear_uses_the_quantized_weights(bits):
 
 def test_quantize_gpt_memory_and_outputs():
     torch.manual_seed(4)
-    cfg = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=64)
+    cfg = GPTConfig(vocab_size=64, block_size=32, n_layers=2, n_heads=4, d_model=64)
     m = GPT(cfg).eval()
     idx = torch.randint(0, 64, (2, 16))
     ref = m(idx)
@@ -84,7 +84,7 @@ def test_quantize_gpt_memory_and_outputs():
     linear_fp32 = sum(mod.weight.numel() * 4 for n, mod in m.named_modules() if type(mod) is nn.Linear and n != "lm_head")
     for bits in (8, 4):
         q = quantize_model(_copy(m), bits=bits, group_size=32)
-        assert sum(isinstance(x, QuantLinear) for x in q.modules()) == 4 * cfg.n_layer
+        assert sum(isinstance(x, QuantLinear) for x in q.modules()) == 4 * cfg.n_layers
         assert type(q.lm_head) is nn.Linear and q.lm_head.weight is q.wte.weight  # tied head kept in float
         sizes[bits] = model_bytes(q)
         out = q(idx)

@@ -8,14 +8,14 @@ from tformer.models.rnn import LSTMConfig, LSTMEncoder, LSTMLM, lstm_reference
 
 def _small(**kw):
     torch.manual_seed(0)
-    return LSTMLM(LSTMConfig(vocab_size=17, n_embd=12, n_layer=2, **kw))
+    return LSTMLM(LSTMConfig(vocab_size=17, d_model=12, n_layers=2, **kw))
 
 
 def test_nn_lstm_matches_the_equations_in_float64():
     torch.manual_seed(0)
     lstm = nn.LSTM(5, 7, num_layers=2, batch_first=True).double()
     x = torch.randn(3, 6, 5, dtype=torch.float64)
-    enc = LSTMEncoder(5, 7, n_layer=2).double()
+    enc = LSTMEncoder(5, 7, n_layers=2).double()
     enc.lstm.load_state_dict(lstm.state_dict())
     out, (h, c) = enc(x)
     torch.testing.assert_close(out, lstm_reference(lstm, x))

@@ -9,12 +9,12 @@ from tformer.models import GPT, GPTConfig
 from tformer.speculative import speculative_accept, speculative_generate
 
 
-def _models(vocab=20, seed=0, n_layer=3):
+def _models(vocab=20, seed=0, n_layers=3):
     """A random target with large weights (so its greedy path is not one repeated token) and a 1-layer
     draft sharing its embeddings (so it agrees with the target part of the time)."""
     torch.manual_seed(seed)
-    target = GPT(GPTConfig(vocab_size=vocab, block_size=64, n_layer=n_layer, n_head=4, n_embd=32)).double().eval()
-    draft = GPT(GPTConfig(vocab_size=vocab, block_size=64, n_layer=1, n_head=2, n_kv_head=1, n_embd=32)).double().eval()
+    target = GPT(GPTConfig(vocab_size=vocab, block_size=64, n_layers=n_layers, n_heads=4, d_model=32)).double().eval()
+    draft = GPT(GPTConfig(vocab_size=vocab, block_size=64, n_layers=1, n_heads=2, n_kv_heads=1, d_model=32)).double().eval()
     with torch.no_grad():
         for p in target.parameters():
             p.mul_(4.0)
@@ -76,7 +76,7 @@ def test_accept_rule_preserves_the_target_distribution():
 
 def test_sampling_output_follows_the_target_distribution():
     """Exact joint distribution of 2 new tokens under the target vs speculative samples (V = 4)."""
-    target, draft = _models(vocab=4, seed=1, n_layer=1)
+    target, draft = _models(vocab=4, seed=1, n_layers=1)
     idx = torch.tensor([[1, 2]])
     pairs = list(itertools.product(range(4), repeat=2))
 
@@ -106,7 +106,7 @@ def test_bad_input():
     target, draft = _models()
     with pytest.raises(ValueError, match=r"\(1, T\)"):
         speculative_generate(target, draft, torch.zeros(2, 3, dtype=torch.long), 4)
-    other = GPT(GPTConfig(vocab_size=21, block_size=64, n_layer=1, n_head=2, n_embd=16))
+    other = GPT(GPTConfig(vocab_size=21, block_size=64, n_layers=1, n_heads=2, d_model=16))
     with pytest.raises(ValueError, match="share a vocabulary"):
         speculative_generate(target, other, torch.zeros(1, 3, dtype=torch.long), 4)
     with pytest.raises(ValueError, match="block_size=64"):

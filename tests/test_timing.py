@@ -36,14 +36,14 @@ def test_fit_power_recovers_exponents():
 
 def test_train_step_updates_the_model_and_timings_are_positive():
     torch.manual_seed(0)
-    model = LSTMLM(LSTMConfig(vocab_size=11, n_embd=8, n_layer=1))
+    model = LSTMLM(LSTMConfig(vocab_size=11, d_model=8, n_layers=1))
     before = copy.deepcopy(model.state_dict())
     idx = torch.randint(0, 11, (2, 6))
     assert train_step_time(model, idx, warmup=0, repeat=1) > 0
     assert not torch.equal(before["encoder.lstm.weight_hh_l0"], model.state_dict()["encoder.lstm.weight_hh_l0"])
-    rows = step_time_vs_length({"lstm": lambda: LSTMLM(LSTMConfig(vocab_size=11, n_embd=8, n_layer=1)),
-                                "gpt": lambda: GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=1, n_head=2,
-                                                             n_embd=8))},
+    rows = step_time_vs_length({"lstm": lambda: LSTMLM(LSTMConfig(vocab_size=11, d_model=8, n_layers=1)),
+                                "gpt": lambda: GPT(GPTConfig(vocab_size=11, block_size=16, n_layers=1, n_heads=2,
+                                                             d_model=8))},
                                [4, 8], batch_size=2, vocab_size=11, warmup=0, repeat=1, progress=False)
     assert [(r.name, r.seq_len) for r in rows] == [("lstm", 4), ("lstm", 8), ("gpt", 4), ("gpt", 8)]
     assert all(r.seconds > 0 and r.tokens_per_s > 0 for r in rows)

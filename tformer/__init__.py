@@ -5,12 +5,13 @@ checks that this map names every module and subpackage:
 
     runtime      SMALL (env TFORMER_SMALL), device(), seed_everything()
     _checks      shared input checks: bad input raises an error naming what was expected
+    _compat      deprecated names (old config fields, EncoderLayer) that warn and keep working
     masks        causal, padding, sliding-window masks and combining them (bool, True = may attend)  ch. 6
     attention    scaled_dot_product_attention (reference), MultiHeadAttention (MHA/GQA/MQA, KV cache),
-                 split_heads / merge_heads                                                        ch. 1-3
+                 split_heads / merge_heads, capture_attention                                    ch. 1-3
     cache        KVCache (one layer's keys and values while decoding)                              ch. 14
     positional   sinusoidal, learned, RoPE (+ position interpolation, NTK, YaRN)                   ch. 4, 8
-    blocks       FeedForward, EncoderLayer, DecoderLayer (post-LN and pre-LN)                      ch. 5
+    blocks       FeedForward, TransformerBlock, DecoderLayer (post-LN and pre-LN)                  ch. 5
     sparse       sliding-window, strided, Longformer and BigBird patterns                           ch. 8-9
     efficient    tiled online-softmax attention, Linformer, Performer                              ch. 9
     models/      transformer (encoder-decoder), gpt, bert, vit, clip, rnn (LSTM baselines)
@@ -30,8 +31,9 @@ checks that this map names every module and subpackage:
     notebooks    builds the chapter notebooks from notebooks/src (a repository tool)
     cli          the `tformer` command
 """
-from .attention import MultiHeadAttention, fast_attention, merge_heads, scaled_dot_product_attention, split_heads
-from .blocks import DecoderLayer, EncoderLayer, FeedForward
+from .attention import (MultiHeadAttention, capture_attention, fast_attention, merge_heads, scaled_dot_product_attention,
+                        split_heads)
+from .blocks import BlockConfig, DecoderLayer, FeedForward, TransformerBlock
 from .cache import KVCache
 from .masks import causal_mask, combine_masks, lengths_mask, padding_mask, sliding_window_mask
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
@@ -44,11 +46,18 @@ from .speculative import speculative_generate
 
 __version__ = "0.1.0"
 __all__ = [
-    "scaled_dot_product_attention", "fast_attention", "MultiHeadAttention", "FeedForward", "EncoderLayer",
+    "scaled_dot_product_attention", "fast_attention", "MultiHeadAttention", "FeedForward", "TransformerBlock", "BlockConfig",
     "DecoderLayer", "KVCache", "causal_mask", "padding_mask", "lengths_mask", "sliding_window_mask",
     "combine_masks", "sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding",
     "RotaryEmbedding", "rope_frequencies", "SMALL", "device", "seed_everything",
-    "split_heads", "merge_heads", "sinusoidal_shift_matrix",
+    "split_heads", "merge_heads", "capture_attention", "sinusoidal_shift_matrix",
     "BlockPool", "PagedConfig", "PagedKVCache", "QuantLinear", "quantize_model", "speculative_generate",
     "MoE", "MoEConfig",
 ]
+
+
+def __getattr__(name: str):
+    if name == "EncoderLayer":                                   # the name before issue 15
+        from . import blocks
+        return blocks.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

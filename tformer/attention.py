@@ -12,7 +12,9 @@ Mask convention: bool, True = may attend, broadcastable to (..., T_q, T_k). A qu
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -131,8 +133,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = d_model // n_heads
         self.dropout = dropout
         self.fast = fast  # False: always use the reference path (it also returns the weights)
-        self.record_weights = False  # True: use the reference path and keep the weights in last_weights
-        self.last_weights: torch.Tensor | None = None  # (B, n_heads, T_q, T_k) from the last call
+        self._captured: list | None = None  # set by `capture_attention`: append each call's weights here
         kv_dim = n_kv_heads * self.head_dim
         self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)  # [W_q; W_k; W_v]
         self.out = nn.Linear(d_model, d_model, bias=bias)               # W_o
@@ -184,14 +185,14 @@ class MultiHeadAttention(nn.Module):
             check_mask(mask, t_q, t_k)
         dropout_p = self.dropout if self.training else 0.0
         causal_needed = is_causal and not (t_q == 1 and past > 0)      # one new token sees all the past
-        if need_weights or self.record_weights or not self.fast:
+        if need_weights or self._captured is not None or not self.fast:
             m = combine_masks(mask, causal_mask(t_q, t_k, device=x.device) if causal_needed else None)
             if self.n_kv_heads != self.n_heads:
                 rep = self.n_heads // self.n_kv_heads
                 k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
             y, weights = scaled_dot_product_attention(q, k, v, m, dropout_p)
-            if self.record_weights:
-                self.last_weights = weights.detach()
+            if self._captured is not None:
+                self._captured.append(weights.detach())
         else:
             weights = None
             if causal_needed and mask is None and t_q == t_k:
@@ -201,3 +202,27 @@ class MultiHeadAttention(nn.Module):
                 y = fast_attention(q, k, v, m, dropout_p=dropout_p)
         y = self.out(y.transpose(1, 2).reshape(b, t_q, d))             # (B, H, T, hd) -> (B, T, d_model)
         return (y, weights) if need_weights else y
+
+
+@contextlib.contextmanager
+def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Collect the attention weights of every `MultiHeadAttention` in `model` (or `model` itself).
+
+        with capture_attention(model) as weights:
+            model(x)
+        weights[i]    # (B, n_heads, T_q, T_k) of the i-th attention call, in call order (detached)
+
+    Inside the block attention runs the reference path (it computes the weights); outside, the fast one.
+    """
+    mods = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    if not mods:
+        raise ValueError(f"capture_attention: {type(model).__name__} contains no MultiHeadAttention")
+    weights: list[torch.Tensor] = []
+    before = [m._captured for m in mods]
+    for m in mods:
+        m._captured = weights
+    try:
+        yield weights
+    finally:
+        for m, b in zip(mods, before):
+            m._captured = b

@@ -1,5 +1,6 @@
 """The pieces around attention (chapter 5): position-wise FFN, LayerNorm, residual connections, and the
-encoder and decoder layers built from them.
+blocks built from them: `TransformerBlock` (self-attention + FFN: the paper's encoder layer, and the
+block of GPT, BERT, ViT and CLIP) and `DecoderLayer` (adds cross-attention, encoder-decoder only).
 
 Post-LN (the paper):  x = LN(x + Sublayer(x))
 Pre-LN  (GPT-2, ViT): x = x + Sublayer(LN(x))
@@ -7,6 +8,9 @@ Pre-LN keeps an identity path from the output to every layer, so deep stacks tra
 post-LN needs the warmup the paper uses (chapter 10 shows both).
 """
 from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
@@ -60,7 +64,23 @@ def _inner_dropout(dropout: float, attn: float | None, ffn: float | None) -> tup
     return (dropout if attn is None else attn), (dropout if ffn is None else ffn)
 
 
-class EncoderLayer(nn.Module):
+@dataclass
+class BlockConfig:
+    """The sizes and switches of one block (`TransformerBlock.from_config`, `DecoderLayer.from_config`)."""
+    d_model: int = 512                 # width
+    n_heads: int = 8                   # attention heads
+    d_ff: int = 2048                   # FFN inner width
+    dropout: float = 0.1               # on each sub-layer's output
+    norm_first: bool = False           # False = post-LN (the paper); True = pre-LN
+    activation: str = "relu"           # see ACTIVATIONS, or "swiglu"
+    n_kv_heads: int | None = None      # None = n_heads; fewer for GQA/MQA
+    bias: bool = True                  # biases in Linear and LayerNorm
+    eps: float = 1e-5                  # LayerNorm epsilon
+    attn_dropout: float | None = None  # on attention weights; None = dropout
+    ffn_dropout: float | None = None   # on the FFN's hidden units; None = dropout
+
+
+class TransformerBlock(nn.Module):
     """Self-attention + FFN, each wrapped in a residual connection and LayerNorm.
 
     Serves the paper's encoder (post-LN, bidirectional), GPT (pre-LN, `is_causal=True`), BERT, ViT and
@@ -80,6 +100,10 @@ class EncoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, cfg: BlockConfig, ffn: nn.Module | None = None) -> "TransformerBlock":
+        return cls(**asdict(cfg), ffn=ffn)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
                 rope=None, cache: KVCache | None = None) -> torch.Tensor:
@@ -108,6 +132,10 @@ class DecoderLayer(nn.Module):
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model, eps=eps, bias=bias) for _ in range(3))
         self.drop1, self.drop2, self.drop3 = (nn.Dropout(dropout) for _ in range(3))
 
+    @classmethod
+    def from_config(cls, cfg: BlockConfig) -> "DecoderLayer":
+        return cls(**asdict(cfg))
+
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, *, is_causal: bool = True, rope=None,
                 self_cache: KVCache | None = None, cross_cache: KVCache | None = None) -> torch.Tensor:
@@ -125,3 +153,11 @@ class DecoderLayer(nn.Module):
         x = self.norm2(x + cross_attend(x))
         return self.norm3(x + self.drop3(self.ffn(x)))
 
+
+
+def __getattr__(name: str):
+    if name == "EncoderLayer":                                   # the name before issue 15
+        warnings.warn("tformer.blocks.EncoderLayer is deprecated (issue 15); use TransformerBlock", FutureWarning,
+                      stacklevel=2)
+        return TransformerBlock
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -85,7 +85,7 @@ def lm_flops_per_token(model: nn.Module, seq_len: int) -> float:
     active non-position-embedding parameters (the tied LM head's matmul is counted through the embedding)."""
     cfg = model.cfg
     n = model.num_params(non_embedding=True, active=True)
-    return 6 * n + 12 * cfg.n_layer * cfg.n_embd * seq_len
+    return 6 * n + 12 * cfg.n_layers * cfg.d_model * seq_len
 
 
 def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 10, warmup: int = 3,

@@ -262,7 +262,7 @@ def grouped_mm_available(x: torch.Tensor, *dims: int) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# The MoE layer: router + experts + dispatch; a drop-in `ffn=` for blocks.EncoderLayer
+# The MoE layer: router + experts + dispatch; a drop-in `ffn=` for blocks.TransformerBlock
 # --------------------------------------------------------------------------------------------------
 
 class MoE(nn.Module):

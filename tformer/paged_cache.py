@@ -39,9 +39,9 @@ class PagedConfig:
 
     @classmethod
     def for_model(cls, model, **kw) -> "PagedConfig":
-        """The sizes of a `tformer.models.GPT` (n_layer, n_kv_head or n_head, head_dim)."""
+        """The sizes of a `tformer.models.GPT` (n_layers, n_kv_heads or n_heads, head_dim)."""
         c = model.cfg
-        return cls(n_layers=c.n_layer, n_kv_heads=c.n_kv_head or c.n_head, head_dim=c.n_embd // c.n_head, **kw)
+        return cls(n_layers=c.n_layers, n_kv_heads=c.n_kv_heads or c.n_heads, head_dim=c.d_model // c.n_heads, **kw)
 
 
 class BlockPool:

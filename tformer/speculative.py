@@ -99,7 +99,7 @@ def speculative_generate(target, draft, idx: torch.Tensor, max_new_tokens: int, 
     def probs(logits: torch.Tensor) -> torch.Tensor:                   # (n, V) -> (n, V)
         return F.softmax(logits.double() / temperature, dim=-1) if temperature > 0 else logits
 
-    t_cache, d_cache = make_caches(target.cfg.n_layer, total), make_caches(draft.cfg.n_layer, total)
+    t_cache, d_cache = make_caches(target.cfg.n_layers, total), make_caches(draft.cfg.n_layers, total)
     if idx.shape[1] > 1:                                               # prefill all but the last prompt token
         target(idx[:, :-1], t_cache)
         draft(idx[:, :-1], d_cache)

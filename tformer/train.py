@@ -108,13 +108,23 @@ class LinearDecaySchedule:
 SCHEDULES = {"noam": InverseSqrtSchedule, "constant": ConstantSchedule, "linear": LinearDecaySchedule}
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, kind: str = "noam", warmup: int = 4000):
-    """A `LambdaLR` around the optimizer: kind "noam" (inverse square root), "constant" or "linear"
-    (linear decay to 0 at the end of the run; the Trainer keeps its `progress` up to date)."""
+class RunScheduler(torch.optim.lr_scheduler.LambdaLR):
+    """A `LambdaLR` over one of the SCHEDULES. `set_progress(p)` tells a schedule that ends with the run
+    (`LinearDecaySchedule`) the fraction p of the run done; the Trainer calls it before every step."""
+
+    def set_progress(self, progress: float) -> None:
+        for fn in self.lr_lambdas:
+            if hasattr(fn, "progress"):
+                fn.progress = progress
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, kind: str = "noam", warmup: int = 4000) -> RunScheduler:
+    """A `RunScheduler` around the optimizer: kind "noam" (inverse square root), "constant" or "linear"
+    (linear decay to 0 at the end of the run; the Trainer keeps its progress up to date)."""
     if kind not in SCHEDULES:
         raise ValueError(f"make_scheduler: kind must be one of {sorted(SCHEDULES)}, got {kind!r}")
     fn = SCHEDULES[kind](warmup)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+    return RunScheduler(optimizer, fn)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -665,9 +675,8 @@ class Trainer:
                 dt = float(t)
             st.step += 1
             st.elapsed += dt
-            for fn in getattr(self.scheduler, "lr_lambdas", []):
-                if hasattr(fn, "progress"):
-                    fn.progress = self._progress()
+            if isinstance(self.scheduler, RunScheduler):
+                self.scheduler.set_progress(self._progress())
             self.scheduler.step()
             st.tokens += n
             win_loss += loss; win_n += 1; win_tok += n; win_t += dt
@@ -708,7 +717,7 @@ class Trainer:
                 f.write(json.dumps(record) + "\n")
 
 
-__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "make_scheduler", "label_smoothed_cross_entropy",
+__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "RunScheduler", "make_scheduler", "label_smoothed_cross_entropy",
            "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints", "setup_distributed",
            "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock", "acquire_run_lock", "load_checkpoint",
            "atomic_write_text", "previous_path", "checkpoint_writer"]

@@ -105,7 +105,7 @@ assert counts[8][0] == 4 * d_model * d_model + 4 * d_model      # W_q, W_k, W_v,
 
 # %%
 V, T_task, LAGS = 8, 16, (1, 3)
-cfg = GPTConfig(vocab_size=V * V, block_size=T_task, n_layer=1, n_head=4, n_embd=64, d_ff=128)
+cfg = GPTConfig(vocab_size=V * V, block_size=T_task, n_layers=1, n_heads=4, d_model=64, d_ff=128)
 
 
 def make_batch(n: int, g: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,13 +116,10 @@ def make_batch(n: int, g: torch.Generator | None = None) -> tuple[torch.Tensor, 
 
 
 def head_patterns(model: GPT, x: torch.Tensor) -> torch.Tensor:
-    """Average attention weights of the first block over a batch: (n_head, T, T)."""
-    attn = model.blocks[0].attn
-    attn.record_weights = True
-    with torch.no_grad():
+    """Average attention weights of the first block over a batch: (n_heads, T, T)."""
+    with torch.no_grad(), tformer.capture_attention(model.blocks[0].attn) as weights:
         logits = model(x)
-    attn.record_weights = False
-    return attn.last_weights.mean(0), logits
+    return weights[0].mean(0), logits
 
 
 tformer.seed_everything(0)
@@ -155,7 +152,7 @@ curves(range(steps), {"train loss": losses}, "step", "cross-entropy", "training 
 
 # %%
 def lag_mass(w: torch.Tensor, lag: int) -> torch.Tensor:
-    """Mean weight each head puts on key t - lag, over the query positions t >= 3: (n_head,)."""
+    """Mean weight each head puts on key t - lag, over the query positions t >= 3: (n_heads,)."""
     return torch.diagonal(w, offset=-lag, dim1=-2, dim2=-1)[:, 3 - lag:].mean(-1)
 
 heads_grid(w_random, suptitle="random initialization")

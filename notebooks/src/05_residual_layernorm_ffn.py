@@ -78,7 +78,7 @@ assert post[-1] > 0.5 * post[0] and post[-1] > 20 * no_res[-1]  # with it: stays
 # %% [markdown]
 # ## 2. Post-LN (the paper) vs pre-LN
 #
-# Both are `tformer.EncoderLayer` (`norm_first=False` / `True`). First, build one post-LN layer from
+# Both are `tformer.TransformerBlock` (`norm_first=False` / `True`). First, build one post-LN layer from
 # its parts and check it is the module. Then stack 12 of each and watch the residual stream: post-LN
 # renormalizes after every layer (each token's features keep standard deviation 1), pre-LN keeps
 # adding to an un-normalized stream whose size grows with depth, with a clean identity path from the
@@ -87,19 +87,19 @@ assert post[-1] > 0.5 * post[0] and post[-1] > 20 * no_res[-1]  # with it: stays
 # usually does not (chapter 10 trains both, with and without warmup).
 
 # %%
-layer = tformer.EncoderLayer(d, n_heads=4, d_ff=4 * d, dropout=0.0, norm_first=False).eval()
+layer = tformer.TransformerBlock(d, n_heads=4, d_ff=4 * d, dropout=0.0, norm_first=False).eval()
 x = torch.randn(2, 6, d)
 with torch.no_grad():
     h = layer.norm1(x + layer.attn(x))                         # x = LN(x + MHA(x))
     h = layer.norm2(h + layer.ffn(h))                          # x = LN(x + FFN(x))
     torch.testing.assert_close(h, layer(x))
-print("LN(x + FFN(LN(x + MHA(x)))) == tformer.EncoderLayer(norm_first=False)")
+print("LN(x + FFN(LN(x + MHA(x)))) == tformer.TransformerBlock(norm_first=False)")
 
 n_layers = 12 if tformer.SMALL else 48
 stream_std, layer_grads = {}, {}
 for norm_first, name in ((False, "post-LN"), (True, "pre-LN")):
     torch.manual_seed(0)
-    stack = nn.ModuleList(tformer.EncoderLayer(d, 4, 4 * d, dropout=0.0, norm_first=norm_first) for _ in range(n_layers))
+    stack = nn.ModuleList(tformer.TransformerBlock(d, 4, 4 * d, dropout=0.0, norm_first=norm_first) for _ in range(n_layers))
     h, stds = torch.randn(8, 16, d, generator=torch.Generator().manual_seed(1)), []
     for blk in stack:
         h = blk(h)
@@ -199,7 +199,7 @@ check("ch05.ffn", my_ffn)
 
 # %% [markdown]
 # ## Exercise 3: a post-LN encoder layer
-# `params` is the `state_dict` of a `tformer.EncoderLayer`: `attn.qkv.weight (3d, d)`, `attn.qkv.bias`,
+# `params` is the `state_dict` of a `tformer.TransformerBlock`: `attn.qkv.weight (3d, d)`, `attn.qkv.bias`,
 # `attn.out.weight`, `attn.out.bias`, `ffn.fc1.*`, `ffn.fc2.*`, `norm1.*`, `norm2.*`. Compute
 # $x \leftarrow \mathrm{LN}_1(x + \mathrm{MHA}(x))$, then $x \leftarrow \mathrm{LN}_2(x + \mathrm{FFN}(x))$
 # with `n_heads` heads, no mask, LayerNorm eps 1e-5. Reuse your functions.

@@ -71,7 +71,7 @@ heatmap(tformer.causal_mask(6).float(), ax=axes[0], title="causal_mask(6)", colo
 heatmap(tformer.causal_mask(2, 6).float(), ax=axes[1], title="causal_mask(2, 6): 4 cached keys", colorbar=False)
 plt.tight_layout()
 
-gpt = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
+gpt = GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=2, d_model=32)).eval()
 a = torch.randint(0, 50, (1, 12))
 b = a.clone()
 b[:, 6:] = torch.randint(0, 50, (1, 6))                          # a different future
@@ -82,7 +82,7 @@ future_change = (la[:, 6:] - lb[:, 6:]).abs().max().item()
 print(f"causal GPT: change in outputs at positions 0..5 = {past_change:.1e}, at 6..11 = {future_change:.2f}")
 assert past_change < 1e-5 and future_change > 1e-2
 
-layer = tformer.EncoderLayer(32, 2, 64, dropout=0.0).eval()
+layer = tformer.TransformerBlock(32, 2, 64, dropout=0.0).eval()
 x = torch.randn(1, 12, 32)
 x2 = x.clone()
 x2[:, 6:] = torch.randn(1, 6, 32)
@@ -127,12 +127,10 @@ for step in trange(steps, desc="training"):
     losses.append(loss.item())
 seq2seq.cpu().eval()
 cross = seq2seq.decoder.layers[0].cross_attn
-cross.record_weights = True
 src, dec_in, tgt = reverse_batch(128, torch.Generator().manual_seed(1))
-with torch.no_grad():
+with torch.no_grad(), tformer.capture_attention(cross) as weights:
     acc = (seq2seq(src, dec_in).argmax(-1) == tgt).float().mean().item()
-cross.record_weights = False
-w_cross = cross.last_weights.mean(0)                              # (heads, T_tgt, S) averaged over the batch
+w_cross = weights[0].mean(0)                                  # (heads, T_tgt, S) averaged over the batch
 anti = w_cross.flip(-1).diagonal(dim1=-2, dim2=-1).mean(-1)       # weight on source position S-1-j
 print(f"loss {losses[0]:.2f} -> {losses[-1]:.3f}; reversal accuracy {acc:.3f}; "
       f"cross-attention weight on the aligned source token, per head: {anti.numpy().round(2)}")

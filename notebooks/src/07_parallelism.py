@@ -46,7 +46,7 @@ with torch.no_grad():
     torch.testing.assert_close(lstm_reference(lstm, x), lstm(x)[0], rtol=1e-5, atol=1e-6)
 print("lstm_reference (a Python loop over time) == nn.LSTM")
 
-layer = tformer.EncoderLayer(32, 4, 128, dropout=0.0, norm_first=True).eval()
+layer = tformer.TransformerBlock(32, 4, 128, dropout=0.0, norm_first=True).eval()
 
 
 rows = []
@@ -93,14 +93,14 @@ print("Transformer layer: all 12 positions in one pass == each position computed
 
 # %%
 if tformer.SMALL:
-    d, n_layer, batch, lengths, vocab = 64, 2, 8, [32, 64, 128, 256], 256
+    d, n_layers, batch, lengths, vocab = 64, 2, 8, [32, 64, 128, 256], 256
 else:
-    d, n_layer, batch, lengths, vocab = 512, 4, 16, [64, 128, 256, 512, 1024, 2048], 8192
+    d, n_layers, batch, lengths, vocab = 512, 4, 16, [64, 128, 256, 512, 1024, 2048], 8192
 
 models = {
-    "LSTM": lambda: LSTMLM(LSTMConfig(vocab_size=vocab, n_embd=d, n_layer=n_layer)),
-    "Transformer": lambda: GPT(GPTConfig(vocab_size=vocab, block_size=max(lengths), n_layer=n_layer,
-                                         n_head=max(1, d // 64) if d >= 64 else 1, n_embd=d)),
+    "LSTM": lambda: LSTMLM(LSTMConfig(vocab_size=vocab, d_model=d, n_layers=n_layers)),
+    "Transformer": lambda: GPT(GPTConfig(vocab_size=vocab, block_size=max(lengths), n_layers=n_layers,
+                                         n_heads=max(1, d // 64) if d >= 64 else 1, d_model=d)),
 }
 for name, make in models.items():
     print(f"{name}: {sum(p.numel() for p in make().parameters()):,} parameters")

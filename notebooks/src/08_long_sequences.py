@@ -220,9 +220,9 @@ train_data, val_data = data[:split], data[split:]
 print(f"{len(data):,} bytes of text")
 
 if tformer.SMALL:
-    L, steps, batch_size, n_embd, n_layer, n_head, evals = 32, 150, 16, 64, 2, 4, 8
+    L, steps, batch_size, d_model, n_layers, n_heads, evals = 32, 150, 16, 64, 2, 4, 8
 else:
-    L, steps, batch_size, n_embd, n_layer, n_head, evals = 256, 3000, 32, 384, 6, 6, 32
+    L, steps, batch_size, d_model, n_layers, n_heads, evals = 256, 3000, 32, 384, 6, 6, 32
 gen = torch.Generator().manual_seed(0)
 
 
@@ -232,7 +232,7 @@ def get_batch(src, t, b, g):
     return xy[:, :-1].to(device), xy[:, 1:].to(device)
 
 
-model = GPT(GPTConfig(vocab_size=256, block_size=L, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+model = GPT(GPTConfig(vocab_size=256, block_size=L, n_layers=n_layers, n_heads=n_heads, d_model=d_model,
                       positional="rope")).to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3 if tformer.SMALL else 1e-3)
 model.train()

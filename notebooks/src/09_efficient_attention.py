@@ -145,14 +145,14 @@ def make_batch(b: int, g: torch.Generator):
 class Lookup(nn.Module):
     """Token = key embedding + value embedding + position; encoder layers; classify the last token."""
 
-    def __init__(self, make_attention, d: int = 32, n_head: int = 2, n_layer: int = 1):
+    def __init__(self, make_attention, d: int = 32, n_heads: int = 2, n_layers: int = 1):
         super().__init__()
         self.key_emb, self.val_emb = nn.Embedding(N_KEYS, d), nn.Embedding(N_VALS + 1, d)
         self.pos = nn.Parameter(torch.randn(T, d) * 0.02)
-        self.layers = nn.ModuleList(tformer.EncoderLayer(d, n_head, 4 * d, dropout=0.0, norm_first=True)
-                                    for _ in range(n_layer))
+        self.layers = nn.ModuleList(tformer.TransformerBlock(d, n_heads, 4 * d, dropout=0.0, norm_first=True)
+                                    for _ in range(n_layers))
         for layer in self.layers:
-            layer.attn = make_attention(d, n_head)                               # the swap
+            layer.attn = make_attention(d, n_heads)                               # the swap
         self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, N_VALS)
 
     def forward(self, key_ids, val_ids):

@@ -84,10 +84,10 @@ check("ch11.causal_lm_loss", my_causal_lm_loss)
 
 # %%
 if SMALL:
-    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=64, n_layer=2, n_head=4, n_embd=64)
+    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=64, n_layers=2, n_heads=4, d_model=64)
     steps, batch, lr = 150, 16, 3e-3
 else:
-    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.1)
+    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=256, n_layers=6, n_heads=6, d_model=384, dropout=0.1)
     steps, batch, lr = 3000, 64, 1e-3
 T = gpt_cfg.block_size
 tformer.seed_everything(0)

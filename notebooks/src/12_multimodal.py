@@ -260,9 +260,9 @@ import copy
 print("training templates:", TRAIN_TEMPLATES)
 print("zero-shot templates (never trained on):", ZERO_SHOT_TEMPLATES)
 CTX = 40
-clip_cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_width=vit_cfg.d_model,
-                      vision_layers=vit_cfg.n_layers, vision_heads=vit_cfg.n_heads, vision_d_ff=vit_cfg.d_ff,
-                      vocab_size=CAPTION_VOCAB, context_length=CTX, text_width=64, text_layers=2, text_heads=4,
+clip_cfg = CLIPConfig(image_size=8, patch_size=2, in_channels=1, vision_d_model=vit_cfg.d_model,
+                      vision_n_layers=vit_cfg.n_layers, vision_n_heads=vit_cfg.n_heads, vision_d_ff=vit_cfg.d_ff,
+                      vocab_size=CAPTION_VOCAB, context_length=CTX, text_d_model=64, text_n_layers=2, text_n_heads=4,
                       text_d_ff=128, eos_id=2, embed_dim=64, eps=1e-6)
 tformer.seed_everything(0)
 clip = CLIP(clip_cfg, visual=copy.deepcopy(vit).cpu()).to(dev)
@@ -341,9 +341,9 @@ else:
         print(e)
     else:
         tformer.seed_everything(0)
-        f8k_clip = CLIP(CLIPConfig(image_size=64, patch_size=8, in_channels=3, vision_width=256, vision_layers=6,
-                                   vision_heads=8, vision_d_ff=1024, vocab_size=CAPTION_VOCAB, context_length=96,
-                                   text_width=256, text_layers=4, text_heads=8, text_d_ff=1024, eos_id=2,
+        f8k_clip = CLIP(CLIPConfig(image_size=64, patch_size=8, in_channels=3, vision_d_model=256, vision_n_layers=6,
+                                   vision_n_heads=8, vision_d_ff=1024, vocab_size=CAPTION_VOCAB, context_length=96,
+                                   text_d_model=256, text_n_layers=4, text_n_heads=8, text_d_ff=1024, eos_id=2,
                                    embed_dim=256, dropout=0.1))
         aug = lambda x, generator: random_affine(x, shift=4.0, degrees=5.0, scale=0.1, generator=generator)
         h = train_clip(f8k_clip, f8k_train, epochs=60, batch_size=256, lr=5e-4, augment=aug, device=dev)
@@ -399,9 +399,9 @@ if not SMALL:
 # projector first. Shapes and data flow, with a small GPT:
 
 # %%
-lm = GPT(GPTConfig(vocab_size=CAPTION_VOCAB, block_size=64, n_layer=2, n_head=4, n_embd=96)).to(dev).eval()
-projector = nn.Sequential(nn.Linear(clip_cfg.vision_width, lm.cfg.n_embd), nn.GELU(),
-                          nn.Linear(lm.cfg.n_embd, lm.cfg.n_embd)).to(dev)
+lm = GPT(GPTConfig(vocab_size=CAPTION_VOCAB, block_size=64, n_layers=2, n_heads=4, d_model=96)).to(dev).eval()
+projector = nn.Sequential(nn.Linear(clip_cfg.vision_d_model, lm.cfg.d_model), nn.GELU(),
+                          nn.Linear(lm.cfg.d_model, lm.cfg.d_model)).to(dev)
 images = data.x_test[:2].to(dev)
 prompt = caption_ids(["what digit is this?"] * 2, 24).to(dev)
 with torch.no_grad():

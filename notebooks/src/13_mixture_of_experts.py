@@ -189,7 +189,7 @@ else:
     train_ids, val_ids = ids, encode(tok, val_text)
 print(f"{len(train_ids):,} training tokens, {len(val_ids):,} validation tokens, vocabulary {vocab}")
 
-base = dict(vocab_size=vocab, block_size=block, n_layer=layers, n_head=heads, n_embd=width, dropout=0.0)
+base = dict(vocab_size=vocab, block_size=block, n_layers=layers, n_heads=heads, d_model=width, dropout=0.0)
 configs = {
     "dense": GPTConfig(**base, d_ff=4 * width),
     "MoE 8x top-2": GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width),
@@ -347,15 +347,12 @@ print("attention kernels that ran:", kernels)
 assert kernels == (["flash"] if dev.type == "cuda" else ["flash (cpu)"])
 
 # loud failure: a model that bypasses SDPA (here: recording attention weights) is caught
-for blk in model.blocks:
-    blk.attn.record_weights = True
 try:
-    run_with_flash(forward_backward)
+    with tformer.capture_attention(model):
+        run_with_flash(forward_backward)
     raise AssertionError("expected run_with_flash to refuse")
 except RuntimeError as err:
     print("refused:", str(err)[:110], "...")
-for blk in model.blocks:
-    blk.attn.record_weights = False
 if dev.type == "cuda":             # fp32 has no flash kernel: forcing flash raises instead of falling back
     q = torch.randn(1, 2, 16, 64, device=dev)
     try:

@@ -76,9 +76,9 @@ val_batches = LMBatches(val_ids, 8, block, 4 if SMALL else 40, shuffle=False)
 print(f"{len(ids):,} tokens, vocabulary {vocab}")
 
 
-def make_gpt(n_kv_head=None, n_layer=layers, n_embd=width, n_head=heads):
-    cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head,
-                    n_embd=n_embd, dropout=0.0)
+def make_gpt(n_kv_heads=None, n_layers=layers, d_model=width, n_heads=heads):
+    cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                    d_model=d_model, dropout=0.0)
     return GPT(cfg)
 
 
@@ -96,7 +96,7 @@ t0 = time.perf_counter()
 models, val_loss = {}, {}
 for name, kv in [("MHA", None), ("GQA", 2), ("MQA", 1)]:
     models[name], val_loss[name] = train(make_gpt(kv), name)
-draft, val_loss["draft"] = train(make_gpt(n_layer=1, n_embd=width // 2, n_head=2), "draft")
+draft, val_loss["draft"] = train(make_gpt(n_layers=1, d_model=width // 2, n_heads=2), "draft")
 target = models["MHA"]
 print(f"training took {time.perf_counter() - t0:.0f} s")
 
@@ -109,8 +109,8 @@ print(f"training took {time.perf_counter() - t0:.0f} s")
 
 # %%
 # Speed does not depend on training: a random-init model with a longer context shows the trend better.
-speed_model = GPT(GPTConfig(vocab_size=vocab, block_size=256 if SMALL else 1024, n_layer=layers, n_head=heads,
-                            n_embd=2 * width)).to(dev).eval()
+speed_model = GPT(GPTConfig(vocab_size=vocab, block_size=256 if SMALL else 1024, n_layers=layers, n_heads=heads,
+                            d_model=2 * width)).to(dev).eval()
 prompt = val_ids[:8][None].to(dev)
 lengths = [32, 96, 192] if SMALL else [128, 256, 512, 1000]
 with_cache, without = [], []
@@ -141,11 +141,11 @@ plt.show()
 # %%
 rows, ctx = [], block // 2
 for name, m in models.items():
-    caches = make_caches(m.cfg.n_layer, block)
+    caches = make_caches(m.cfg.n_layers, block)
     with torch.no_grad():
         m(val_ids[:ctx][None].to(dev), caches)                        # fill the cache with a context
     per_token = sum(c.nbytes() for c in caches) / ctx
-    rows.append((name, m.cfg.n_kv_head or m.cfg.n_head, per_token, val_loss[name]))
+    rows.append((name, m.cfg.n_kv_heads or m.cfg.n_heads, per_token, val_loss[name]))
     print(f"{name}: {rows[-1][1]} KV heads  {per_token:6.0f} bytes/token of cache  val loss {val_loss[name]:.3f}")
 assert len({r[2] / r[1] for r in rows}) == 1                          # cache bytes proportional to KV heads
 fig, ax = plt.subplots(1, 2, figsize=(8, 3))
@@ -167,7 +167,7 @@ plt.tight_layout(); plt.show()
 
 # %%
 pool = BlockPool(PagedConfig.for_model(target, block_size=16, n_blocks=256), device=dev)
-paged, contiguous = pool.new_caches(batch=2), make_caches(target.cfg.n_layer, block)
+paged, contiguous = pool.new_caches(batch=2), make_caches(target.cfg.n_layers, block)
 x = val_ids[:40].view(2, 20).to(dev)
 with torch.no_grad():
     for chunk in (x[:, :12], x[:, 12:13], x[:, 13:20]):               # prompt, one step, a chunk

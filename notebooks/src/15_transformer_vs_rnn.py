@@ -51,11 +51,11 @@ width = 64 if SMALL else 256
 
 
 def make_transformer(vocab=VOCAB, d=width, block=max(distances) + 2):
-    return GPT(GPTConfig(vocab_size=vocab, block_size=block, n_layer=2, n_head=4, n_embd=d))
+    return GPT(GPTConfig(vocab_size=vocab, block_size=block, n_layers=2, n_heads=4, d_model=d))
 
 
 def make_lstm(vocab=VOCAB, d=width):
-    return LSTMLM(LSTMConfig(vocab_size=vocab, n_embd=int(d * 1.25), n_layer=2))
+    return LSTMLM(LSTMConfig(vocab_size=vocab, d_model=int(d * 1.25), n_layers=2))
 
 
 for name, m in (("Transformer", make_transformer()), ("LSTM", make_lstm())):

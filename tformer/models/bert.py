@@ -1,6 +1,6 @@
 """A BERT-style bidirectional encoder (Devlin et al., 2018) with its pretraining and adaptation heads (chapter 11).
 
-    idx (B, T) -> token + position + segment embeddings -> LayerNorm -> N x post-LN EncoderLayer
+    idx (B, T) -> token + position + segment embeddings -> LayerNorm -> N x post-LN TransformerBlock
       -> hidden (B, T, d)
          -> MLM head: dense + GELU + LayerNorm + (tied) output embedding -> logits (B, T, V)
          -> pooler: tanh(dense(hidden[:, 0]))  ([CLS])    -> classifier -> (B, n_classes)
@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._checks import check_tokens
-from ..blocks import ACTIVATIONS, EncoderLayer
+from ..blocks import ACTIVATIONS, TransformerBlock
 from ..masks import padding_mask
 
 
@@ -57,7 +57,7 @@ class BERT(nn.Module):
         self.ln_embed = nn.LayerNorm(d, eps=cfg.eps)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            EncoderLayer(d, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=False, activation=cfg.activation,
+            TransformerBlock(d, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=False, activation=cfg.activation,
                          eps=cfg.eps) for _ in range(cfg.n_layers))
         self.pooler = nn.Linear(d, d)                               # [CLS] -> tanh(W h + b)
         self.mlm_dense = nn.Linear(d, d)                            # MLM head: transform ...

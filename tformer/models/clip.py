@@ -18,27 +18,30 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .._compat import renamed_fields
 from .._checks import check_rank, check_tokens
-from ..blocks import EncoderLayer
+from ..blocks import TransformerBlock
 from .vit import ViT, ViTConfig
 
 
+@renamed_fields(vision_width="vision_d_model", vision_layers="vision_n_layers", vision_heads="vision_n_heads",
+                text_width="text_d_model", text_layers="text_n_layers", text_heads="text_n_heads")
 @dataclass
 class CLIPConfig:
     # image tower (ViT-B/32)
     image_size: int = 224
     patch_size: int = 32
     in_channels: int = 3
-    vision_width: int = 768
-    vision_layers: int = 12
-    vision_heads: int = 12
+    vision_d_model: int = 768
+    vision_n_layers: int = 12
+    vision_n_heads: int = 12
     vision_d_ff: int = 3072
     # text tower
     vocab_size: int = 49408            # CLIP's BPE vocabulary
     context_length: int = 77           # learned positions
-    text_width: int = 512
-    text_layers: int = 12
-    text_heads: int = 8
+    text_d_model: int = 512
+    text_n_layers: int = 12
+    text_n_heads: int = 8
     text_d_ff: int = 2048
     eos_id: int | None = 49407         # pool at the first eos_id; None = at the largest id (original CLIP)
     # shared
@@ -51,25 +54,25 @@ class CLIPConfig:
 
     def vision_config(self) -> ViTConfig:
         return ViTConfig(image_size=self.image_size, patch_size=self.patch_size, in_channels=self.in_channels,
-                         d_model=self.vision_width, n_layers=self.vision_layers, n_heads=self.vision_heads,
+                         d_model=self.vision_d_model, n_layers=self.vision_n_layers, n_heads=self.vision_n_heads,
                          d_ff=self.vision_d_ff, n_classes=None, dropout=self.dropout, activation=self.activation,
                          eps=self.eps, pool="cls", pre_norm=True, patch_bias=False)
 
 
 class TextTransformer(nn.Module):
     """CLIP's text tower: token + learned positions, causal pre-LN layers, final LayerNorm.
-    (B, T) ids -> (B, T, text_width); `pool` picks the end-of-text token of each row."""
+    (B, T) ids -> (B, T, text_d_model); `pool` picks the end-of-text token of each row."""
 
     def __init__(self, cfg: CLIPConfig):
         super().__init__()
         self.cfg = cfg
-        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.text_width)
-        self.pos_embed = nn.Embedding(cfg.context_length, cfg.text_width)
+        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.text_d_model)
+        self.pos_embed = nn.Embedding(cfg.context_length, cfg.text_d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            EncoderLayer(cfg.text_width, cfg.text_heads, cfg.text_d_ff, cfg.dropout, norm_first=True,
-                         activation=cfg.activation, eps=cfg.eps) for _ in range(cfg.text_layers))
-        self.norm = nn.LayerNorm(cfg.text_width, eps=cfg.eps)
+            TransformerBlock(cfg.text_d_model, cfg.text_n_heads, cfg.text_d_ff, cfg.dropout, norm_first=True,
+                         activation=cfg.activation, eps=cfg.eps) for _ in range(cfg.text_n_layers))
+        self.norm = nn.LayerNorm(cfg.text_d_model, eps=cfg.eps)
 
     def forward(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         check_tokens(idx, "text ids")
@@ -109,17 +112,17 @@ class CLIP(nn.Module):
 
     def __init__(self, cfg: CLIPConfig, visual: ViT | None = None):
         """`visual`: an existing image tower (e.g. a trained ViT, as in LiT) instead of a new one; its
-        classification head is dropped and its width must be cfg.vision_width."""
+        classification head is dropped and its width must be cfg.vision_d_model."""
         super().__init__()
         self.cfg = cfg
         if visual is not None:
-            if visual.cfg.d_model != cfg.vision_width:
-                raise ValueError(f"CLIP: visual tower width {visual.cfg.d_model} != vision_width {cfg.vision_width}")
+            if visual.cfg.d_model != cfg.vision_d_model:
+                raise ValueError(f"CLIP: visual tower width {visual.cfg.d_model} != vision_d_model {cfg.vision_d_model}")
             visual.head = None
         self.visual = visual if visual is not None else ViT(cfg.vision_config())
         self.text = TextTransformer(cfg)
-        self.visual_proj = nn.Linear(cfg.vision_width, cfg.embed_dim, bias=False)
-        self.text_proj = nn.Linear(cfg.text_width, cfg.embed_dim, bias=False)
+        self.visual_proj = nn.Linear(cfg.vision_d_model, cfg.embed_dim, bias=False)
+        self.text_proj = nn.Linear(cfg.text_d_model, cfg.embed_dim, bias=False)
         self.logit_scale = nn.Parameter(torch.tensor(float(cfg.logit_scale_init)))
         for m in (self.text, self.visual_proj, self.text_proj):
             m.apply(ViT._init)
@@ -173,10 +176,10 @@ class CLIP(nn.Module):
                              f"got {tc.hidden_act!r}/{vc.hidden_act!r}, eps {tc.layer_norm_eps}/{vc.layer_norm_eps}")
         eos = tc.eos_token_id
         cfg = CLIPConfig(image_size=vc.image_size, patch_size=vc.patch_size, in_channels=vc.num_channels,
-                         vision_width=vc.hidden_size, vision_layers=vc.num_hidden_layers,
-                         vision_heads=vc.num_attention_heads, vision_d_ff=vc.intermediate_size,
+                         vision_d_model=vc.hidden_size, vision_n_layers=vc.num_hidden_layers,
+                         vision_n_heads=vc.num_attention_heads, vision_d_ff=vc.intermediate_size,
                          vocab_size=tc.vocab_size, context_length=tc.max_position_embeddings,
-                         text_width=tc.hidden_size, text_layers=tc.num_hidden_layers, text_heads=tc.num_attention_heads,
+                         text_d_model=tc.hidden_size, text_n_layers=tc.num_hidden_layers, text_n_heads=tc.num_attention_heads,
                          text_d_ff=tc.intermediate_size, eos_id=None if eos == 2 else eos,  # 2: legacy configs use argmax
                          embed_dim=hc.projection_dim, activation=acts[tc.hidden_act], eps=tc.layer_norm_eps)
         sd = model.state_dict()
@@ -192,7 +195,7 @@ class CLIP(nn.Module):
         for t in ("weight", "bias"):
             ours[f"visual.ln_pre.{t}"] = sd[f"vision_model.pre_layrnorm.{t}"]
             ours[f"visual.norm.{t}"] = sd[f"vision_model.post_layernorm.{t}"]
-        for tower, me, n in (("text_model", "text", cfg.text_layers), ("vision_model", "visual", cfg.vision_layers)):
+        for tower, me, n in (("text_model", "text", cfg.text_n_layers), ("vision_model", "visual", cfg.vision_n_layers)):
             for i in range(n):
                 p, m = f"{tower}.encoder.layers.{i}.", f"{me}.blocks.{i}."
                 for t in ("weight", "bias"):

@@ -18,21 +18,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._checks import check_tokens
-from ..blocks import EncoderLayer
+from ..blocks import TransformerBlock
+from .._compat import renamed_fields, renamed_kwargs
 from ..cache import KVCache, make_caches
 from ..moe import Experts, MoE, MoEConfig
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 
 
+@renamed_fields(n_layer="n_layers", n_head="n_heads", n_kv_head="n_kv_heads", n_embd="d_model")
 @dataclass
 class GPTConfig:
     vocab_size: int = 50257            # GPT-2's byte-level BPE vocabulary
     block_size: int = 1024             # context length the model is trained for
-    n_layer: int = 12
-    n_head: int = 12
-    n_kv_head: int | None = None       # None = n_head (MHA); fewer = GQA, 1 = MQA
-    n_embd: int = 768                  # model width d
-    d_ff: int | None = None            # FFN width; None = 4 * n_embd
+    n_layers: int = 12                 # transformer blocks
+    n_heads: int = 12                  # attention heads
+    n_kv_heads: int | None = None      # None = n_heads (MHA); fewer = GQA, 1 = MQA
+    d_model: int = 768                 # model width d
+    d_ff: int | None = None            # FFN width; None = 4 * d_model
     dropout: float = 0.0
     bias: bool = True                  # biases in Linear and LayerNorm (GPT-2: True)
     activation: str = "gelu_tanh"      # GPT-2's GELU; "swiglu" for the Llama-style FFN
@@ -54,17 +56,17 @@ class GPTConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.d_model // self.n_heads
 
 
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        d_ff = cfg.d_ff or 4 * cfg.n_embd
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        d_ff = cfg.d_ff or 4 * cfg.d_model
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.positional == "learned":
-            self.wpe, self.rope = LearnedPositionalEmbedding(cfg.block_size, cfg.n_embd), None
+            self.wpe, self.rope = LearnedPositionalEmbedding(cfg.block_size, cfg.d_model), None
         elif cfg.positional == "rope":
             self.wpe = None
             self.rope = RotaryEmbedding(cfg.head_dim, cfg.block_size, cfg.rope_base, cfg.rope_scaling,
@@ -74,31 +76,31 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         moe_layers = set(self.moe_layer_ids(cfg))
         self.blocks = nn.ModuleList(
-            EncoderLayer(cfg.n_embd, cfg.n_head, d_ff, cfg.dropout, norm_first=True, activation=cfg.activation,
-                         n_kv_heads=cfg.n_kv_head, bias=cfg.bias, eps=cfg.eps,
-                         ffn=self._make_moe(cfg, d_ff) if i in moe_layers else None) for i in range(cfg.n_layer))
+            TransformerBlock(cfg.d_model, cfg.n_heads, d_ff, cfg.dropout, norm_first=True, activation=cfg.activation,
+                         n_kv_heads=cfg.n_kv_heads, bias=cfg.bias, eps=cfg.eps,
+                         ffn=self._make_moe(cfg, d_ff) if i in moe_layers else None) for i in range(cfg.n_layers))
         self.aux_loss: torch.Tensor | float = 0.0                    # MoE auxiliary losses of the last forward
-        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.eps, bias=cfg.bias)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight                       # weight tying
         self.apply(self._init)
         for name, p in self.named_parameters():                      # GPT-2: scale residual projections
             if name.endswith(("attn.out.weight", "ffn.fc2.weight", "ffn.experts.fc2")):
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layers))
 
     @staticmethod
     def moe_layer_ids(cfg: GPTConfig) -> list[int]:
         """Indices of the blocks whose FFN is a mixture of experts (none when n_experts = 0)."""
         if cfg.n_experts <= 0:
             return []
-        ids = list(range(cfg.n_layer)) if cfg.moe_layers is None else sorted(set(cfg.moe_layers))
-        if any(not 0 <= i < cfg.n_layer for i in ids):
-            raise ValueError(f"GPTConfig.moe_layers must index blocks 0..{cfg.n_layer - 1}, got {cfg.moe_layers}")
+        ids = list(range(cfg.n_layers)) if cfg.moe_layers is None else sorted(set(cfg.moe_layers))
+        if any(not 0 <= i < cfg.n_layers for i in ids):
+            raise ValueError(f"GPTConfig.moe_layers must index blocks 0..{cfg.n_layers - 1}, got {cfg.moe_layers}")
         return ids
 
     @staticmethod
     def _make_moe(cfg: GPTConfig, d_ff: int) -> MoE:
-        return MoE(MoEConfig(d_model=cfg.n_embd, d_ff=cfg.moe_d_ff or d_ff, n_experts=cfg.n_experts,
+        return MoE(MoEConfig(d_model=cfg.d_model, d_ff=cfg.moe_d_ff or d_ff, n_experts=cfg.n_experts,
                              top_k=cfg.moe_top_k, activation=cfg.activation, bias=cfg.bias,
                              normalize_top_k=cfg.moe_normalize_top_k, capacity_factor=cfg.moe_capacity_factor,
                              balance_weight=cfg.moe_balance_weight, z_weight=cfg.moe_z_weight,
@@ -163,7 +165,7 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         limit = self.cfg.block_size
-        cache = make_caches(self.cfg.n_layer, limit) if use_cache and idx.shape[1] <= limit else None
+        cache = make_caches(self.cfg.n_layers, limit) if use_cache and idx.shape[1] <= limit else None
         inp = idx
         for _ in range(max_new_tokens):
             if cache is not None and cache[0].length + inp.shape[1] > limit:
@@ -176,33 +178,38 @@ class GPT(nn.Module):
         return idx
 
     @classmethod
-    def from_hf_gpt2(cls, model_or_state_dict, n_head: int | None = None) -> "GPT":
+    def from_hf_gpt2(cls, model_or_state_dict, n_heads: int | None = None, **deprecated) -> "GPT":
         """Build a GPT from a Hugging Face `GPT2LMHeadModel` / `GPT2Model` or its state_dict.
 
-        A state_dict does not record the number of heads: pass `n_head` with it.
+        A state_dict does not record the number of heads: pass `n_heads` with it.
         """
+        if deprecated:                                               # n_head= (before issue 15)
+            if set(deprecated) != {"n_head"}:
+                raise TypeError(f"GPT.from_hf_gpt2: unexpected arguments {sorted(deprecated)}")
+            given = {"n_heads": n_heads} if n_heads is not None else {}
+            n_heads = renamed_kwargs("GPT.from_hf_gpt2", {**given, **deprecated}, {"n_head": "n_heads"})["n_heads"]
         if isinstance(model_or_state_dict, nn.Module):
             hf_cfg = model_or_state_dict.config
             sd = model_or_state_dict.state_dict()
-            n_head = hf_cfg.n_head
+            n_heads = hf_cfg.n_head
             eps = hf_cfg.layer_norm_epsilon
             act = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
                    "relu": "relu"}[hf_cfg.activation_function]
         else:
             sd, eps, act = dict(model_or_state_dict), 1e-5, "gelu_tanh"
-            if n_head is None:
-                raise ValueError("GPT.from_hf_gpt2: a state_dict does not say how many heads; pass n_head=")
+            if n_heads is None:
+                raise ValueError("GPT.from_hf_gpt2: a state_dict does not say how many heads; pass n_heads=")
         sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
-        n_layer = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("h."))
+        n_layers = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("h."))
         vocab, d = sd["wte.weight"].shape
-        cfg = GPTConfig(vocab_size=vocab, block_size=sd["wpe.weight"].shape[0], n_layer=n_layer, n_head=n_head,
-                        n_embd=d, d_ff=sd["h.0.mlp.c_fc.weight"].shape[1], eps=eps, activation=act)
+        cfg = GPTConfig(vocab_size=vocab, block_size=sd["wpe.weight"].shape[0], n_layers=n_layers, n_heads=n_heads,
+                        d_model=d, d_ff=sd["h.0.mlp.c_fc.weight"].shape[1], eps=eps, activation=act)
         model = cls(cfg)
         ours = {"wte.weight": sd["wte.weight"], "wpe.weight": sd["wpe.weight"],
                 "ln_f.weight": sd["ln_f.weight"], "ln_f.bias": sd["ln_f.bias"]}
         names = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_attn": "attn.qkv", "attn.c_proj": "attn.out",
                  "mlp.c_fc": "ffn.fc1", "mlp.c_proj": "ffn.fc2"}
-        for i in range(n_layer):
+        for i in range(n_layers):
             for hf, me in names.items():
                 w, b = sd[f"h.{i}.{hf}.weight"], sd[f"h.{i}.{hf}.bias"]
                 ours[f"blocks.{i}.{me}.weight"] = w.t() if hf.startswith(("attn", "mlp")) else w  # Conv1D is (in, out)

@@ -17,14 +17,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from .._compat import renamed_fields, renamed_kwargs
 from .._checks import check_dim, check_rank, check_tokens
 
 
+@renamed_fields(n_embd="d_model", n_layer="n_layers")
 @dataclass
 class LSTMConfig:
     vocab_size: int = 256              # byte-level by default
-    n_embd: int = 256                  # embedding and hidden width d
-    n_layer: int = 2                   # stacked LSTM layers
+    d_model: int = 256                 # embedding and hidden width d
+    n_layers: int = 2                  # stacked LSTM layers
     dropout: float = 0.0               # between LSTM layers and on the embeddings
     tie_weights: bool = True           # output projection = embedding matrix (as GPT)
     block_size: int | None = None      # None: any length (an LSTM has no position table); else a max length
@@ -33,17 +35,21 @@ class LSTMConfig:
 class LSTMEncoder(nn.Module):
     """N stacked LSTM layers over embeddings: x (B, T, d_in) -> (out (B, T, d_out), (h, c)).
 
-    d_out = hidden (or 2 * hidden if bidirectional). h and c are (n_layer * directions, B, hidden).
+    d_out = hidden (or 2 * hidden if bidirectional). h and c are (n_layers * directions, B, hidden).
     `lengths` (B,) packs padded batches so the padding never enters the state (out is 0 there).
     """
 
-    def __init__(self, d_in: int, hidden: int, n_layer: int = 1, dropout: float = 0.0,
-                 bidirectional: bool = False):
+    def __init__(self, d_in: int, hidden: int, n_layers: int = 1, dropout: float = 0.0,
+                 bidirectional: bool = False, **deprecated):
         super().__init__()
-        self.d_in, self.hidden, self.n_layer = d_in, hidden, n_layer
+        if deprecated:                                               # n_layer= (before issue 15)
+            if set(deprecated) != {"n_layer"}:
+                raise TypeError(f"LSTMEncoder: unexpected arguments {sorted(deprecated)}")
+            n_layers = renamed_kwargs("LSTMEncoder", dict(deprecated), {"n_layer": "n_layers"})["n_layers"]
+        self.d_in, self.hidden, self.n_layers = d_in, hidden, n_layers
         self.bidirectional = bidirectional
-        self.lstm = nn.LSTM(d_in, hidden, n_layer, batch_first=True, bidirectional=bidirectional,
-                            dropout=dropout if n_layer > 1 else 0.0)
+        self.lstm = nn.LSTM(d_in, hidden, n_layers, batch_first=True, bidirectional=bidirectional,
+                            dropout=dropout if n_layers > 1 else 0.0)
 
     @property
     def d_out(self) -> int:
@@ -74,11 +80,11 @@ class LSTMLM(nn.Module):
     def __init__(self, cfg: LSTMConfig):
         super().__init__()
         self.cfg = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.encoder = LSTMEncoder(cfg.n_embd, cfg.n_embd, cfg.n_layer, cfg.dropout)
-        self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.encoder = LSTMEncoder(cfg.d_model, cfg.d_model, cfg.n_layers, cfg.dropout)
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         nn.init.normal_(self.wte.weight, 0.0, 0.02)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight

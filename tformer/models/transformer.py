@@ -1,6 +1,6 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-    src (B, S) -> embed * sqrt(d) + PE -> N x EncoderLayer -> memory (B, S, d)
+    src (B, S) -> embed * sqrt(d) + PE -> N x TransformerBlock -> memory (B, S, d)
     tgt (B, T) -> embed * sqrt(d) + PE -> N x DecoderLayer(memory) -> logits (B, T, V)
 
 Source embedding, target embedding and the output projection share one matrix when the vocabulary is
@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from .._checks import check_tokens
-from ..blocks import DecoderLayer, EncoderLayer
+from ..blocks import BlockConfig, DecoderLayer, TransformerBlock
 from ..cache import KVCache
 from ..masks import padding_mask
 from ..positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -55,6 +55,11 @@ class TransformerConfig:
         """Table 3, "big": N=6, d=1024, d_ff=4096, h=16, P_drop=0.3 (213M parameters)."""
         return replace(cls(src_vocab_size=vocab_size, d_model=1024, d_ff=4096, n_heads=16, dropout=0.3), **kw)
 
+    def block(self) -> BlockConfig:
+        """The sizes and switches every encoder and decoder layer shares."""
+        return BlockConfig(self.d_model, self.n_heads, self.d_ff, self.dropout, self.norm_first, self.activation,
+                           self.n_kv_heads, self.bias, self.eps, self.attn_dropout, self.ffn_dropout)
+
     @property
     def tgt_vocab(self) -> int:
         return self.src_vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
@@ -65,10 +70,7 @@ class Encoder(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.norm_first, cfg.activation,
-                         cfg.n_kv_heads, cfg.bias, cfg.eps, attn_dropout=cfg.attn_dropout,
-                         ffn_dropout=cfg.ffn_dropout) for _ in range(cfg.n_encoder_layers))
+        self.layers = nn.ModuleList(TransformerBlock.from_config(cfg.block()) for _ in range(cfg.n_encoder_layers))
         final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
 
@@ -83,10 +85,7 @@ class Decoder(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.norm_first, cfg.activation,
-                         cfg.n_kv_heads, cfg.bias, cfg.eps, attn_dropout=cfg.attn_dropout,
-                         ffn_dropout=cfg.ffn_dropout) for _ in range(cfg.n_decoder_layers))
+        self.layers = nn.ModuleList(DecoderLayer.from_config(cfg.block()) for _ in range(cfg.n_decoder_layers))
         final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
 

@@ -2,7 +2,7 @@
 
     images (B, C, H, W) -> p x p patches, each flattened and projected: (B, N, d), N = (H/p)(W/p)
       -> prepend a learned [class] token, add learned positions: (B, N+1, d)
-      -> N x pre-LN EncoderLayer (bidirectional) -> LayerNorm -> head on the class token: (B, n_classes)
+      -> N x pre-LN TransformerBlock (bidirectional) -> LayerNorm -> head on the class token: (B, n_classes)
 
 "An image is worth 16x16 words": the paper's ViT-B/16 cuts a 224x224 image into 14 x 14 = 196 patches
 of 16 x 16 pixels. The projection of flattened patches is a Conv2d with kernel = stride = p (the same
@@ -20,7 +20,8 @@ import torch
 import torch.nn as nn
 
 from .._checks import check_float, check_rank
-from ..blocks import EncoderLayer
+from ..attention import capture_attention
+from ..blocks import TransformerBlock
 
 
 @dataclass
@@ -94,7 +95,7 @@ class ViT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.ln_pre = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if cfg.pre_norm else nn.Identity()
         self.blocks = nn.ModuleList(
-            EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=True,
+            TransformerBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=True,
                          activation=cfg.activation, eps=cfg.eps) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
         self.head = nn.Linear(cfg.d_model, cfg.n_classes) if cfg.n_classes else None
@@ -144,14 +145,11 @@ class ViT(nn.Module):
         """Attention weights of every layer: a list of n_layers tensors (B, n_heads, N+1, N+1)."""
         was_training = self.training
         self.eval()
-        for b in self.blocks:
-            b.attn.record_weights = True
         try:
-            self.encode(images)
-            return [b.attn.last_weights for b in self.blocks]
+            with capture_attention(self) as weights:
+                self.encode(images)
+            return weights
         finally:
-            for b in self.blocks:
-                b.attn.record_weights, b.attn.last_weights = False, None
             self.train(was_training)
 
     def num_params(self) -> int:

@@ -136,7 +136,7 @@ register(Exercise(
          "@ w2.T + b2 contracts back to d. The same weights act on every position.",
     mistakes={"no ReLU between the two layers (the FFN collapses to one linear map)": _ffn_no_activation,
               "ReLU after the second layer instead of between": _ffn_relu_after},
-    forbidden=[(FeedForward, "forward"), (blocks.EncoderLayer, "forward")],
+    forbidden=[(FeedForward, "forward"), (blocks.TransformerBlock, "forward")],
 ))
 
 
@@ -145,7 +145,7 @@ register(Exercise(
 def _enc_case(name, seed, b, t, h, hd, random=False) -> Case:
     g = torch.Generator().manual_seed(seed)
     d = h * hd
-    layer = blocks.EncoderLayer(d, h, 4 * d, dropout=0.0, norm_first=False)
+    layer = blocks.TransformerBlock(d, h, 4 * d, dropout=0.0, norm_first=False)
     with torch.no_grad():
         for p in layer.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.1 if p.dim() == 1 else p.shape[-1] ** -0.5))
@@ -164,9 +164,9 @@ def _enc_random_case(seed: int) -> Case:
 
 
 def encoder_layer_reference(x, params, n_heads):
-    """tformer.EncoderLayer(norm_first=False) loaded with `params` (its state_dict)."""
+    """tformer.TransformerBlock(norm_first=False) loaded with `params` (its state_dict)."""
     d = x.shape[-1]
-    layer = blocks.EncoderLayer(d, n_heads, params["ffn.fc1.weight"].shape[0], dropout=0.0, norm_first=False)
+    layer = blocks.TransformerBlock(d, n_heads, params["ffn.fc1.weight"].shape[0], dropout=0.0, norm_first=False)
     layer.load_state_dict(params)
     return layer.eval()(x)
 
@@ -221,6 +221,6 @@ register(Exercise(
          "x = LN1(x + MHA(x)), then x = LN2(x + FFN(x)). params holds the weights by name (print params.keys()).",
     mistakes={"pre-LN order (x + MHA(LN(x))) instead of the paper's post-LN": _enc_pre_ln,
               "residual connections missing": _enc_no_residual},
-    forbidden=[(blocks.EncoderLayer, "forward"), (torch.nn.TransformerEncoderLayer, "forward"),
+    forbidden=[(blocks.TransformerBlock, "forward"), (torch.nn.TransformerEncoderLayer, "forward"),
                (torch.nn.MultiheadAttention, "forward")] + _LN_FORBIDDEN[:4],
 ))

@@ -1,0 +1,82 @@
+"""Issue 15: one naming scheme across the configs, deprecated aliases, capture_attention."""
+import dataclasses
+
+import pytest
+import torch
+
+import tformer
+from tformer import MultiHeadAttention, TransformerBlock, capture_attention
+from tformer._compat import translate_renamed
+from tformer.models import CLIPConfig, GPT, GPTConfig, LSTMConfig, LSTMEncoder, ViT, ViTConfig
+
+
+@pytest.mark.parametrize("cls", [GPTConfig, LSTMConfig, ViTConfig, tformer.models.BertConfig, tformer.MoEConfig,
+                                 tformer.models.TransformerConfig])
+def test_every_config_uses_the_papers_names(cls):
+    names = {f.name for f in dataclasses.fields(cls)}
+    assert "d_model" in names
+    assert not names & {"n_embd", "n_layer", "n_head", "n_kv_head", "width", "heads"}
+
+
+def test_gpt_config_old_names_warn_and_map_to_the_new_ones():
+    with pytest.warns(FutureWarning, match="n_embd is deprecated.*d_model"):
+        cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_kv_head=1, n_embd=16)
+    assert (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_model) == (1, 2, 1, 16)
+    with pytest.warns(FutureWarning, match="n_layer"):
+        assert cfg.n_layer == 1
+    assert dataclasses.replace(cfg, n_heads=1).n_heads == 1
+    with pytest.raises(TypeError, match="both n_head"):
+        GPTConfig(n_head=2, n_heads=2)
+    assert GPT(cfg).num_params() == GPT(GPTConfig(vocab_size=11, block_size=8, n_layers=1, n_heads=2, n_kv_heads=1,
+                                                  d_model=16)).num_params()
+
+
+def test_saved_config_dict_with_old_names_is_translated():
+    with pytest.warns(FutureWarning):
+        kw = translate_renamed(GPTConfig, {"n_layer": 2, "n_embd": 8, "vocab_size": 5})
+    assert kw == {"n_layers": 2, "d_model": 8, "vocab_size": 5}
+
+
+def test_lstm_and_clip_old_names():
+    with pytest.warns(FutureWarning):
+        c = LSTMConfig(n_embd=12, n_layer=3)
+    assert (c.d_model, c.n_layers) == (12, 3)
+    with pytest.warns(FutureWarning):
+        assert LSTMEncoder(4, 5, n_layer=2).n_layers == 2
+    with pytest.warns(FutureWarning, match="text_width"):
+        c = CLIPConfig(text_width=16, text_heads=2, text_layers=1, vision_width=8, vision_heads=2, vision_layers=1)
+    assert (c.text_d_model, c.text_n_heads, c.text_n_layers) == (16, 2, 1)
+    assert (c.vision_d_model, c.vision_n_heads, c.vision_n_layers) == (8, 2, 1)
+
+
+def test_encoder_layer_is_a_deprecated_alias_of_transformer_block():
+    with pytest.warns(FutureWarning, match="TransformerBlock"):
+        assert tformer.EncoderLayer is TransformerBlock
+    with pytest.warns(FutureWarning):
+        from tformer.blocks import EncoderLayer
+    assert EncoderLayer is TransformerBlock
+
+
+def test_capture_attention_collects_weights_in_call_order_and_restores_the_fast_path():
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=8, patch_size=4, in_channels=1, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                        n_classes=3)).eval()
+    x = torch.randn(2, 1, 8, 8)
+    with torch.no_grad(), capture_attention(vit) as weights:
+        out = vit(x)
+    assert len(weights) == 2 and weights[0].shape == (2, 2, 5, 5)
+    torch.testing.assert_close(weights[1].sum(-1), torch.ones(2, 2, 5))
+    torch.testing.assert_close(out, vit(x))                                # same outputs either path
+    assert all(m._captured is None for m in vit.modules() if isinstance(m, MultiHeadAttention))
+    maps = vit.attention_maps(x)
+    assert [w.shape for w in maps] == [w.shape for w in weights]
+    for a, b in zip(maps, weights):
+        torch.testing.assert_close(a, b)
+    mha = MultiHeadAttention(16, 4)
+    h = torch.randn(1, 3, 16)
+    with capture_attention(mha) as w:
+        _, ref = mha(h, need_weights=True)
+    torch.testing.assert_close(w[0], ref.detach())
+    with pytest.raises(ValueError, match="no MultiHeadAttention"):
+        with capture_attention(torch.nn.Linear(2, 2)):
+            pass
