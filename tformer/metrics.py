@@ -1,4 +1,4 @@
-"""Scores for chapters 10-13: BLEU two ways, accuracy, perplexity.
+"""Scores for chapters 10-13: BLEU two ways, accuracy, perplexity, distinct-n (repetition in generated text).
 
 sacreBLEU (Post 2018) scores *detokenized* output with its own fixed tokenizer and prints a signature
 (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x`), so numbers from different papers can be
@@ -87,3 +87,14 @@ def perplexity(mean_nll: float) -> float:
 
 __all__ = ["BleuResult", "sacrebleu_score", "tokenized_bleu", "moses_like_tokenize", "split_compounds",
            "accuracy", "perplexity"]
+
+
+def distinct_n(seqs: Sequence[Sequence[int]], n: int = 2) -> float:
+    """Distinct-n (Li et al. 2016): distinct n-grams / all n-grams over the sequences; 1 = no n-gram
+    repeats, near 0 = the text loops."""
+    if n < 1:
+        raise ValueError(f"distinct_n: n must be >= 1, got {n}")
+    grams = [tuple(s[i:i + n]) for s in seqs for i in range(len(s) - n + 1)]
+    if not grams:
+        raise ValueError(f"distinct_n: no sequence is at least n={n} tokens long")
+    return len(set(grams)) / len(grams)

@@ -21,6 +21,7 @@ from .._checks import check_tokens
 from ..blocks import TransformerBlock
 from .._compat import renamed_fields, renamed_kwargs
 from ..cache import KVCache, make_caches
+from ..decode import sample_next  # noqa: F401  (decoding lives in tformer.decode)
 from ..moe import Experts, MoE, MoEConfig
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 
@@ -154,11 +155,12 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+                 use_cache: bool = True, generator: torch.Generator | None = None, top_p: float | None = None,
+                 repetition_penalty: float = 1.0) -> torch.Tensor:
         """Append `max_new_tokens` tokens to idx (B, T); returns (B, T + max_new_tokens).
 
-        temperature=0 is greedy decoding. With the cache each step feeds only the newest token; once the
-        sequence outgrows block_size the model slides a window over the last block_size tokens (no cache),
+        temperature=0 is greedy decoding; top_k, top_p and repetition_penalty as in `tformer.decode.sample_next`.
+        With the cache each step feeds only the newest token; once the sequence outgrows block_size the model slides a window over the last block_size tokens (no cache),
         the same as use_cache=False.
         """
         check_tokens(idx, "idx")
@@ -171,7 +173,8 @@ class GPT(nn.Module):
             if cache is not None and cache[0].length + inp.shape[1] > limit:
                 cache, inp = None, idx                                # past the context: sliding window
             logits = self(inp if cache is not None else idx[:, -limit:], cache)[:, -1, :]  # (B, V)
-            nxt = sample_next(logits, temperature, top_k, generator)
+            nxt = sample_next(logits, temperature, top_k, generator, top_p=top_p,
+                              repetition_penalty=repetition_penalty, idx=idx)
             idx = torch.cat([idx, nxt], dim=1)
             inp = nxt
         self.train(was_training)
@@ -219,15 +222,3 @@ class GPT(nn.Module):
         if missing or unexpected:
             raise ValueError(f"GPT.from_hf_gpt2: missing {missing}, unexpected {unexpected}")
         return model
-
-
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """logits (B, V) -> next token ids (B, 1). temperature=0: argmax (greedy)."""
-    if temperature == 0.0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
