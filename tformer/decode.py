@@ -187,7 +187,10 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     set of most likely tokens whose probability sums to >= p; the most likely token is always kept."""
     if not 0.0 < p <= 1.0:
         raise ValueError(f"top_p_filter: p must be in (0, 1], got {p}")
-    probs, order = F.softmax(logits.float(), dim=-1).sort(dim=-1, descending=True)
+    if p == 1.0:                                                    # every token (rounding cannot drop one)
+        return logits.clone()
+    probs = F.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    probs, order = probs.sort(dim=-1, descending=True)
     mass_before = probs.cumsum(-1) - probs                          # mass of the tokens ranked above
     drop_sorted = mass_before >= p                                  # the set already reached p without it
     drop = drop_sorted.scatter(-1, order, drop_sorted)              # back to vocabulary order

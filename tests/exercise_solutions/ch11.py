@@ -1,4 +1,4 @@
-"""Chapter 11: language-model objectives."""
+"""Chapter 11: BPE, language-model objectives, nucleus filtering, SFT, LoRA and DPO."""
 import torch
 
 
@@ -21,3 +21,47 @@ def mlm_masking(ids, u_select, u_action, random_ids, mask_id, p=0.15, special=No
 
 
 SOLUTIONS = {"ch11.causal_lm_loss": causal_lm_loss, "ch11.mlm_masking": mlm_masking}
+
+
+def bpe_merge(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i:i + 2] == list(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def top_p_filter(logits, p):
+    probs = torch.softmax(logits.double(), -1)
+    out = logits.clone()
+    for b in range(logits.shape[0]):
+        mass = 0.0
+        for v in probs[b].argsort(descending=True).tolist():
+            if mass >= p:
+                out[b, v] = float("-inf")
+            mass += probs[b, v].item()
+    return out
+
+
+def sft_loss(logits, targets, loss_mask):
+    lp = torch.log_softmax(logits.double(), -1).gather(-1, targets[..., None])[..., 0]
+    return (-(lp[loss_mask]).mean()).to(logits.dtype)
+
+
+def lora_forward(x, weight, bias, A, B, alpha):
+    w = weight.double() + (alpha / A.shape[0]) * (B.double() @ A.double())
+    y = x.double() @ w.T
+    return (y if bias is None else y + bias.double()).to(x.dtype)
+
+
+def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    z = beta * ((policy_chosen.double() - ref_chosen.double()) - (policy_rejected.double() - ref_rejected.double()))
+    return torch.nn.functional.softplus(-z).mean().to(policy_chosen.dtype)      # -log sigmoid(z) = softplus(-z)
+
+
+SOLUTIONS.update({"ch11.bpe_merge": bpe_merge, "ch11.top_p_filter": top_p_filter, "ch11.sft_loss": sft_loss,
+                  "ch11.lora_forward": lora_forward, "ch11.dpo_loss": dpo_loss})

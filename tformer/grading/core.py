@@ -160,6 +160,8 @@ def _time_limit(seconds: float):
 def _flatten(x) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
+    if isinstance(x, list) and x and all(type(i) is int for i in x):   # a list of ids: one sequence (length, then
+        return [torch.tensor(x)]                                         # the first differing position)
     if isinstance(x, (tuple, list)):
         return [t for item in x for t in _flatten(item)]
     if isinstance(x, (int, float, bool)):

@@ -1,10 +1,69 @@
-"""Chapter 11: the causal language-model loss (GPT) and BERT's masked-LM masking rule."""
+"""Chapter 11: BPE's merge step, the causal language-model loss (GPT) and BERT's masked-LM masking rule
+(notebook 11_llms); nucleus filtering, the prompt-masked SFT loss, LoRA's forward and DPO's loss
+(notebook 11_post_training)."""
 import torch
 import torch.nn.functional as F
 
-from ... import lm
+from ... import bpe, decode, dpo, lm, lora, sft
 from ...lm import IGNORE, apply_mlm_masking, causal_lm_loss
 from ..core import Case, Exercise, register
+
+# --- BPE: one merge ---------------------------------------------------------------------------------
+
+
+def _bpe_edge_cases() -> list[Case]:
+    return [
+        Case("empty list", ([], (1, 2), 9)),
+        Case("one token", ([1], (1, 2), 9)),
+        Case("pair not present (2 1 is not 1 2)", ([2, 1, 3], (1, 2), 9)),
+        Case("two occurrences", ([1, 2, 3, 1, 2], (1, 2), 9)),
+        Case("overlapping run 1 1 1: left to right, non-overlapping", ([1, 1, 1], (1, 1), 9)),
+        Case("run of four 1 1 1 1", ([5, 1, 1, 1, 1, 5], (1, 1), 9)),
+        Case("pair at the very end", ([3, 4, 1, 2], (1, 2), 7)),
+    ]
+
+
+def _bpe_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(10000 + seed)
+    n = int(torch.randint(2, 40, (1,), generator=g))
+    ids = torch.randint(0, 4 if seed % 2 else 10, (n,), generator=g).tolist()   # small alphabets: runs and repeats
+    j = int(torch.randint(0, n - 1, (1,), generator=g))
+    return Case(f"random #{seed}: {n} ids", (ids, (ids[j], ids[j + 1]), 100 + seed), seed=10000 + seed)
+
+
+def _bpe_first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return list(ids)
+
+
+def _bpe_right_to_left(ids, pair, new_id):
+    out, i = [], len(ids) - 1
+    while i >= 0:
+        if i > 0 and (ids[i - 1], ids[i]) == tuple(pair):
+            out.append(new_id)
+            i -= 2
+        else:
+            out.append(ids[i])
+            i -= 1
+    return out[::-1]
+
+
+register(Exercise(
+    name="ch11.bpe_merge",
+    title="one BPE merge: (ids: list[int], pair, new_id) -> list[int]",
+    reference=bpe.merge,
+    edge_cases=_bpe_edge_cases,
+    random_case=_bpe_random_case,
+    points=2,
+    hint="walk i from the left: if ids[i], ids[i+1] equal the pair, append new_id and jump i += 2, else append ids[i] "
+         "and i += 1. Return a new list (1 1 1 with pair (1, 1) gives [new_id, 1]).",
+    mistakes={"only the first occurrence replaced": _bpe_first_only,
+              "merged right to left (1 1 1 -> 1 new_id)": _bpe_right_to_left},
+    forbidden=[(bpe, "merge")],
+    notebook="11_llms",
+))
 
 # --- causal LM loss ----------------------------------------------------------------------------------
 
@@ -60,6 +119,7 @@ register(Exercise(
               "shifted the wrong way (logits[:, 1:] vs idx[:, :-1])": _shift_wrong_way,
               "summed instead of averaged": _sum_not_mean},
     forbidden=[(lm, "causal_lm_loss")],
+    notebook="11_llms",
 ))
 
 # --- MLM masking -------------------------------------------------------------------------------------
@@ -140,4 +200,282 @@ register(Exercise(
               "special tokens were chosen": _ignore_special,
               "labels taken from the corrupted inputs instead of the original ids": _labels_from_inputs},
     forbidden=[(lm, "apply_mlm_masking"), (lm, "mask_tokens")],
+    notebook="11_llms",
+))
+
+# --- post-training (notebook 11_post_training) ---------------------------------------------------------
+# --- top-p (nucleus) filtering -------------------------------------------------------------------------
+
+
+def _top_p_case(name, seed, b, v, p, scale=2.0, random=False) -> Case:
+    """Logits whose probabilities have no near-ties and whose sorted cumulative sums stay 1e-6 away from p
+    (so the kept set is unique); resampled from the next seed until they do."""
+    for k in range(100):
+        g = torch.Generator().manual_seed(seed * 100 + k)
+        logits = torch.randn(b, v, generator=g) * scale
+        probs = logits.double().softmax(-1).sort(-1, descending=True).values
+        near_cut = (probs.cumsum(-1) - probs)[:, 1:] < p + 1e-3                 # pairs where a tie could move the cut
+        gaps = (probs[:, :-1] - probs[:, 1:])[near_cut]
+        if (gaps.numel() == 0 or gaps.min() > 1e-6) and ((probs.cumsum(-1) - p).abs().min() > 1e-6 or p == 1.0):
+            return Case(name, (logits, p), seed=seed if random else None)
+    raise RuntimeError(f"no tie-free logits for seed {seed}")
+
+
+def _top_p_edge_cases() -> list[Case]:
+    return [
+        _top_p_case("one row, V=4, p=0.5", 1, 1, 4, 0.5),
+        _top_p_case("p tiny (0.01): only the top token survives", 2, 2, 6, 0.01),
+        _top_p_case("p = 1.0: every token kept", 3, 2, 6, 1.0),
+        Case("peaked row: the top token alone has > p", (torch.tensor([[8.0, 1.0, 0.0, -1.0], [0.3, 0.2, 0.1, 0.0]]), 0.6)),
+        _top_p_case("flat-ish logits (x 0.3): most tokens needed", 4, 3, 10, 0.9, scale=0.3),
+    ]
+
+
+def _top_p_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(13000 + seed)
+    b, v = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(2, 60, (1,), generator=g))
+    p = [0.3, 0.5, 0.8, 0.9, 0.95][seed % 5]
+    return _top_p_case(f"random #{seed}: B={b} V={v} p={p}", 13000 + seed, b, v, p, random=True)
+
+
+def _nucleus(logits, p, *, keep_crossing=True, sorted_order=False, dim=-1):
+    probs, order = logits.softmax(dim).sort(-1, descending=True)
+    cum = probs.cumsum(-1)
+    drop = (cum - probs >= p) if keep_crossing else (cum > p)
+    drop[..., 0] = False
+    if not sorted_order:
+        drop = drop.scatter(-1, order, drop)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _top_p_drops_crossing(logits, p):
+    return _nucleus(logits, p, keep_crossing=False)
+
+
+def _top_p_sorted_mask(logits, p):
+    return _nucleus(logits, p, sorted_order=True)
+
+
+def _top_p_batch_softmax(logits, p):
+    return _nucleus(logits, p, dim=0)
+
+
+register(Exercise(
+    name="ch11.top_p_filter",
+    title="nucleus filtering: logits (B, V), p -> logits with -inf outside the top-p set",
+    reference=decode.top_p_filter,
+    edge_cases=_top_p_edge_cases,
+    random_case=_top_p_random_case,
+    points=2,
+    hint="probs = softmax(logits); sort them descending (keep the order); a token is dropped when the mass of the "
+         "tokens ranked above it is already >= p (cumsum - probs >= p); scatter that mask back to vocabulary order and "
+         "masked_fill it with float('-inf'). The top token is always kept.",
+    mistakes={"dropped the token that crosses p (kept only cumsum <= p)": _top_p_drops_crossing,
+              "mask left in sorted order (not scattered back to the vocabulary)": _top_p_sorted_mask,
+              "softmax over the batch dimension": _top_p_batch_softmax},
+    forbidden=[(decode, "top_p_filter"), (decode, "sample_next")],
+    notebook="11_post_training",
+))
+
+# --- the SFT loss: cross-entropy on the answer's tokens only -------------------------------------------
+
+
+def _sft_case(name, seed, b, t, v, density=0.5, random=False) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(b, t, v, generator=g) * 2
+    targets = torch.randint(0, v, (b, t), generator=g)
+    mask = torch.rand(b, t, generator=g) < density
+    mask[0, -1] = True                                                 # at least one position counts
+    return Case(name, (logits, targets, mask), seed=seed if random else None)
+
+
+def _sft_edge_cases() -> list[Case]:
+    logits, targets, _ = _sft_case("", 31, 2, 5, 7).args
+    prompt_then_answer = torch.tensor([[False, False, False, True, True], [False, True, True, True, True]])
+    return [
+        _sft_case("one position counts (B=1, T=1)", 30, 1, 1, 5, density=1.0),
+        Case("prompt then answer (3 and 1 prompt tokens)", (logits, targets, prompt_then_answer)),
+        Case("mask all True: plain cross-entropy", (logits, targets, torch.ones(2, 5, dtype=torch.bool))),
+        Case("confident model (logits x 20)", (logits * 20, targets, prompt_then_answer)),
+    ]
+
+
+def _sft_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(14000 + seed)
+    b, t, v = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 5), (1, 17), (2, 40)))
+    return _sft_case(f"random #{seed}: B={b} T={t} V={v}", 14000 + seed, b, t, v, density=0.3 + 0.1 * (seed % 5),
+                     random=True)
+
+
+def _ce_all(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+
+
+def _sft_mean_over_all(logits, targets, loss_mask):
+    return (_ce_all(logits, targets) * loss_mask).mean()
+
+
+def _sft_inverted_mask(logits, targets, loss_mask):
+    m = ~loss_mask
+    return (_ce_all(logits, targets) * m).sum() / m.sum().clamp(min=1)
+
+
+def _sft_shifted(logits, targets, loss_mask):
+    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1), targets[:, 1:].flatten(), reduction="none")
+    m = loss_mask[:, 1:].flatten()
+    return (ce * m).sum() / m.sum().clamp(min=1)
+
+
+def _sft_sum(logits, targets, loss_mask):
+    return (_ce_all(logits, targets) * loss_mask).sum()
+
+
+register(Exercise(
+    name="ch11.sft_loss",
+    title="prompt-masked loss: logits (B, T, V), targets (B, T), loss_mask (B, T) -> scalar",
+    reference=sft.sft_loss,
+    edge_cases=_sft_edge_cases,
+    random_case=_sft_random_case,
+    points=2,
+    hint="targets are already aligned with logits (no shift). Per-position cross-entropy (F.cross_entropy with "
+         "reduction='none'), then the mean over the positions where loss_mask is True: sum(ce * mask) / mask.sum(). "
+         "Or set targets to -100 where the mask is False and let F.cross_entropy ignore them.",
+    mistakes={"averaged over every position (masked ones counted as 0)": _sft_mean_over_all,
+              "mask inverted (loss on the prompt, not the answer)": _sft_inverted_mask,
+              "shifted by one again (targets are already aligned)": _sft_shifted,
+              "summed instead of averaged": _sft_sum},
+    forbidden=[(sft, "sft_loss")],
+    notebook="11_post_training",
+))
+
+# --- LoRA: the adapted linear layer --------------------------------------------------------------------
+
+
+def _lora_case(name, seed, shape, d_in, d_out, r, alpha, bias=True, zero_b=False, random=False) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, d_in, generator=g)
+    w = torch.randn(d_out, d_in, generator=g) / d_in ** 0.5
+    b = torch.randn(d_out, generator=g) if bias else None
+    A = torch.randn(r, d_in, generator=g) / d_in ** 0.5
+    B = torch.zeros(d_out, r) if zero_b else torch.randn(d_out, r, generator=g)
+    return Case(name, (x, w, b, A, B, alpha), seed=seed if random else None)
+
+
+def _lora_edge_cases() -> list[Case]:
+    return [
+        _lora_case("rank 1, one token", 40, (1,), 3, 2, 1, 1.0),
+        _lora_case("bias is None", 41, (2,), 4, 3, 2, 4.0, bias=False),
+        _lora_case("B = 0 (a fresh adapter): just the linear layer", 42, (2,), 4, 3, 2, 8.0, zero_b=True),
+        _lora_case("(B, T, in) input, alpha != r", 43, (2, 3), 6, 5, 4, 16.0),
+    ]
+
+
+def _lora_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(15000 + seed)
+    d_in, d_out, r = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((2, 24), (1, 24), (1, 6)))
+    alpha = [1.0, 8.0, 16.0, 32.0][seed % 4]
+    return _lora_case(f"random #{seed}: in={d_in} out={d_out} r={r} alpha={alpha}", 15000 + seed, (2, 3), d_in, d_out,
+                      r, alpha, bias=bool(seed % 3), random=True)
+
+
+def _lin(x, weight, bias):
+    return F.linear(x, weight, bias)
+
+
+def _lora_alpha_not_over_r(x, weight, bias, A, B, alpha):
+    return _lin(x, weight, bias) + alpha * (x @ A.T) @ B.T
+
+
+def _lora_unscaled(x, weight, bias, A, B, alpha):
+    return _lin(x, weight, bias) + (x @ A.T) @ B.T
+
+
+def _lora_scaled_everything(x, weight, bias, A, B, alpha):
+    return (alpha / A.shape[0]) * (_lin(x, weight, bias) + (x @ A.T) @ B.T)
+
+
+register(Exercise(
+    name="ch11.lora_forward",
+    title="LoRA: x W^T + b + (alpha / r) x A^T B^T, with A (r, in), B (out, r), bias may be None",
+    reference=lora.lora_forward,
+    edge_cases=_lora_edge_cases,
+    random_case=_lora_random_case,
+    points=2,
+    hint="r = A.shape[0]; F.linear(x, weight, bias) + (alpha / r) * F.linear(F.linear(x, A), B). Multiplying "
+         "x by A first keeps the cost at r * (in + out) per token instead of forming the (out, in) matrix B A.",
+    mistakes={"scaled by alpha instead of alpha / r": _lora_alpha_not_over_r,
+              "no alpha / r scaling": _lora_unscaled,
+              "the whole output scaled by alpha / r (only the update is)": _lora_scaled_everything},
+    forbidden=[(lora, "lora_forward")],
+    notebook="11_post_training",
+))
+
+# --- DPO's loss ------------------------------------------------------------------------------------------
+
+
+def _dpo_case(name, seed, b, beta, scale=5.0, random=False) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    pc, pr, rc, rr = (-(torch.rand(b, generator=g) * scale * 4) for _ in range(4))   # log-probs are <= 0
+    return Case(name, (pc, pr, rc, rr, beta), seed=seed if random else None)
+
+
+def _dpo_edge_cases() -> list[Case]:
+    pc, pr, rc, rr, _ = _dpo_case("", 51, 3, 0.1).args
+    return [
+        _dpo_case("one pair", 50, 1, 0.1),
+        Case("policy == reference: log 2", (pc, pr, pc.clone(), pr.clone(), 0.1)),
+        Case("chosen and rejected swapped vs the previous case", (pr, pc, rr, rc, 0.5)),
+        Case("large margins (beta * margin = -300: needs a stable log-sigmoid)",
+             (torch.tensor([-1000.0, -10.0]), torch.tensor([-10.0, -1000.0]), torch.tensor([-10.0, -10.0]),
+              torch.tensor([-10.0, -10.0]), 0.3)),
+    ]
+
+
+def _dpo_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(16000 + seed)
+    b = int(torch.randint(1, 9, (1,), generator=g))
+    beta = [0.05, 0.1, 0.3, 1.0][seed % 4]
+    return _dpo_case(f"random #{seed}: B={b} beta={beta}", 16000 + seed, b, beta, random=True)
+
+
+def _margin(pc, pr, rc, rr):
+    return (pc - rc) - (pr - rr)
+
+
+def _dpo_no_log(pc, pr, rc, rr, beta):
+    return -torch.sigmoid(beta * _margin(pc, pr, rc, rr)).mean()
+
+
+def _dpo_no_beta(pc, pr, rc, rr, beta):
+    return -F.logsigmoid(_margin(pc, pr, rc, rr)).mean()
+
+
+def _dpo_reference_added(pc, pr, rc, rr, beta):
+    return -F.logsigmoid(beta * ((pc + rc) - (pr + rr))).mean()
+
+
+def _dpo_swapped(pc, pr, rc, rr, beta):
+    return -F.logsigmoid(beta * _margin(pr, pc, rr, rc)).mean()
+
+
+def _dpo_sum(pc, pr, rc, rr, beta):
+    return -F.logsigmoid(beta * _margin(pc, pr, rc, rr)).sum()
+
+
+register(Exercise(
+    name="ch11.dpo_loss",
+    title="DPO: (policy_chosen, policy_rejected, ref_chosen, ref_rejected (B,), beta) -> scalar",
+    reference=dpo.dpo_loss,
+    edge_cases=_dpo_edge_cases,
+    random_case=_dpo_random_case,
+    points=2,
+    hint="margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected); loss = the mean of "
+         "-F.logsigmoid(beta * margin). F.logsigmoid stays finite where log(sigmoid(.)) underflows to log 0.",
+    mistakes={"sigmoid without the log": _dpo_no_log,
+              "beta left out": _dpo_no_beta,
+              "reference log-probs added instead of subtracted": _dpo_reference_added,
+              "chosen and rejected swapped": _dpo_swapped,
+              "summed instead of averaged": _dpo_sum},
+    forbidden=[(dpo, "dpo_loss")],
+    notebook="11_post_training",
 ))
