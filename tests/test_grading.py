@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+import time
 
 import nbformat
 import pytest
@@ -143,16 +146,6 @@ def test_unknown_exercise_lists_the_known_ones():
         check("ch99.nothing", _softmax)
 
 
-def test_results_are_appended_to_the_report_file(tmp_path, monkeypatch):
-    path = tmp_path / "r.jsonl"
-    monkeypatch.setenv("TFORMER_GRADE_REPORT", str(path))
-    check("ch01.softmax", _softmax)
-    check("ch01.softmax", lambda x: x)
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(r["exercise"], r["passed"], r["points"]) for r in rows] == [("ch01.softmax", True, 1),
-                                                                         ("ch01.softmax", False, 1)]
-
-
 def test_compare_nan_inf_bool():
     nan, inf = float("nan"), float("inf")
     assert compare(torch.tensor([nan, 1.0]), torch.tensor([nan, 1.0]), 1e-5, 1e-4) is None
@@ -262,3 +255,157 @@ def test_each_notebook_owes_its_own_exercises(temp_exercise, tmp_path):
     assert exercises_of(tmp_path / "97_first_part.ipynb") == ["ch97.first", "ch97.any"]
     assert exercises_of(tmp_path / "97b_second_part.ipynb") == ["ch97.second", "ch97.any"]
     assert exercises_of(tmp_path / "01_attention.ipynb") == ["ch01.attention", "ch01.softmax"]
+
+
+# --- issue 17: no correct answer rejected, no wrong one accepted, messages that do not mislead ------------------
+
+def test_a_rounding_tie_does_not_decide_a_grade():
+    """0.01 / (0.02 / 127) = 63.5 exactly: a float64 or multiply-by-reciprocal answer rounds it the other way
+    than the float32 reference, and is as right."""
+    def int8_float64(w):
+        w = w.double()
+        amax = w.abs().amax(1)
+        s = torch.where(amax == 0, torch.ones_like(amax), amax / 127)
+        return torch.round(w / s[:, None]).clamp(-128, 127).to(torch.int8), s.float()
+
+    def int8_reciprocal(w):
+        amax = w.abs().amax(1)
+        s = torch.where(amax == 0, torch.ones_like(amax), amax / 127)
+        return torch.round(w * (1 / s)[:, None]).clamp(-128, 127).to(torch.int8), s
+    assert check("ch14.int8", int8_float64).passed
+    assert check("ch14.int8", int8_reciprocal).passed
+
+    def one_off_at_no_tie(w):                                           # but off by one elsewhere still fails
+        q, s = int8_float64(w)
+        return (q.int() + (q == 0)).to(torch.int8), s
+    assert check("ch14.int8", one_off_at_no_tie).status == "failed"
+
+
+def _swap_output(fn, i, convert):
+    def wrapped(*a, **k):
+        out = list(fn(*a, **k))
+        out[i] = convert(out[i])
+        return tuple(out)
+    return wrapped
+
+
+@pytest.mark.parametrize("name,output", [("ch14.int8", 0), ("ch13.top_k_router", 1), ("ch14.accept", 0),
+                                         ("ch11.mlm_masking", 0), ("ch11.mlm_masking", 1)])
+def test_integer_outputs_need_their_dtype_and_integer_values(name, output):
+    from exercise_solutions import SOLUTIONS
+    for convert in (lambda t: t.float(), lambda t: t.to(torch.int16), lambda t: t.double() + 0.25):
+        r = check(name, _swap_output(SOLUTIONS[name], output, convert))
+        assert r.status == "failed" and "dtype" in r.message, r.message
+    assert "expected dtype torch.int8, got torch.int64" in compare(torch.tensor([1]), torch.tensor([1], dtype=torch.int8), 0, 0)
+
+
+def test_values_wider_than_keys_are_graded():
+    """Scaling by sqrt(d_v) instead of sqrt(d_k) passed when every case had d_v == d_k."""
+    def attention_dv(q, k, v, mask=None):
+        s = q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(s, -1).nan_to_num(0.0)
+        return w @ v, w
+
+    def kv_step_dv(q, k_new, v_new, k_cache, v_cache):
+        k_all, v_all = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+        t_q, t_k = q.shape[2], k_all.shape[2]
+        visible = torch.arange(t_k)[None, :] <= torch.arange(t_q)[:, None] + (t_k - t_q)
+        s = (q @ k_all.transpose(-2, -1) / math.sqrt(v_all.shape[-1])).masked_fill(~visible, float("-inf"))
+        return torch.softmax(s, -1) @ v_all, k_all, v_all
+    assert check("ch01.attention", attention_dv).status == "failed"
+    assert check("ch14.kv_step", kv_step_dv).status == "failed"
+
+
+def test_merge_heads_gets_contiguous_inputs_as_real_code_does():
+    def merge_with_view(x):
+        b, h, t, hd = x.shape
+        return x.transpose(1, 2).view(b, t, h * hd)                    # fails on attention's contiguous output
+    r = check("ch03.merge_heads", merge_with_view)
+    assert r.status == "error" and "view" in r.message, r.message
+
+
+def test_in_place_edits_of_the_inputs_are_reported():
+    def softmax_in_place(x):
+        x.sub_(x.amax(-1, keepdim=True)).exp_()                         # right values, the caller's x destroyed
+        return x / x.sum(-1, keepdim=True)
+    r = check("ch01.softmax", softmax_in_place)
+    assert r.status == "failed" and "modified its input `x` in place" in r.message, r.message
+
+    def layer_norm_edits_weight(x, w, b, eps=1e-5):
+        from exercise_solutions.ch05 import layer_norm
+        out = layer_norm(x, w, b, eps)
+        w.zero_()
+        return out
+    r = check("ch05.layer_norm", layer_norm_edits_weight)
+    assert r.status == "failed" and "in place" in r.message, r.message
+
+
+def test_a_nan_shared_with_a_mistake_does_not_name_it():
+    """No guard for fully masked rows gives NaN there, as the unscaled mistake does: that is not 'missing scale'."""
+    def attention_without_guard(q, k, v, mask=None):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(s, -1)
+        return w @ v, w
+    r = check("ch01.attention", attention_without_guard)
+    assert r.status == "failed" and "NaN" in r.message and "known mistake" not in r.message, r.message
+
+
+@pytest.mark.parametrize("name,mistake", [(n, m) for n in sorted(REGISTRY) for m in REGISTRY[n].mistakes])
+def test_a_mistake_is_named_only_when_the_function_behaves_like_it_everywhere(name, mistake):
+    """A function that equals a mistake only on the first (smallest, often degenerate) case and is right on
+    every other case must not be told it made that mistake."""
+    from exercise_solutions import SOLUTIONS
+    ex = REGISTRY[name]
+    first = ex.edge_cases()[0]
+    buggy, right = ex.mistakes[mistake], SOLUTIONS[name]
+
+    def wrong_on_the_first_case_only(*a, **k):
+        return (buggy if core._same(first.args, a) else right)(*a, **k)
+    r = check(name, wrong_on_the_first_case_only)
+    assert mistake not in r.message, r.message
+
+
+def test_close_values_are_shown_with_enough_digits_to_differ():
+    e = torch.tensor([0.08838835], dtype=torch.float64)
+    msg = compare(e * (1 + 3e-5), e, 1e-7, 1e-6)
+    shown = re.search(r"expected ([^,]+), got ([^,]+), relative error", msg)
+    assert shown and shown.group(1) != shown.group(2), msg
+
+
+def test_an_error_points_to_the_learners_own_line():
+    def attention_bad_einsum(q, k, v, mask=None):
+        scores = torch.einsum("bhqd,bhkd->bhqk", q)                     # one operand missing
+        return scores @ v, scores
+    r = check("ch01.attention", attention_bad_einsum)
+    assert r.status == "error" and "your line" in r.message and 'torch.einsum("bhqd' in r.message, r.message
+
+
+def test_a_bare_except_cannot_defeat_the_time_limit_in_a_notebook(temp_exercise, capsys):
+    temp_exercise(Exercise("test.swallow", "t", reference=lambda x: x, edge_cases=lambda: [Case("one", (torch.ones(1),))],
+                           random_case=None, n_random=0, time_limit=0.3))
+
+    def swallows_three_stops(x):
+        for _ in range(4):
+            try:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+            except:  # noqa: E722  (the point of the test)
+                pass
+        return x                                                         # right answer, far too late
+    t0 = time.monotonic()
+    r = check("test.swallow", swallows_three_stops)
+    assert r.status == "timeout" and "bare `except:`" in r.message, r.message
+    assert time.monotonic() - t0 < 10
+    assert "interrupt the kernel" in capsys.readouterr().err
+
+
+def test_system_exit_does_not_escape_check():
+    r = check("ch01.softmax", lambda x: exit())
+    assert r.status == "error" and "called exit()" in r.message, r.message
+    r = check("ch01.softmax", lambda x: (_ for _ in ()).throw(SystemExit(3)))
+    assert r.status == "error"
