@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import time
 
 import nbformat
@@ -159,27 +160,41 @@ def test_compare_nan_inf_bool():
 
 # --- tformer grade -----------------------------------------------------------------------------------------
 
-def _tiny_notebook(path):
-    cells = [
-        nbformat.v4.new_code_cell("import torch\nfrom tformer.grading import check"),
-        nbformat.v4.new_code_cell("def sm(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n"
-                                  "    return e / e.sum(-1, keepdim=True)\ncheck('ch01.softmax', sm)"),
-        nbformat.v4.new_code_cell("def att(q, k, v, mask=None):\n    raise NotImplementedError\n"
-                                  "check('ch01.attention', att)"),
-        nbformat.v4.new_code_cell("raise RuntimeError('a broken cell')"),
-        nbformat.v4.new_code_cell(                      # the time limit works inside a real kernel too
-            "from tformer.grading import Case, Exercise, register\n"
-            "register(Exercise('ch01.loop_test', 't', reference=lambda x: x, n_random=0, time_limit=0.5,\n"
-            "                  edge_cases=lambda: [Case('one', (torch.ones(1),))], random_case=None))\n"
-            "def spin(x):\n    while True:\n        pass\n"
-            "check('ch01.loop_test', spin)"),
-    ]
-    nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                                        "language": "python"}})
+def _notebook(path, cells):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells],
+                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
     nbformat.write(nb, path)
 
 
-def test_tformer_grade_on_a_tiny_notebook(tmp_path, capsys):
+_LOOP_EXERCISE = ("from tformer.grading import Case, Exercise, register\n"
+                  "register(Exercise('ch01.loop_test', 't', reference=lambda x: x, n_random=0, time_limit=0.5,\n"
+                  "                  edge_cases=lambda: [Case('one', (torch.ones(1),))], random_case=None))\n")
+
+
+def _tiny_notebook(path):
+    _notebook(path, [
+        "import torch\nfrom tformer.grading import check",
+        "def sm(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)\n"
+        "check('ch01.softmax', sm)",
+        "def att(q, k, v, mask=None):\n    raise NotImplementedError\ncheck('ch01.attention', att)",
+        "raise RuntimeError('a broken cell')",
+        _LOOP_EXERCISE +                                # the time limit holds in a worker, bare except or not
+        "def spin(x):\n    while True:\n        try:\n            while True:\n                pass\n"
+        "        except:\n            pass\n"
+        "check('ch01.loop_test', spin)",
+        "print('after the loop cell')",
+    ])
+
+
+@pytest.fixture
+def loop_exercise(temp_exercise):
+    """ch01.loop_test as the grader knows it (a notebook's own `register` gives it no points)."""
+    temp_exercise(Exercise("ch01.loop_test", "t", reference=lambda x: x, n_random=0, time_limit=0.5,
+                           edge_cases=lambda: [Case("one", (torch.ones(1),))], random_case=None))
+
+
+def test_tformer_grade_on_a_tiny_notebook(tmp_path, capsys, loop_exercise):
     from tformer.cli import main
     _tiny_notebook(tmp_path / "01_tiny.ipynb")
     (tmp_path / "notes.ipynb").write_text("not a chapter, ignored")
@@ -196,6 +211,48 @@ def test_tformer_grade_on_a_tiny_notebook(tmp_path, capsys):
     assert main(["grade", str(tmp_path / "01_tiny.ipynb"), "--json", str(out), "--require-all"]) == 1
 
 
+def test_tformer_grade_cannot_be_forged(tmp_path):
+    """Patching the comparison, reading the expected answer from the caller's frames, registering a new
+    exercise and writing a made-up report all happen in the worker's process: none of it changes the grade."""
+    from tformer.grading.cli import grade
+    _notebook(tmp_path / "01_cheats.ipynb", [
+        "import json, os, sys, torch\nimport tformer.grading.core as core\nfrom tformer.grading import check",
+        # patch the comparison and the judge, then hand in a wrong softmax
+        "core.compare = lambda *a, **k: None\n"
+        "core.judge = lambda ex, cases, out: core.Result(ex.name, ex.points, True, 'passed', 'forged', 1)\n"
+        "check('ch01.softmax', lambda x: x)",
+        # look for the expected answer in the callers' frames
+        "def att(q, k, v, mask=None):\n    f = sys._getframe(1)\n    while f is not None:\n"
+        "        for val in list(f.f_locals.values()):\n"
+        "            if isinstance(val, tuple) and len(val) == 2 and getattr(val[0], 'shape', None) == q.shape:\n"
+        "                return val\n        f = f.f_back\n"
+        "    return torch.zeros_like(q), torch.zeros(q.shape[:-1] + (k.shape[-2],))\n"
+        "check('ch01.attention', att)",
+        # a made-up report line, and a made-up JSON report where the grader will write its own
+        "row = {'exercise': 'ch01.attention', 'points': 3, 'passed': True, 'status': 'passed', 'message': '',"
+        " 'cases_run': 1}\n"
+        "open(os.environ.get('TFORMER_GRADE_REPORT') or 'r.jsonl', 'a').write(json.dumps(row) + '\\n')\n"
+        "open('grade-report.json', 'w').write(json.dumps({'total': {'earned': 4, 'possible': 4}}))",
+    ])
+    data = grade(tmp_path / "01_cheats.ipynb", json_path=tmp_path / "grade-report.json")
+    assert data["total"] == {"earned": 0, "possible": 4}, data
+    rows = {r["exercise"]: r for r in data["notebooks"][0]["exercises"]}
+    assert rows["ch01.softmax"]["status"] == rows["ch01.attention"]["status"] == "failed", rows
+    assert json.loads((tmp_path / "grade-report.json").read_text()) == data
+
+
+def test_reading_the_callers_frames_finds_no_answer_in_a_notebook_check_either():
+    def cheat(q, k, v, mask=None):
+        f = sys._getframe(1)
+        while f is not None:
+            for val in list(f.f_locals.values()):
+                if isinstance(val, tuple) and len(val) == 2 and getattr(val[0], "shape", None) == q.shape:
+                    return val
+            f = f.f_back
+        return torch.zeros_like(q), torch.zeros(q.shape[:-1] + (k.shape[-2],))
+    assert check("ch01.attention", cheat).status == "failed"
+
+
 def test_tformer_grade_bad_path(tmp_path, capsys):
     from tformer.cli import main
     assert main(["grade", str(tmp_path / "missing")]) == 2
@@ -205,10 +262,7 @@ def test_tformer_grade_bad_path(tmp_path, capsys):
 
 def test_not_run_exercises_are_listed(tmp_path):
     from tformer.grading.cli import run_notebook
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")],
-                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    nbformat.write(nb, tmp_path / "06_empty.ipynb")
+    _notebook(tmp_path / "06_empty.ipynb", ["x = 1"])
     rep = run_notebook(tmp_path / "06_empty.ipynb", timeout=120)
     assert {r.exercise for r in rep.rows} == {n for n in REGISTRY if n.startswith("ch06.")}
     assert all(r.status == "not run" and not r.passed for r in rep.rows)
@@ -409,3 +463,16 @@ def test_system_exit_does_not_escape_check():
     assert r.status == "error" and "called exit()" in r.message, r.message
     r = check("ch01.softmax", lambda x: (_ for _ in ()).throw(SystemExit(3)))
     assert r.status == "error"
+
+
+def test_torch_references_are_caught_by_any_name():
+    """Aliases of torch built-ins imported before the check, and their torch._C paths."""
+    from torch import softmax as imported_early
+    sdpa_c = torch._C._nn.scaled_dot_product_attention
+    r = check("ch01.softmax", lambda x: imported_early(x, -1))
+    assert r.status == "error" and "called the reference" in r.message, r.message
+    r = check("ch01.softmax", lambda x: torch._C._VariableFunctions.softmax(x, -1))
+    assert r.status == "error" and "called the reference" in r.message, r.message
+    r = check("ch01.attention", lambda q, k, v, mask=None: (sdpa_c(q, k, v, attn_mask=mask), None))
+    assert r.status == "error" and "called the reference" in r.message, r.message
+    torch.testing.assert_close(imported_early(torch.zeros(2), -1), torch.full((2,), 0.5))   # restored

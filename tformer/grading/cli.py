@@ -1,25 +1,41 @@
-"""`tformer grade PATH`: run notebooks headless and score their exercises.
+"""`tformer grade PATH`: run notebooks headless and score their exercises, out of the learner's reach.
 
     tformer grade notebooks/                  # every NN_*.ipynb in the folder, in order
     tformer grade notebooks/01_attention.ipynb --json report.json
 
-Each notebook runs in a fresh kernel (nbclient) in learner mode, so a failing exercise or a cell that
-raises does not stop the run (later cells still run). Every `check(...)` appends its result to the
-JSON-lines file named by the environment variable TFORMER_GRADE_REPORT; this command sets it, reads it
-back, and prints one table per chapter (exercise, points, passed) with a total. Exercises registered for
-a chapter that never reached `check` (a cell above raised, or the check cell was deleted) are listed as
-"not run". The same table is written as JSON.
+For each notebook a fresh worker process (tformer/grading/worker.py) runs its code cells in small mode,
+with `check` replaced by a collector that keeps each exercise's function (a cell that raises does not stop
+the run). This process, the grader, then sends the worker each exercise's inputs (the fixed edge cases and
+random cases with fresh seeds), receives the learner's outputs, kills the worker, and only then computes
+the expected answers and compares them in its own process, which alone holds the answers and the points;
+the notebook's printed results are for the learner only. A worker that overruns an exercise's time limit
+is killed (the exercise is a timeout) and a fresh one runs the notebook again for the next exercises.
+Exercises the notebook owes but never handed to `check` are listed as "not run". Prints one table per
+notebook (exercise, points, passed) with a total, and writes the same as JSON.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import random
 import re
+import select
+import signal
+import struct
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import torch
+
+from .core import REGISTRY, Outcome, Result, _cases, judge
+from .worker import MAX_FRAME, write_frame
 
 _CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
 
@@ -72,62 +88,129 @@ def _chapter(nb_path: Path) -> str | None:
 def exercises_of(nb_path: Path) -> list[str]:
     """The exercises a notebook owes, in registration (= notebook) order: those registered with its stem as
     `notebook`, else those of its chapter (name prefix chNN.) that name no notebook."""
-    from .core import REGISTRY
     from . import exercises  # noqa: F401  (registers every chapter's exercises)
     stem, chapter = Path(nb_path).stem, _chapter(Path(nb_path))
     return [n for n, ex in REGISTRY.items()
             if ex.notebook == stem or (not ex.notebook and chapter and n.startswith(chapter + "."))]
 
 
-def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> NotebookReport:
-    """Execute one notebook headless; collect the `check` results it recorded."""
-    try:
-        import nbclient
-        import nbformat
-    except ImportError as e:
-        raise ValueError(f"tformer grade needs nbclient, nbformat and ipykernel ({e}); install them with "
-                         "`pip install -e '.[dev]'` (or `make install`)") from None
+class _WorkerGone(Exception):
+    pass
 
-    from .core import REGISTRY
-    from . import exercises  # noqa: F401  (registers every chapter's exercises)
 
-    nb = nbformat.read(nb_path, as_version=4)
-    chapter = _chapter(nb_path)
-    report = NotebookReport(str(nb_path), chapter)
-    with tempfile.TemporaryDirectory() as tmp:
-        results_file = Path(tmp) / "results.jsonl"
-        env = {"TFORMER_GRADE_REPORT": str(results_file), "TFORMER_GRADE": "learner",
-               "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg", "TQDM_DISABLE": "1"}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)                     # the kernel inherits this process's environment
-        t0 = time.perf_counter()
+class _Worker:
+    """One run of the notebook in a fresh process; speaks the frames of tformer/grading/worker.py."""
+
+    def __init__(self, nb_path: Path, env: dict, cell_timeout: float):
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.worker", str(nb_path.resolve())],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     cwd=nb_path.parent.resolve(), env={**os.environ, **env}, start_new_session=True)
+        self.ready: list[str] = []
+        self.cell_errors: list[str] = []
+        while True:                                   # one frame per cell, then "ready"
+            msg = self.receive(cell_timeout)
+            if "ready" in msg:
+                self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
+                return
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        fd, chunks = self.proc.stdout.fileno(), []
+        while n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                raise _WorkerGone
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def receive(self, seconds: float):
+        deadline = time.monotonic() + seconds
+        (n,) = struct.unpack(">Q", self._read(8, deadline))
+        if n > MAX_FRAME:
+            raise _WorkerGone
+        # weights_only: tensors, numbers, strings and containers; nothing the worker sends can run code here
+        return torch.load(io.BytesIO(self._read(n, deadline)), weights_only=True)
+
+    def send(self, obj) -> None:
         try:
-            client = nbclient.NotebookClient(nb, timeout=timeout, allow_errors=True,
-                                             resources={"metadata": {"path": str(nb_path.parent.resolve())}})
-            client.execute()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        report.seconds = time.perf_counter() - t0
-        recorded = []
-        if results_file.exists():
-            recorded = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                report.cell_errors.append(f"{out.get('ename')}: {out.get('evalue', '')}".splitlines()[0][:200])
-    latest = {r["exercise"]: r for r in recorded}   # a check run twice counts once (the last run)
-    expected = exercises_of(nb_path)
-    for name in expected + [n for n in latest if n not in expected]:
-        r = latest.get(name)
-        if r is None:
-            report.rows.append(Row(name, REGISTRY[name].points, False, "not run",
-                                   "check(...) never ran for this exercise"))
-        else:
-            report.rows.append(Row(name, r["points"], r["passed"], r["status"], r["message"]))
+            write_frame(self.proc.stdin, obj)
+        except (BrokenPipeError, OSError):
+            raise _WorkerGone from None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything it started
+        self.proc.wait()
+        self.log.close()
+
+
+def _request(worker: _Worker, ex, cases: list) -> Outcome:
+    """The learner's outputs for `cases`, or the reason there are none (the worker is killed if late)."""
+    worker.send({"exercise": ex.name, "time_limit": ex.time_limit, "cases": [(c.name, c.args, c.kwargs, c.seed) for c in cases]})
+    msg = worker.receive(ex.time_limit + 10.0)        # the worker enforces the limit; this holds regardless
+    return Outcome(list(msg["outputs"]), [tuple(a) for a in msg["inputs_after"]], str(msg["status"]),
+                   str(msg["error"]), bool(msg["ignored_limit"]))
+
+
+def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> NotebookReport:
+    """Grade one notebook: run it in worker processes, judge the learner's outputs here."""
+    try:
+        import IPython  # noqa: F401  (the worker runs cells in an IPython shell)
+        import nbformat  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"tformer grade needs nbformat and ipykernel ({e}); install them with "
+                         "`pip install -e '.[dev]'` (or `make install`)") from None
+    nb_path = Path(nb_path)
+    report = NotebookReport(str(nb_path), _chapter(nb_path))
+    owed = exercises_of(nb_path)
+    env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
+           "TQDM_DISABLE": "1"}
+    rng = random.SystemRandom()                       # fresh seeds: answers cannot be looked up in advance
+    outcomes: dict[str, tuple[list, Outcome | None, str]] = {}   # name -> (cases, outcome, crash message)
+    t0 = time.perf_counter()
+    worker, todo = None, list(owed)
+    while todo:
+        if worker is None:
+            try:
+                worker = _Worker(nb_path, env, timeout)
+            except (TimeoutError, _WorkerGone) as e:
+                why = "a cell ran longer than --timeout" if isinstance(e, TimeoutError) else "the notebook's process exited"
+                report.cell_errors.append(f"{why}; exercises after it were not graded")
+                break
+            if not report.cell_errors:
+                report.cell_errors = worker.cell_errors
+        name = todo.pop(0)
+        ex = REGISTRY[name]
+        if name not in worker.ready:
+            outcomes[name] = ([], None, "")
+            continue
+        cases = _cases(ex, [rng.randrange(1 << 30) for _ in range(ex.n_random)])
+        try:
+            outcomes[name] = (cases, _request(worker, ex, cases), "")
+        except TimeoutError:
+            outcomes[name] = (cases, Outcome(status="timeout", ignored_limit=True), "")
+            worker.kill()
+            worker = None
+        except (_WorkerGone, KeyError, TypeError, ValueError, RuntimeError, struct.error) as e:
+            outcomes[name] = (cases, Outcome(status="error"), f"the notebook's process failed ({type(e).__name__}) "
+                                                              "while your function ran (did it exit the process?)")
+            worker.kill()
+            worker = None
+    if worker is not None:
+        worker.kill()                                 # gone before any expected answer exists
+    report.seconds = time.perf_counter() - t0
+    for name in owed:
+        ex = REGISTRY[name]
+        cases, outcome, crash = outcomes.get(name, ([], None, ""))
+        if outcome is None:
+            report.rows.append(Row(name, ex.points, False, "not run", "check(...) never ran for this exercise"))
+            continue
+        res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
+        report.rows.append(Row(name, ex.points, res.passed, res.status, res.message))
     return report
 
 
@@ -158,6 +241,7 @@ def to_json(reports: list[NotebookReport]) -> dict:
 
 def grade(path: Path, json_path: Path | None = None, timeout: int = 600, small: bool = True) -> dict:
     """Run every notebook under `path`, print the table, write JSON (if json_path); return the JSON dict."""
+    from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
     reports = [run_notebook(p, timeout, small) for p in find_notebooks(Path(path))]
     print(format_table(reports))
     data = to_json(reports)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 MODES = ("learner", "strict", "blank")
 _mode: str | None = None
@@ -125,11 +126,26 @@ def _raise_reference_called(*args, **kwargs):
     raise RuntimeError("tformer-grading: the reference was called")
 
 
+class _ForbidTorch(TorchFunctionMode):
+    """Raises when a forbidden torch function is called by any name: an alias imported earlier
+    (`from torch import softmax`), a `torch._C` path (`torch._C._nn.scaled_dot_product_attention`)."""
+
+    def __init__(self, funcs: list):
+        super().__init__()
+        self.ids = {id(f) for f in funcs}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if id(func) in self.ids:
+            raise RuntimeError(_REFERENCE_CALLED)
+        return func(*args, **(kwargs or {}))
+
+
 @contextlib.contextmanager
 def _forbid(pairs: list[tuple[Any, str]]):
     """Replace each owner.attribute by a function that raises; for plain Python functions swap the code
-    object too, so aliases imported earlier (`from tformer import f`) are caught as well."""
-    saved = []
+    object too, so aliases imported earlier (`from tformer import f`) are caught as well; torch's own
+    functions are caught by any name through a TorchFunctionMode."""
+    saved, builtins = [], []
     try:
         for owner, attr in pairs:
             original = getattr(owner, attr, None)
@@ -138,10 +154,13 @@ def _forbid(pairs: list[tuple[Any, str]]):
             code = getattr(original, "__code__", None)
             swap = code is not None and not getattr(original, "__closure__", None)
             saved.append((owner, attr, original, code if swap else None))
+            if code is None:
+                builtins.append(original)
             setattr(owner, attr, _raise_reference_called)
             if swap:
                 original.__code__ = _raise_reference_called.__code__
-        yield
+        with _ForbidTorch(builtins) if builtins else contextlib.nullcontext():
+            yield
     finally:
         for owner, attr, original, code in reversed(saved):
             setattr(owner, attr, original)
@@ -468,7 +487,6 @@ def check(name: str, fn: Callable) -> Result:
     result = judge(ex, cases, run_learner(ex, fn, cases))
     mark = "PASS" if result.passed else ("TODO" if result.status == "not attempted" else "FAIL")
     print(f"[{mark}] {ex.name} ({ex.title}): {result.message} [{time.perf_counter() - t0:.1f}s]")
-    _record(result)
     mode = get_mode()
     if mode == "strict" and not result.passed:
         raise AssertionError(f"{name}: {result.message}")
@@ -476,10 +494,3 @@ def check(name: str, fn: Callable) -> Result:
         raise AssertionError(f"{name}: expected the untouched stub (not attempted), got {result.status}: {result.message}")
     return result
 
-
-def _record(result: Result) -> None:   # read by the old `tformer grade`; goes with the grading worker
-    path = os.environ.get("TFORMER_GRADE_REPORT")
-    if path:
-        import json
-        with open(path, "a") as f:
-            f.write(json.dumps(result.__dict__) + "\n")

@@ -1,0 +1,116 @@
+"""The grading worker: runs a learner's notebook for `tformer grade`, outside the grader's process.
+
+    python -m tformer.grading.worker NOTEBOOK        (started by tformer/grading/cli.py, never by hand)
+
+It executes the notebook's code cells in order in an IPython shell (magics work, a cell that raises does
+not stop the run), with `check` replaced by a collector: a check cell only hands over the learner's
+function (`check("ch01.attention", my_attention)` keeps `my_attention`). Then it answers the grader's
+requests: for an exercise and a list of inputs it calls the learner's function on each (`run_learner`:
+references disabled, time limit) and sends back what it returned. It never sees an expected answer or a
+point, and what it sends is loaded by the grader with `torch.load(weights_only=True)` (tensors, numbers,
+strings and containers only: no code runs in the grader). The grader kills it when it is done or late.
+
+Protocol on the worker's original stdin/stdout (the learner's prints go to stderr): frames of an 8-byte
+big-endian length followed by a `torch.save` payload.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import struct
+import sys
+
+import torch
+
+MAX_FRAME = 1 << 30          # the grader refuses larger messages
+
+
+def write_frame(f, obj) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    f.write(struct.pack(">Q", len(data)) + data)
+    f.flush()
+
+
+def read_frame(f):
+    head = f.read(8)
+    if len(head) < 8:
+        raise EOFError("the grader closed the channel")
+    (n,) = struct.unpack(">Q", head)
+    return torch.load(io.BytesIO(f.read(n)), weights_only=False)   # from the grader: trusted
+
+
+def sendable(x):
+    """What the grader can load with weights_only=True: plain CPU tensors, numbers, strings, containers."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if t.layout != torch.strided:
+            t = t.to_dense()
+        return torch.Tensor.as_subclass(t.cpu().contiguous().clone(), torch.Tensor)
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return x
+    if isinstance(x, tuple):
+        return tuple(sendable(v) for v in x)
+    if isinstance(x, list):
+        return [sendable(v) for v in x]
+    if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+        return {k: sendable(v) for k, v in x.items()}
+    return {"tformer_unsupported": type(x).__name__}
+
+
+def main(argv: list[str]) -> int:
+    # keep the protocol channel private: the learner's code prints to stdout, reads stdin, or closes them
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.__stdout__ = os.fdopen(1, "w", buffering=1, closefd=False)
+
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from . import core
+    from . import exercises  # noqa: F401  (registers every chapter's exercises)
+    import tformer.grading as grading
+
+    collected: dict = {}
+
+    def collect(name, fn):
+        collected[name] = fn
+        return core.Result(name, 0, False, "collected", "graded by tformer grade")
+
+    grading.check = core.check = collect
+    nb = nbformat.read(argv[0], as_version=4)
+    shell = InteractiveShell.instance()
+    errors = []
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    for i, cell in enumerate(cells):
+        write_frame(proto_out, {"cell": i, "of": len(cells)})
+        try:
+            res = shell.run_cell(cell.source, store_history=False, silent=False)
+            err = res.error_in_exec or res.error_before_exec
+        except BaseException as e:                    # SystemExit and friends from a cell: note, go on
+            err = e
+        if err is not None:
+            errors.append(f"{type(err).__name__}: {err}".splitlines()[0][:200] if str(err) else type(err).__name__)
+    write_frame(proto_out, {"ready": sorted(collected), "cell_errors": errors})
+
+    while True:
+        try:
+            req = read_frame(proto_in)
+        except EOFError:
+            return 0
+        name, fn = req["exercise"], collected.get(req["exercise"])
+        ex = core.REGISTRY.get(name) or core.Exercise(name, "", None, list, None)   # forbidden: the known list
+        ex = dataclasses.replace(ex, time_limit=req["time_limit"])
+        cases = [core.Case(name, args, kwargs, seed) for name, args, kwargs, seed in req["cases"]]
+        out = core.run_learner(ex, fn, cases)
+        write_frame(proto_out, {"outputs": sendable(out.outputs), "inputs_after": sendable(out.inputs_after),
+                                "status": out.status, "error": out.error, "ignored_limit": out.ignored_limit})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
