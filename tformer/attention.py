@@ -138,10 +138,6 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)  # [W_q; W_k; W_v]
         self.out = nn.Linear(d_model, d_model, bias=bias)               # W_o
 
-    def _split(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        b, t, _ = x.shape
-        return x.view(b, t, n, self.head_dim).transpose(1, 2)          # (B, T, n*hd) -> (B, n, T, hd)
-
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 *, is_causal: bool = False, rope=None, cache: KVCache | None = None,
                 need_weights: bool = False):
@@ -153,55 +149,81 @@ class MultiHeadAttention(nn.Module):
         cache: a `KVCache`; self-attention appends to it, cross-attention fills it once and reuses it.
         Returns out (B, T_q, d_model), or (out, weights (B, n_heads, T_q, T_k)) if need_weights.
         """
+        self._check(x, context)
+        past = cache.length if cache is not None and context is None else 0
+        if context is None:                                            # self-attention
+            q, k, v = self.qkv(x).split(self._sizes, dim=-1)           # project: (B, T, d), (B, T, d_kv) x 2
+            q = split_heads(q, self.n_heads)                           # split heads: (B, H, T, hd)
+            k, v = split_heads(k, self.n_kv_heads), split_heads(v, self.n_kv_heads)  # (B, H_kv, T, hd)
+            if rope is not None:                                       # RoPE: rotate by absolute position
+                q, k = rope(q, offset=past), rope(k, offset=past)
+            if cache is not None:                                      # KV cache: prepend the earlier tokens
+                k, v = cache.append(k, v)
+        else:                                                          # cross-attention: keys from context
+            q, k, v = self.cross_qkv(x, context, cache)
+        causal = is_causal and not (q.shape[2] == 1 and past > 0)      # one new token sees all the past
+        y, weights = self.attend(q, k, v, mask, causal, need_weights)  # (B, H, T_q, hd)
+        y = self.out(merge_heads(y))                                   # merge heads, project: (B, T_q, d_model)
+        return (y, weights) if need_weights else y
+
+    # -- the steps of forward -------------------------------------------------------------------------
+
+    def _check(self, x: torch.Tensor, context: torch.Tensor | None) -> None:
         check_rank(x, 3, "MultiHeadAttention(x)", "(B, T, d_model)")
         check_dim(x, -1, self.d_model, "MultiHeadAttention(x)", "d_model")
-        b, t_q, d = x.shape
-        kv_dim = self.n_kv_heads * self.head_dim
-        past = cache.length if cache is not None else 0
-        if context is None:                                            # self-attention
-            q, k, v = self.qkv(x).split([d, kv_dim, kv_dim], dim=-1)
-            q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
-            if rope is not None:
-                q, k = rope(q, offset=past), rope(k, offset=past)
-            if cache is not None:
-                k, v = cache.append(k, v)
-        else:                                                          # cross-attention
+        if context is not None:
             check_rank(context, 3, "MultiHeadAttention(context)", "(B, T_k, d_model)")
             check_dim(context, -1, self.d_model, "MultiHeadAttention(context)", "d_model")
-            if context.shape[0] != b:
-                raise ValueError(f"MultiHeadAttention: x has batch {b} but context has batch {context.shape[0]}")
-            w, bias = self.qkv.weight, self.qkv.bias
-            q = self._split(F.linear(x, w[:d], None if bias is None else bias[:d]), self.n_heads)
-            if cache is not None and cache.length:
-                k, v = cache.get()
-            else:
-                kv = F.linear(context, w[d:], None if bias is None else bias[d:])
-                k, v = (self._split(z, self.n_kv_heads) for z in kv.split([kv_dim, kv_dim], dim=-1))
-                if cache is not None:
-                    cache.store(k, v)
-            past = 0
-        t_k = k.shape[2]
+            if context.shape[0] != x.shape[0]:
+                raise ValueError(f"MultiHeadAttention: x has batch {x.shape[0]} but context has batch {context.shape[0]}")
+
+    @property
+    def _sizes(self) -> list[int]:
+        kv_dim = self.n_kv_heads * self.head_dim
+        return [self.d_model, kv_dim, kv_dim]                          # rows of qkv: [W_q; W_k; W_v]
+
+    def cross_qkv(self, x: torch.Tensor, context: torch.Tensor, cache: KVCache | None):
+        """Queries from x with the W_q rows of `qkv`; keys and values from context with the W_k, W_v rows,
+        computed once and then reused from `cache` (the encoder output does not change while decoding)."""
+        d, w, b = self.d_model, self.qkv.weight, self.qkv.bias
+        q = split_heads(F.linear(x, w[:d], None if b is None else b[:d]), self.n_heads)
+        if cache is not None and cache.length:
+            return (q, *cache.get())
+        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(self._sizes[1:], dim=-1)
+        k, v = split_heads(k, self.n_kv_heads), split_heads(v, self.n_kv_heads)
+        if cache is not None:
+            cache.store(k, v)
+        return q, k, v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+               causal: bool = False, need_weights: bool = False):
+        """softmax(q k^T / sqrt(d_head)) v in every head: (B, H, T_q, hd) -> (out (B, H, T_q, hd), weights or None).
+
+        The reference path (it returns the weights) when they are wanted, inside `capture_attention`, or
+        with fast=False; otherwise the fused kernel (`fast_attention`, which handles GQA itself).
+        """
+        t_q, t_k = q.shape[2], k.shape[2]
         if mask is not None:
             check_mask(mask, t_q, t_k)
         dropout_p = self.dropout if self.training else 0.0
-        causal_needed = is_causal and not (t_q == 1 and past > 0)      # one new token sees all the past
-        if need_weights or self._captured is not None or not self.fast:
-            m = combine_masks(mask, causal_mask(t_q, t_k, device=x.device) if causal_needed else None)
-            if self.n_kv_heads != self.n_heads:
-                rep = self.n_heads // self.n_kv_heads
-                k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            y, weights = scaled_dot_product_attention(q, k, v, m, dropout_p)
-            if self._captured is not None:
-                self._captured.append(weights.detach())
-        else:
-            weights = None
-            if causal_needed and mask is None and t_q == t_k:
-                y = fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p)
-            else:
-                m = combine_masks(mask, causal_mask(t_q, t_k, device=x.device) if causal_needed else None)
-                y = fast_attention(q, k, v, m, dropout_p=dropout_p)
-        y = self.out(y.transpose(1, 2).reshape(b, t_q, d))             # (B, H, T, hd) -> (B, T, d_model)
-        return (y, weights) if need_weights else y
+        if not (need_weights or self._captured is not None or not self.fast):
+            if causal and mask is None and t_q == t_k:                 # lets PyTorch pick the flash kernel
+                return fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p), None
+            return fast_attention(q, k, v, self._full_mask(mask, causal, t_q, t_k, q.device), dropout_p=dropout_p), None
+        k, v = repeat_kv(k, self.n_heads // self.n_kv_heads), repeat_kv(v, self.n_heads // self.n_kv_heads)
+        y, weights = scaled_dot_product_attention(q, k, v, self._full_mask(mask, causal, t_q, t_k, q.device), dropout_p)
+        if self._captured is not None:
+            self._captured.append(weights.detach())
+        return y, weights
+
+    @staticmethod
+    def _full_mask(mask, causal: bool, t_q: int, t_k: int, device) -> torch.Tensor | None:
+        return combine_masks(mask, causal_mask(t_q, t_k, device=device) if causal else None)
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """GQA: (B, H_kv, T, hd) -> (B, H_kv * n_rep, T, hd), each key/value head serving n_rep query heads."""
+    return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
 @contextlib.contextmanager

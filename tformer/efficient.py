@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from ._checks import check_float, check_mask, check_rank
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = ["online_softmax_step", "tiled_attention", "TiledAttention", "LinformerAttention",
            "PerformerAttention", "orthogonal_gaussian", "favor_features", "performer_attention"]
@@ -163,14 +163,13 @@ class _SelfAttentionVariant(MultiHeadAttention):
             raise ValueError(f"{name}: self-attention over a whole sequence only (no context, cache or weights)")
         d = self.d_model
         q, k, v = self.qkv(x).split([d, d, d], dim=-1)
-        q, k, v = (self._split(z, self.n_heads) for z in (q, k, v))    # (B, H, T, hd)
+        q, k, v = (split_heads(z, self.n_heads) for z in (q, k, v))    # (B, H, T, hd)
         if rope is not None:
             q, k = rope(q), rope(k)
         return q, k, v
 
     def _merge(self, y):
-        b, _, t, _ = y.shape
-        return self.out(y.transpose(1, 2).reshape(b, t, self.d_model))  # (B, H, T, hd) -> (B, T, d)
+        return self.out(merge_heads(y))                                # (B, H, T, hd) -> (B, T, d)
 
 
 def _key_padding(mask: torch.Tensor | None, b: int, t: int, name: str) -> torch.Tensor | None:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_float, check_rank
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, merge_heads, split_heads
 from .masks import causal_mask, combine_masks, sliding_window_mask
 
 __all__ = ["sliding_window_mask", "strided_pattern", "fixed_pattern", "longformer_mask", "bigbird_mask",
@@ -197,8 +197,8 @@ class PatternAttention(MultiHeadAttention):
             raise ValueError("PatternAttention(window=): the banded kernel takes no extra mask and returns no weights")
         b, _, d = x.shape
         q, k, v = self.qkv(x).split([d, d, d], dim=-1)
-        q, k, v = (self._split(z, self.n_heads) for z in (q, k, v))    # (B, H, T, hd)
+        q, k, v = (split_heads(z, self.n_heads) for z in (q, k, v))    # (B, H, T, hd)
         if rope is not None:
             q, k = rope(q), rope(k)
         y = sliding_window_attention(q, k, v, self.window, causal=is_causal)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+        return self.out(merge_heads(y))                                # (B, H, T, hd) -> (B, T, d)
