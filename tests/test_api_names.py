@@ -80,3 +80,58 @@ def test_capture_attention_collects_weights_in_call_order_and_restores_the_fast_
     with pytest.raises(ValueError, match="no MultiHeadAttention"):
         with capture_attention(torch.nn.Linear(2, 2)):
             pass
+
+
+# -- issue 15 item 3: one loss, one loop, one schedule family, one timer ---------------------------------
+def test_causal_lm_loss_is_the_one_next_token_loss():
+    import torch.nn.functional as F
+    from tformer.lm import causal_lm_loss
+    from tformer.lm_data import lm_loss
+    g = torch.Generator().manual_seed(0)
+    logits, idx = torch.randn(2, 5, 7, generator=g, dtype=torch.float64), torch.randint(0, 7, (2, 5), generator=g)
+    ref = F.cross_entropy(logits[:, :-1].reshape(-1, 7), idx[:, 1:].reshape(-1))
+    torch.testing.assert_close(causal_lm_loss(logits, idx), ref)
+    torch.testing.assert_close(causal_lm_loss(logits[:, :-1], targets=idx[:, 1:]), ref)
+    torch.testing.assert_close(causal_lm_loss(logits[:, :-1], targets=idx[:, 1:], reduction="sum"), ref * 8)
+    with pytest.raises(ValueError, match="exactly one of idx"):
+        causal_lm_loss(logits, idx, targets=idx)
+    with pytest.raises(ValueError, match="same \\(B, T\\)"):
+        causal_lm_loss(logits, targets=idx[:, 1:])
+    model = GPT(GPTConfig(vocab_size=7, block_size=8, n_layers=1, n_heads=2, d_model=8)).eval()
+    total, n = lm_loss(model, (idx[:, :-1], idx[:, 1:]))
+    torch.testing.assert_close(total / n, causal_lm_loss(model(idx), idx), rtol=1e-5, atol=1e-6)
+
+
+def test_cosine_schedule_warms_up_then_follows_a_half_cosine_to_zero():
+    import math
+    from tformer.train import CosineSchedule
+    s = CosineSchedule(warmup=4, total=20)
+    assert [s(i) for i in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert s(12) == pytest.approx(0.5 * (1 + math.cos(math.pi * 8 / 16)))
+    assert s(20) == pytest.approx(0.0) and s(25) == pytest.approx(0.0)
+
+
+def test_image_training_runs_on_the_trainer_and_leaves_the_global_rng_alone():
+    from tformer.image_training import train_classifier
+    from tformer.images import ImageSplit
+    g = torch.Generator().manual_seed(0)
+    data = ImageSplit(torch.randn(20, 1, 8, 8, generator=g), torch.randint(0, 3, (20,), generator=g),
+                      torch.randn(6, 1, 8, 8, generator=g), torch.randint(0, 3, (6,), generator=g))
+    vit = ViT(ViTConfig(image_size=8, patch_size=4, in_channels=1, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                        n_classes=3))
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    hist = train_classifier(vit, data, epochs=2, batch_size=8, progress=False)
+    assert len(hist.loss) == 6 and len(hist.test_acc) == 2                  # 3 steps an epoch, 2 epochs
+    assert torch.equal(torch.rand(3), expected)                             # the Trainer did not reseed
+
+
+def test_vision_module_is_a_deprecated_re_export():
+    import importlib
+    import sys
+    sys.modules.pop("tformer.vision", None)
+    with pytest.warns(FutureWarning, match="tformer.vision is deprecated"):
+        vision = importlib.import_module("tformer.vision")
+    from tformer.image_training import train_clip
+    assert vision.train_clip is train_clip

@@ -34,7 +34,9 @@ def test_lambda_scheduler_reproduces_noam():
         opt.step()
         sched.step()
     assert InverseSqrtSchedule(w)(w - 1) == pytest.approx(1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="kind must be one of"):
+        make_scheduler(opt, "cosin", 10)
+    with pytest.raises(ValueError, match="needs total"):
         make_scheduler(opt, "cosine", 10)
 
 

@@ -5,7 +5,10 @@ import torch
 
 from tformer.models import ViT, ViTConfig
 from tformer.models.vit import patchify
-from tformer.vision import load_digits, random_affine, random_shift, recall_at_k, train_classifier
+from tformer.augment import random_affine, random_shift
+from tformer.image_training import train_classifier
+from tformer.images import load_digits
+from tformer.metrics import recall_at_k
 
 transformers = pytest.importorskip("transformers")
 

@@ -20,11 +20,15 @@ checks that this map names every module and subpackage:
     timing       step time, peak memory, FLOP counts, power-law fits                                ch. 7-9, 15
     train        the paper's schedule, label smoothing, Trainer                                    ch. 10
     data/        corpora (built-in, Multi30k, WMT14), shared BPE, token-count batches               ch. 10
-    decode       greedy and beam search for the encoder-decoder                                    ch. 10
-    metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity                              ch. 10-13
+    decode       sample_next; greedy and beam search for the encoder-decoder                       ch. 10-11
+    metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity, recall@k, retrieval recall   ch. 10-13
     translate/   the translation capstone: presets, pipeline, `tformer translate`                  ch. 10
-    lm, lm_data  language-model objectives; LM text, tokenizer and batches                         ch. 11, 13
-    vision       image data, augmentation and training helpers for ViT and CLIP                   ch. 12
+    lm, lm_data  causal_lm_loss (the one next-token loss), MLM; LM text, tokenizer and batches      ch. 11, 13
+    images       digits, CIFAR-10, image-caption sets (Flickr8k)                                   ch. 12
+    captions     template captions and byte-level caption ids for CLIP                            ch. 12
+    augment      batched random affine transforms and pixel shifts                                ch. 12
+    image_training  train_classifier (ViT), train_clip: the Trainer with the ViT/CLIP recipe       ch. 12
+    vision       deprecated: re-exports the four above for one release
     paged_cache, quantize, speculative   paged KV cache, int8/int4 weights, speculative decoding   ch. 14
     plot         heat maps and curves for the notebooks
     grading/     check("chNN.name", fn) and `tformer grade`

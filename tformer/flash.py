@@ -14,13 +14,14 @@ ones), and attention scores and values over T positions in L layers of width d.
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .lm import causal_lm_loss
+from .timing import time_fn
 
 # the aten operator each SDPA backend runs (the profiler records it), and a short name for it
 _KERNELS = {
@@ -113,7 +114,7 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
     def step():
         with autocast:
             logits = step_model(x)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            loss = causal_lm_loss(logits.float(), targets=y)
             loss = loss + getattr(model, "aux_loss", 0.0)
         loss.backward()
         opt.step()
@@ -125,18 +126,8 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
     else:
         _, backends = sdpa_backends_used(step)
     ctx = force_flash() if flash else contextlib.nullcontext()
-    times = []
     with ctx:
-        for i in range(warmup + steps):
-            if cuda:
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            step()
-            if cuda:
-                torch.cuda.synchronize(device)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-    step_s = sorted(times)[len(times) // 2]
+        step_s = time_fn(step, warmup=warmup, repeat=steps, device=device)   # the shared step timer
     tokens_per_s = batch_size * seq_len / step_s
     fpt = lm_flops_per_token(model, seq_len)
     peak = peak_flops(device, dtype)

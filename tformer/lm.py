@@ -16,15 +16,27 @@ from ._checks import check_rank, check_tokens
 IGNORE = -100  # label of positions that carry no loss (F.cross_entropy's ignore_index)
 
 
-def causal_lm_loss(logits: torch.Tensor, idx: torch.Tensor, ignore_index: int = IGNORE) -> torch.Tensor:
-    """Next-token cross-entropy. logits (B, T, V) from the model on idx (B, T); position t predicts idx[:, t+1],
-    so the last position has no target and the first token is never predicted."""
+def causal_lm_loss(logits: torch.Tensor, idx: torch.Tensor | None = None, *, targets: torch.Tensor | None = None,
+                   ignore_index: int = IGNORE, reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy: the one LM loss of the package (training loops, timing, Trainer losses).
+
+    logits (B, T, V) from the model on idx (B, T): position t predicts idx[:, t+1], so the last position has
+    no target and the first token is never predicted. Or pass `targets` (B, T) already shifted
+    (targets[:, t] = the token after position t, as `lm_data.LMBatches` yields them): every position counts.
+    Positions whose target is `ignore_index` carry no loss. reduction: "mean" or "sum" (as F.cross_entropy).
+    """
     check_rank(logits, 3, "causal_lm_loss(logits)", "(B, T, V)")
-    check_tokens(idx, "causal_lm_loss(idx)")
-    if logits.shape[:2] != idx.shape:
-        raise ValueError(f"causal_lm_loss: logits {tuple(logits.shape)} and idx {tuple(idx.shape)} need the same (B, T)")
+    if (idx is None) == (targets is None):
+        raise ValueError("causal_lm_loss: pass exactly one of idx (the model's input) or targets= (already shifted)")
+    if idx is not None:
+        check_tokens(idx, "causal_lm_loss(idx)")
+        if logits.shape[:2] != idx.shape:
+            raise ValueError(f"causal_lm_loss: logits {tuple(logits.shape)} and idx {tuple(idx.shape)} need the same (B, T)")
+        logits, targets = logits[:, :-1], idx[:, 1:]
+    elif logits.shape[:2] != targets.shape:
+        raise ValueError(f"causal_lm_loss: logits {tuple(logits.shape)} and targets {tuple(targets.shape)} need the same (B, T)")
     v = logits.shape[-1]
-    return F.cross_entropy(logits[:, :-1].reshape(-1, v), idx[:, 1:].reshape(-1), ignore_index=ignore_index)
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
 
 
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -18,9 +18,9 @@ from typing import Iterable, Iterator
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .data.sources import DataUnavailableError, load_hub_dataset  # one error type for every loader
+from .lm import causal_lm_loss
 
 # name -> (datasets path, config, text column)
 CORPORA = {
@@ -152,13 +152,14 @@ class LMBatches:
 
 
 def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
-    """Trainer loss: (sum of next-token cross-entropies, token count); in training mode plus the model's
-    auxiliary loss (MoE load balancing, z-loss) weighted per token. Validation reports pure cross-entropy."""
+    """The Trainer's loss_fn for (x, y) batches: (sum of `lm.causal_lm_loss` over the tokens, token count);
+    in training mode plus the model's auxiliary loss (MoE load balancing, z-loss) weighted per token.
+    Validation reports pure cross-entropy."""
     from .moe import collect_aux_loss
 
     x, y = batch
     logits = model(x)                                                  # (B, T, V)
-    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum")
+    loss = causal_lm_loss(logits.float(), targets=y, reduction="sum")
     n = y.numel()
     if model.training:
         loss = loss + collect_aux_loss(model) * n

@@ -1,4 +1,5 @@
-"""Scores for chapters 10-13: BLEU two ways, accuracy, perplexity, distinct-n (repetition in generated text).
+"""Scores for chapters 10-13: BLEU two ways, accuracy, perplexity, distinct-n (repetition in generated text),
+recall@k and image-caption retrieval recall.
 
 sacreBLEU (Post 2018) scores *detokenized* output with its own fixed tokenizer and prints a signature
 (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x`), so numbers from different papers can be
@@ -15,6 +16,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+import torch.nn as nn
+
+from ._checks import check_rank
 
 
 @dataclass
@@ -86,7 +90,7 @@ def perplexity(mean_nll: float) -> float:
 
 
 __all__ = ["BleuResult", "sacrebleu_score", "tokenized_bleu", "moses_like_tokenize", "split_compounds",
-           "accuracy", "perplexity"]
+           "accuracy", "perplexity", "distinct_n", "recall_at_k", "retrieval_recall"]
 
 
 def distinct_n(seqs: Sequence[Sequence[int]], n: int = 2) -> float:
@@ -98,3 +102,45 @@ def distinct_n(seqs: Sequence[Sequence[int]], n: int = 2) -> float:
     if not grams:
         raise ValueError(f"distinct_n: no sequence is at least n={n} tokens long")
     return len(set(grams)) / len(grams)
+
+
+def recall_at_k(sim: torch.Tensor, k: int, query_labels: torch.Tensor | None = None,
+                item_labels: torch.Tensor | None = None) -> float:
+    """sim (N_q, N_items) similarities. Without labels, query i's match is item i (paired data); with
+    labels, any item with the query's label is a match. Returns the fraction of queries with a match in
+    their top k."""
+    check_rank(sim, 2, "recall_at_k(sim)", "(N queries, N items)")
+    topk = sim.topk(min(k, sim.shape[1]), dim=1).indices                  # (N_q, k)
+    if query_labels is None:
+        hit = topk == torch.arange(sim.shape[0], device=sim.device).unsqueeze(1)
+    else:
+        hit = item_labels.to(sim.device)[topk] == query_labels.to(sim.device).unsqueeze(1)
+    return hit.any(dim=1).float().mean().item()
+
+
+@torch.no_grad()
+def retrieval_recall(model: nn.Module, data, ks: tuple[int, ...] = (1, 5, 10),
+                     batch_size: int = 256) -> dict[str, float]:
+    """The standard image-caption retrieval protocol on `data` (a `tformer.images.ImageCaptions`): every
+    image against every caption of the set. image->text R@k: one of the image's own captions is in its
+    top k; text->image R@k: the caption's image is in its top k. Returns {"i2t@k": ..., "t2i@k": ...}."""
+    from .captions import caption_ids
+
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    ctx = model.cfg.context_length
+    texts = [t for caps in data.captions for t in caps]
+    owner = torch.tensor([i for i, caps in enumerate(data.captions) for _ in caps])          # (N_txt,)
+    img = torch.cat([model.encode_image(data.images[i:i + batch_size].to(dev)).float().cpu()
+                     for i in range(0, len(data), batch_size)])                               # (N_img, E)
+    txt = torch.cat([model.encode_text(caption_ids(texts[i:i + batch_size], ctx).to(dev)).float().cpu()
+                     for i in range(0, len(texts), batch_size)])                              # (N_txt, E)
+    sim = img @ txt.T                                                                         # (N_img, N_txt)
+    model.train(was)
+    out = {}
+    for k in ks:
+        top_t = sim.topk(min(k, sim.shape[1]), dim=1).indices                                 # (N_img, k)
+        out[f"i2t@{k}"] = (owner[top_t] == torch.arange(len(data)).unsqueeze(1)).any(1).float().mean().item()
+        out[f"t2i@{k}"] = recall_at_k(sim.T, k, owner, torch.arange(len(data)))
+    return out

@@ -217,7 +217,7 @@ def generate_paged(model, prompts: list[torch.Tensor], max_new_tokens: list[int]
     A request takes blocks as it grows and returns them when done, so short requests make room for
     long ones. Returns (outputs: prompt + new tokens per request, stats: peak blocks/bytes in use).
     """
-    from .models.gpt import sample_next
+    from .decode import sample_next
     if isinstance(max_new_tokens, int):
         max_new_tokens = [max_new_tokens] * len(prompts)
     if len(max_new_tokens) != len(prompts):

@@ -28,7 +28,8 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from .lm import causal_lm_loss
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
@@ -156,14 +157,9 @@ def count_ops(fn: Callable[[], object], names: Sequence[str] = MATMUL_OPS) -> in
     return sum(1 for e in prof.events() if e.name in wanted)
 
 
-def lm_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy: logits (B, T, V) at position t predict idx[:, t + 1]."""
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
-
-
 def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat: int = 3,
                     lr: float = 1e-3, amp: bool | None = None,
-                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = lm_loss) -> float:
+                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = causal_lm_loss) -> float:
     """Median seconds of one training step of `model` (logits = model(idx)) on the batch idx (B, T).
 
     A step is forward, loss, backward and an AdamW update, as in training. The model's parameters do

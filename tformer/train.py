@@ -105,7 +105,23 @@ class LinearDecaySchedule:
         return max(0.0, min((i + 1) / self.warmup, 1.0 - self.progress))
 
 
-SCHEDULES = {"noam": InverseSqrtSchedule, "constant": ConstantSchedule, "linear": LinearDecaySchedule}
+class CosineSchedule:
+    """Multiplier: linear warmup to 1 over `warmup` steps, then a half cosine down to 0 at step `total`
+    (ViT and CLIP training, chapter 12)."""
+
+    def __init__(self, warmup: int, total: int):
+        if warmup < 1 or total < 1:
+            raise ValueError(f"CosineSchedule: expected warmup >= 1 and total >= 1, got warmup={warmup}, total={total}")
+        self.warmup, self.total = warmup, total
+
+    def __call__(self, i: int) -> float:
+        if i < self.warmup:
+            return (i + 1) / self.warmup
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (i - self.warmup) / max(1, self.total - self.warmup))))
+
+
+SCHEDULES = {"noam": InverseSqrtSchedule, "constant": ConstantSchedule, "linear": LinearDecaySchedule,
+             "cosine": CosineSchedule}
 
 
 class RunScheduler(torch.optim.lr_scheduler.LambdaLR):
@@ -118,13 +134,29 @@ class RunScheduler(torch.optim.lr_scheduler.LambdaLR):
                 fn.progress = progress
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, kind: str = "noam", warmup: int = 4000) -> RunScheduler:
-    """A `RunScheduler` around the optimizer: kind "noam" (inverse square root), "constant" or "linear"
-    (linear decay to 0 at the end of the run; the Trainer keeps its progress up to date)."""
+def make_scheduler(optimizer: torch.optim.Optimizer, kind: str = "noam", warmup: int = 4000,
+                   total: int | None = None) -> RunScheduler:
+    """A `RunScheduler` around the optimizer: kind "noam" (inverse square root), "constant", "linear"
+    (linear decay to 0 at the end of the run; the Trainer keeps its progress up to date) or "cosine"
+    (half cosine to 0 at step `total`, which it needs)."""
     if kind not in SCHEDULES:
         raise ValueError(f"make_scheduler: kind must be one of {sorted(SCHEDULES)}, got {kind!r}")
-    fn = SCHEDULES[kind](warmup)
-    return RunScheduler(optimizer, fn)
+    if kind == "cosine":
+        if total is None:
+            raise ValueError("make_scheduler: the cosine schedule needs total= (the run's optimizer steps)")
+        return RunScheduler(optimizer, CosineSchedule(warmup, total))
+    return RunScheduler(optimizer, SCHEDULES[kind](warmup))
+
+
+def adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.999),
+          eps: float = 1e-8) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters, without weight decay on biases, norms (1-d parameters),
+    position embeddings or a class token (the ViT / CLIP recipe)."""
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    decays = [p.dim() >= 2 and "pos_embed" not in name and "cls_token" not in name for name, p in named]
+    return torch.optim.AdamW([{"params": [p for (_, p), d in zip(named, decays) if d], "weight_decay": weight_decay},
+                              {"params": [p for (_, p), d in zip(named, decays) if not d], "weight_decay": 0.0}],
+                             lr=lr, betas=betas, eps=eps)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -388,8 +420,9 @@ class TrainConfig:
     max_steps: int = 1000              # optimizer steps in all (a resumed run counts from where it stopped)
     time_budget: float | None = None   # minutes of training (summed over resumes); None = no limit
     lr: float = 1e-3                   # peak learning rate (reached at the end of warmup)
-    schedule: str = "noam"             # "noam" (warmup, then 1/sqrt(step)), "constant" (warmup, then flat)
-                                       # or "linear" (warmup, then down to 0 at max_steps or the time budget)
+    schedule: str = "noam"             # "noam" (warmup, then 1/sqrt(step)), "constant" (warmup, then flat),
+                                       # "linear" (warmup, then down to 0 at max_steps or the time budget)
+                                       # or "cosine" (warmup, then a half cosine to 0 at max_steps)
     warmup: int = 4000                 # warmup steps (the paper: 4000)
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
     adam_eps: float = 1e-9             # Adam epsilon (the paper)
@@ -403,7 +436,7 @@ class TrainConfig:
     snapshot_minutes: float = 0.0      # ... or every M minutes of training (0 = off)
     keep_snapshots: int = 5            # snapshots kept for checkpoint averaging
     log_every: int = 10                # steps between progress-bar/log updates
-    seed: int = 0                      # seeds torch/python at the start of a fresh run
+    seed: int | None = 0               # seeds torch/python at the start of a fresh run; None: leave them as they are
     progress: bool = True              # tqdm progress bar (TQDM_DISABLE=1 also turns it off)
     resume: bool = True                # continue from out_dir/last.pt when it exists
 
@@ -460,7 +493,8 @@ class Trainer:
         self.loss_fn, self.train_data, self.val_data, self.val_fn = loss_fn, train_data, val_data, val_fn
         self.optimizer = optimizer or torch.optim.Adam(self.module.parameters(), lr=self.cfg.lr, betas=self.cfg.betas,
                                                        eps=self.cfg.adam_eps, weight_decay=self.cfg.weight_decay)
-        self.scheduler = scheduler or make_scheduler(self.optimizer, self.cfg.schedule, self.cfg.warmup)
+        self.scheduler = scheduler or make_scheduler(self.optimizer, self.cfg.schedule, self.cfg.warmup,
+                                                     total=self.cfg.max_steps)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.extra_state = extra_state or {}    # saved with last.pt (e.g. the run's model config)
         self.state = TrainState()
@@ -649,7 +683,7 @@ class Trainer:
         from tqdm.auto import tqdm
 
         cfg, st = self.cfg, self.state
-        if st.step == 0 and not self._resumed:
+        if st.step == 0 and not self._resumed and cfg.seed is not None:
             torch.manual_seed(cfg.seed + self.rank)
             random.seed(cfg.seed + self.rank)
         stop_at = cfg.max_steps if steps is None else min(cfg.max_steps, st.step + steps)
@@ -717,7 +751,7 @@ class Trainer:
                 f.write(json.dumps(record) + "\n")
 
 
-__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "RunScheduler", "make_scheduler", "label_smoothed_cross_entropy",
+__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "CosineSchedule", "RunScheduler", "make_scheduler", "adamw", "label_smoothed_cross_entropy",
            "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints", "setup_distributed",
            "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock", "acquire_run_lock", "load_checkpoint",
            "atomic_write_text", "previous_path", "checkpoint_writer"]

@@ -34,8 +34,11 @@ from tformer.grading import check
 from tformer.models import CLIP, GPT, CLIPConfig, GPTConfig, ViT, ViTConfig
 from tformer.models.clip import clip_loss
 from tformer.models.vit import patchify
-from tformer.vision import (CAPTION_VOCAB, CIFAR10_NAMES, TRAIN_TEMPLATES, ZERO_SHOT_TEMPLATES, accuracy, caption_ids,
-                            digit_captions, load_digits, predict, random_affine, recall_at_k, train_classifier)
+from tformer.augment import random_affine
+from tformer.captions import CAPTION_VOCAB, TRAIN_TEMPLATES, ZERO_SHOT_TEMPLATES, caption_ids, digit_captions
+from tformer.image_training import predict, train_classifier
+from tformer.images import CIFAR10_NAMES, load_digits
+from tformer.metrics import accuracy, recall_at_k
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
@@ -168,7 +171,7 @@ if SMALL or dev.type != "cuda":
     print("CIFAR-10 run skipped: it needs full mode (TFORMER_SMALL=0) and a CUDA GPU. "
           "It downloads CIFAR-10 through `datasets` the first time.")
 else:
-    from tformer.vision import load_cifar10
+    from tformer.images import load_cifar10
     try:
         cifar = load_cifar10()
     except RuntimeError as e:
@@ -333,7 +336,9 @@ if SMALL or dev.type != "cuda":
     print("Flickr8k CLIP run skipped: it needs full mode (TFORMER_SMALL=0), a CUDA GPU, and the network once "
           "(then the `datasets` cache).")
 else:
-    from tformer.vision import load_image_captions, retrieval_recall, train_clip
+    from tformer.image_training import train_clip
+    from tformer.images import load_image_captions
+    from tformer.metrics import retrieval_recall
     try:
         f8k_train = load_image_captions(split="train", image_size=64)
         f8k_test = load_image_captions(split="test", image_size=64)

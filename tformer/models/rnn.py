@@ -109,7 +109,7 @@ class LSTMLM(nn.Module):
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Append `max_new_tokens` tokens to idx (B, T); the state carries the whole past (no window)."""
-        from .gpt import sample_next
+        from ..decode import sample_next
 
         check_tokens(idx, "idx")
         was_training = self.training
