@@ -6,7 +6,6 @@ import torch
 
 import tformer
 from tformer import MultiHeadAttention, TransformerBlock, capture_attention
-from tformer._compat import translate_renamed
 from tformer.models import CLIPConfig, GPT, GPTConfig, LSTMConfig, LSTMEncoder, ViT, ViTConfig
 
 
@@ -29,12 +28,6 @@ def test_gpt_config_old_names_warn_and_map_to_the_new_ones():
         GPTConfig(n_head=2, n_heads=2)
     assert GPT(cfg).num_params() == GPT(GPTConfig(vocab_size=11, block_size=8, n_layers=1, n_heads=2, n_kv_heads=1,
                                                   d_model=16)).num_params()
-
-
-def test_saved_config_dict_with_old_names_is_translated():
-    with pytest.warns(FutureWarning):
-        kw = translate_renamed(GPTConfig, {"n_layer": 2, "n_embd": 8, "vocab_size": 5})
-    assert kw == {"n_layers": 2, "d_model": 8, "vocab_size": 5}
 
 
 def test_lstm_and_clip_old_names():

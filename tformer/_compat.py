@@ -1,8 +1,9 @@
 """Deprecated names that keep working for one release (issue 15: one naming scheme across configs).
 
-`renamed_fields(old="new", ...)` decorates a config dataclass so that `Config(old=...)`,
-`dataclasses.replace(cfg, old=...)`, `cfg.old` and `cfg.old = ...` still work, with a FutureWarning
-naming the new field. `translate_renamed(cls, mapping)` does the same for a dict read from a saved run.
+`renamed_fields(old="new", ...)` decorates a config dataclass so that `Config(old=...)`, `cfg.old` and
+`cfg.old = ...` still work, with a FutureWarning naming the new field (`dataclasses.replace` needs the
+new names). (Translation run folders store a `TranslatePreset`, whose fields already had the
+paper's names, so saved runs need no alias.)
 """
 from __future__ import annotations
 
@@ -44,11 +45,6 @@ def renamed_fields(**renames: str):
                 _warn(type(self).__name__, _old, _new)
                 setattr(self, _new, value)
             setattr(cls, old, property(get, put, doc=f"Deprecated alias of `{new}`."))
-        cls.renamed_fields = dict(renames)
         return cls
     return wrap
 
-
-def translate_renamed(cls, values: dict) -> dict:
-    """A dict of config values (e.g. a saved run's config.json) with deprecated keys moved to the new ones."""
-    return renamed_kwargs(cls.__name__, dict(values), getattr(cls, "renamed_fields", {}), stacklevel=4)
