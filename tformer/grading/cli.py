@@ -108,11 +108,15 @@ class _Worker:
                                      cwd=nb_path.parent.resolve(), env={**os.environ, **env}, start_new_session=True)
         self.ready: list[str] = []
         self.cell_errors: list[str] = []
-        while True:                                   # one frame per cell, then "ready"
-            msg = self.receive(cell_timeout)
-            if "ready" in msg:
-                self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
-                return
+        try:
+            while True:                               # one frame per cell, then "ready"
+                msg = self.receive(cell_timeout)
+                if "ready" in msg:
+                    self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
+                    return
+        except BaseException:
+            self.kill()
+            raise
 
     def _read(self, n: int, deadline: float) -> bytes:
         fd, chunks = self.proc.stdout.fileno(), []
