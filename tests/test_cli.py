@@ -358,3 +358,28 @@ def test_the_ranks_of_one_torchrun_job_share_the_lock(tmp_path):
     from tformer.train import RunLock
     with RunLock(run):
         assert torchrun("held") == ["refused", "refused"]
+
+
+# -- tformer grade: the same conventions ------------------------------------------------------------------
+@pytest.mark.parametrize("make, fragments", [
+    (lambda d: d / "missing", ["missing", "does not exist"]),
+    (lambda d: d, ["no chapter notebooks"]),
+    (lambda d: (d / "notes.txt").write_text("x") and d / "notes.txt", ["notes.txt", "is not a notebook"]),
+])
+def test_grade_bad_path_is_one_line_exit_2(capsys, tmp_path, make, fragments):
+    code, out, err = run_cli(capsys, "grade", make(tmp_path), "--json", tmp_path / "report.json")
+    assert code == 2
+    line = one_line_error(err, *fragments)
+    assert line.startswith("tformer grade: error:") and "tformer grade: tformer grade" not in line
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_grade_checks_the_report_path_before_grading(capsys, tmp_path):
+    nb = ROOT / "notebooks"
+    code, _, err = run_cli(capsys, "grade", next(nb.glob("01_*.ipynb")), "--json", tmp_path / "no" / "such" / "r.json")
+    assert code == 2
+    one_line_error(err, "--json", "does not exist")
+    with pytest.raises(SystemExit) as e:
+        main(["grade", str(nb), "--timeout", "0"])
+    assert e.value.code == 2
+    one_line_error(capsys.readouterr().err, "--timeout", "expected >= 1")

@@ -257,7 +257,7 @@ def test_tformer_grade_bad_path(tmp_path, capsys):
     from tformer.cli import main
     assert main(["grade", str(tmp_path / "missing")]) == 2
     assert main(["grade", str(tmp_path)]) == 2
-    assert "no chapter notebooks" in capsys.readouterr().out
+    assert "no chapter notebooks" in capsys.readouterr().err          # errors: one line on stderr
 
 
 def test_not_run_exercises_are_listed(tmp_path):

@@ -256,22 +256,33 @@ def grade(path: Path, json_path: Path | None = None, timeout: int = 600, small: 
 
 
 def _main(args: argparse.Namespace) -> int:
+    """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
+    notebook runs; --require-all with points missing is exit 1."""
+    from ..cli import UserError
+    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
+        raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
+                        f"give another report path")
     try:
-        data = grade(args.path, args.json, args.timeout, small=not args.full)
+        find_notebooks(Path(args.path))
     except (FileNotFoundError, ValueError) as e:
-        print(e)
-        return 2
+        raise UserError(str(e).removeprefix("tformer grade: ")) from None
+    data = grade(args.path, args.json, args.timeout, small=not args.full)
     t = data["total"]
-    return 1 if args.require_all and t["earned"] < t["possible"] else 0
+    if args.require_all and t["earned"] < t["possible"]:
+        print(f"tformer grade: not every exercise passed ({t['earned']} of {t['possible']} points)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def add_cli(sub) -> None:
+    from ..cli import add_debug, positive_int
     p = sub.add_parser("grade", help="run notebooks headless and score their exercises",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("path", type=Path, help="a notebook, or a folder of NN_name.ipynb notebooks")
     p.add_argument("--json", type=Path, default=Path("grade-report.json"),
                    help="where to write the JSON report (default: grade-report.json)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell (default 600)")
+    p.add_argument("--timeout", type=positive_int, default=600, help="seconds allowed per cell (default 600)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
     p.add_argument("--require-all", action="store_true", help="exit 1 unless every exercise passed")
+    add_debug(p)
     p.set_defaults(func=_main)
