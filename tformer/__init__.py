@@ -32,7 +32,6 @@ checks that this map names every module and subpackage:
     paged_cache, quantize, speculative   paged KV cache, int8/int4 weights, speculative decoding   ch. 14
     plot         heat maps and curves for the notebooks
     grading/     check("chNN.name", fn) and `tformer grade`
-    notebooks    builds the chapter notebooks from notebooks/src (a repository tool)
     cli          the `tformer` command
 """
 from .attention import (MultiHeadAttention, capture_attention, fast_attention, merge_heads, scaled_dot_product_attention,

@@ -240,3 +240,10 @@ def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None, flo
     widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(columns)]
     line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(b) for b in body])
+
+
+def training_flops(days: float, n_gpus: int, flops_per_gpu: float) -> float:
+    """A training run's cost the way the Transformer paper's Table 2 counts it (chapter 7): wall-clock
+    time x number of GPUs x each GPU's sustained FLOP/s (9.5e12 for a P100). Returns FLOPs."""
+    seconds = days * 24 * 3600
+    return seconds * n_gpus * flops_per_gpu

@@ -11,6 +11,9 @@
 # and this chapter shows why the $1/\sqrt{d_k}$ is there: without it, scores grow with $d_k$, the
 # softmax saturates and its gradient vanishes.
 #
+# **The tformer code it uses**: `tformer/attention.py: scaled_dot_product_attention`,
+# `tformer/plot.py: curves, heatmap`.
+#
 # **How to check an exercise.** Write the body of the function in an exercise cell (replace
 # `raise NotImplementedError`), run it, then run the cell below it: `check("ch01.attention", my_attention)`
 # prints PASS, or the smallest input where your function disagrees with the reference, the largest
@@ -19,6 +22,7 @@
 # Set `TFORMER_SMALL=1` before starting Jupyter for the quick CPU version (`make lab` does).
 
 # %%
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -179,6 +183,14 @@ def my_attention(q, k, v, mask=None):
 
 # %%
 check("ch01.attention", my_attention)
+
+# %% [markdown]
+# ## The package's version
+# What you wrote is what `tformer` runs: `tformer/attention.py`'s reference attention, with the same
+# fully-masked-row rule (the input checks first name what they expected when a shape is wrong).
+
+# %%
+print(inspect.getsource(tformer.scaled_dot_product_attention))
 
 # %% [markdown]
 # ## Summary

@@ -15,11 +15,15 @@
 # gradients: after one self-attention layer, $\partial\, \mathrm{out}_j / \partial x_i$ is non-zero for
 # every $i$; through an RNN it decays with the distance.
 #
+# **The tformer code it uses**: `tformer/attention.py: scaled_dot_product_attention, MultiHeadAttention`,
+# `tformer/plot.py: curves, heatmap`.
+#
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint (and the name of a common mistake when it recognizes one).
 
 # %%
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -158,6 +162,15 @@ def my_cross_attention(x, context, w_q, w_k, w_v):
 
 # %%
 check("ch02.cross_attention", my_cross_attention)
+
+# %% [markdown]
+# ## The package's version
+# `tformer.MultiHeadAttention` keeps $W_q$, $W_k$, $W_v$ stacked in one `nn.Linear` (`qkv`) and $W_o$ in
+# `out`; with a `context` it projects the queries from `x` and the keys and values from the context,
+# as in your two functions. Its constructor (the forward pass is chapter 3's exercise):
+
+# %%
+print(inspect.getsource(tformer.MultiHeadAttention.__init__))
 
 # %% [markdown]
 # ## Summary

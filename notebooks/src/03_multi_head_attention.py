@@ -10,13 +10,18 @@
 #
 # The paper uses $h = 8$ heads of size $d_k = d_{model}/h = 64$. We build it from split / attend /
 # merge / project, count its parameters and FLOPs against one full-width head (the same), and train a
-# small model to watch its heads learn *different* patterns.
+# small model to watch its heads learn *different* patterns, next to a single head of the same size that
+# cannot.
+#
+# **The tformer code it uses**: `tformer/attention.py: split_heads, merge_heads, MultiHeadAttention,
+# scaled_dot_product_attention`, `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/plot.py: heads_grid`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint (and the name of a common mistake when it recognizes one).
 
 # %%
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -54,6 +59,10 @@ heads, _ = tformer.scaled_dot_product_attention(q, k, v)                       #
 y = F.linear(tformer.merge_heads(heads), mha.out.weight, mha.out.bias)         # concat, then W_o
 print("q per head:", tuple(q.shape), " concatenated:", tuple(tformer.merge_heads(heads).shape), " out:", tuple(y.shape))
 
+# %% [markdown]
+# Copy the same weights into PyTorch's layer and compare all three:
+
+# %%
 torch_mha = nn.MultiheadAttention(d_model, h, batch_first=True)
 with torch.no_grad():
     torch_mha.in_proj_weight.copy_(mha.qkv.weight), torch_mha.in_proj_bias.copy_(mha.qkv.bias)
@@ -100,12 +109,13 @@ assert counts[8][0] == 4 * d_model * d_model + 4 * d_model      # W_q, W_k, W_v,
 # Random heads attend almost uniformly. To see heads *specialize* we train a one-layer, four-head GPT
 # (`tformer.models.GPT`) on a task that needs two different lookups at once: the input is a random
 # sequence over 8 symbols and the target at position $t$ is the *pair* $(x_{t-1}, x_{t-3})$, one of 64
-# classes. No single attention pattern can fetch both tokens; two heads can. (Small mode trains for a few
-# seconds; full mode longer.)
+# classes. One head has one attention pattern per query: to read both tokens it must spread its weight
+# over two positions and *average* their values into one vector. Several heads can each fetch one token
+# on its own. Section 4 trains a single head of the same size to see what the average costs.
+# (Small mode trains for a few seconds; full mode longer.)
 
 # %%
 V, T_task, LAGS = 8, 16, (1, 3)
-cfg = GPTConfig(vocab_size=V * V, block_size=T_task, n_layers=1, n_heads=4, d_model=64, d_ff=128)
 
 
 def make_batch(n: int, g: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,27 +131,43 @@ def head_patterns(model: GPT, x: torch.Tensor) -> torch.Tensor:
         logits = model(x)
     return weights[0].mean(0), logits
 
+# %% [markdown]
+# The training loop: AdamW on fresh random batches, the same seed and steps for any head count.
 
-tformer.seed_everything(0)
-model = GPT(cfg)
-x_eval, y_eval = make_batch(256, torch.Generator().manual_seed(1))
-w_random, _ = head_patterns(model, x_eval)
-
+# %%
 steps = 160 if tformer.SMALL else 1000
 dev = tformer.device()                                          # a GPU in full mode, if there is one
-model.to(dev)
-opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-losses = []
-for step in trange(steps, desc="training"):
-    xb, yb = (t.to(dev) for t in make_batch(64))
-    loss = F.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), ignore_index=-100)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    losses.append(loss.item())
-model.cpu().eval()
-w_trained, logits = head_patterns(model, x_eval)
-acc = (logits.argmax(-1)[:, 3:] == y_eval[:, 3:]).float().mean().item()
+x_eval, y_eval = make_batch(256, torch.Generator().manual_seed(1))
+
+
+def train_task(n_heads: int) -> tuple[GPT, list[float], float]:
+    """A 1-layer GPT with n_heads heads (d_model 64 in all), trained on the pair task: model, losses, accuracy."""
+    tformer.seed_everything(0)
+    cfg = GPTConfig(vocab_size=V * V, block_size=T_task, n_layers=1, n_heads=n_heads, d_model=64, d_ff=128)
+    model = GPT(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    losses = []
+    for step in trange(steps, desc=f"training, {n_heads} head(s)"):
+        xb, yb = (t.to(dev) for t in make_batch(64))
+        loss = F.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.cpu().eval()
+    with torch.no_grad():
+        acc = (model(x_eval).argmax(-1)[:, 3:] == y_eval[:, 3:]).float().mean().item()
+    return model, losses, acc
+
+# %% [markdown]
+# Four heads: the attention patterns at initialization, then after training.
+
+# %%
+tformer.seed_everything(0)
+w_random, _ = head_patterns(GPT(GPTConfig(vocab_size=V * V, block_size=T_task, n_layers=1, n_heads=4, d_model=64,
+                                          d_ff=128)), x_eval)       # the same initial weights train_task starts from
+model, losses, acc = train_task(4)
+w_trained, _ = head_patterns(model, x_eval)
 print(f"loss {losses[0]:.2f} -> {losses[-1]:.3f}; accuracy on fresh sequences {acc:.3f} (chance 1/64 = {1/64:.3f})")
 curves(range(steps), {"train loss": losses}, "step", "cross-entropy", "training the 1-layer, 4-head GPT", marker="");
 
@@ -166,6 +192,33 @@ assert m1.argmax() != m3.argmax()                              # ... which are d
 assert lag_mass(w_random, 1).max() < 0.3 and lag_mass(w_random, 3).max() < 0.3   # random heads do neither
 
 # %% [markdown]
+# ## 4. One head of the same size: it must blend
+#
+# The control: the same model with **one** head of size 64 instead of four of size 16 (the same
+# parameters, section 2), trained with the same seed, batches and steps. Its single pattern has to serve
+# both lags.
+
+# %%
+model_1, losses_1, acc_1 = train_task(1)
+w_one, _ = head_patterns(model_1, x_eval)
+print(f"1 head:  accuracy {acc_1:.3f}, weight on t-1 {lag_mass(w_one, 1).item():.2f}, on t-3 {lag_mass(w_one, 3).item():.2f}")
+print(f"4 heads: accuracy {acc:.3f}")
+assert sum(p.numel() for p in model_1.parameters()) == sum(p.numel() for p in model.parameters())
+assert lag_mass(w_one, 1).item() > 0.15 and lag_mass(w_one, 3).item() > 0.15   # one pattern on both lags
+assert max(m1.max(), m3.max()) > max(lag_mass(w_one, 1), lag_mass(w_one, 3))     # four heads: sharper
+curves(range(steps), {"4 heads of 16": losses, "1 head of 64": losses_1}, "step", "cross-entropy",
+       "the same parameters, one head vs four", marker="");
+
+# %% [markdown]
+# Measured, and not what the opening sentence of section 3 suggests: the single head solves this task too
+# (accuracy printed above). It cannot fetch the two tokens separately: its one pattern puts part of its
+# weight on $t-1$ and part on $t-3$ (printed above) and returns a weighted *blend* of the two values,
+# which is the source's "one head averages". The blend loses resolution only when it can no longer be
+# unmixed; here the two weights differ, so the blend still says which token sat where, and 8 symbols in
+# 64 dimensions leave room for the feed-forward layer to decode it. So at this size one head is enough;
+# what the four heads add is a separate, sharper lookup for each lag (the heat maps of section 3), which
+# matters more as the number of tokens to blend into one vector grows.
+#
 # ## Exercise 1: split heads
 # `(B, T, n_heads * d_head) -> (B, n_heads, T, d_head)`; head $i$ gets features $i\,d_{head}$ to
 # $(i+1)\,d_{head}-1$ of every position. (`tformer.split_heads` is off limits.)
@@ -217,9 +270,27 @@ def my_mha_forward(x, w_qkv, b_qkv, w_o, b_o, n_heads):
 check("ch03.mha_forward", my_mha_forward)
 
 # %% [markdown]
+# ## The package's version
+# What you wrote in the three exercises is what `tformer` runs. Its `split_heads` and `merge_heads`:
+
+# %%
+print(inspect.getsource(tformer.split_heads))
+print(inspect.getsource(tformer.merge_heads))
+
+# %% [markdown]
+# and the forward pass of `MultiHeadAttention` (with the KV cache, RoPE and grouped-query attention of
+# chapters 8 and 14 as extra steps around the same project / split / attend / merge / project):
+
+# %%
+print(inspect.getsource(tformer.MultiHeadAttention.forward))
+
+# %% [markdown]
 # ## Summary
 # * Multi-head attention = project, split into $h$ heads, attend per head, concatenate, project with
 #   $W_o$; built by hand it equals `tformer.MultiHeadAttention` and `torch.nn.MultiheadAttention`.
 # * $h$ heads of size $d_{model}/h$ cost exactly the parameters and FLOPs of one full-width head.
 # * Trained on a task that needs two lookups, different heads learn different patterns (previous
 #   token, three back), measured on the attention weights.
+# * A single head of the same size also solves the two-lookup task, by blending the two tokens with
+#   unequal weights: one pattern per query has to average what it reads, multiple heads keep the
+#   lookups apart.

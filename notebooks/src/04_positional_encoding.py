@@ -13,11 +13,15 @@
 # queries and keys (RoPE). We measure each claim, then train the three on the same task and test them
 # on sequences longer than any seen in training.
 #
+# **The tformer code it uses**: `tformer/positional.py: sinusoidal_table, SinusoidalPositionalEncoding,
+# LearnedPositionalEmbedding, RotaryEmbedding, sinusoidal_shift_matrix`, `tformer/blocks.py: EncoderLayer`.
+#
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint (and the name of a common mistake when it recognizes one).
 
 # %%
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -138,7 +142,11 @@ class TinyLM(nn.Module):
             x = self.pos(x)
         return self.head(self.norm(self.block(x, is_causal=True, rope=self.rope)))
 
+# %% [markdown]
+# The data: random tokens, and the target at position $t$ is the token at $t-2$. Each scheme trains with
+# the same seed on length 32 and is scored on fresh length-64 sequences, inside and past 32.
 
+# %%
 def lag_batch(n: int, t: int, g: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randint(0, V, (n, t), generator=g)
     y = torch.full((n, t), -100)
@@ -148,8 +156,10 @@ def lag_batch(n: int, t: int, g: torch.Generator | None = None) -> tuple[torch.T
 
 dev = tformer.device()                                          # a GPU in full mode, if there is one
 x_test, y_test = lag_batch(256, T_test, torch.Generator().manual_seed(1))
-results = {}
-for positions in ("sinusoidal", "learned", "rope"):
+
+
+def train_and_score(positions: str) -> tuple[float, float]:
+    """Train TinyLM(positions) on length T_train; accuracy inside the training length and past it."""
     tformer.seed_everything(0)
     model = TinyLM(positions).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
@@ -161,7 +171,13 @@ for positions in ("sinusoidal", "learned", "rope"):
         opt.step()
     with torch.no_grad():
         correct = (model.cpu().eval()(x_test).argmax(-1) == y_test).float()
-    results[positions] = (correct[:, LAG:T_train].mean().item(), correct[:, T_train:].mean().item())
+    return correct[:, LAG:T_train].mean().item(), correct[:, T_train:].mean().item()
+
+# %% [markdown]
+# Train the three and compare:
+
+# %%
+results = {positions: train_and_score(positions) for positions in ("sinusoidal", "learned", "rope")}
 print(f"accuracy (chance {1 / V:.3f})     positions < {T_train}   positions {T_train}..{T_test - 1}")
 for positions, (inside, beyond) in results.items():
     print(f"  {positions:12s}             {inside:.3f}            {beyond:.3f}")
@@ -223,6 +239,14 @@ def my_shift_matrix(k, d_model):
 
 # %%
 check("ch04.shift_matrix", my_shift_matrix)
+
+# %% [markdown]
+# ## The package's version
+# What you wrote is what `tformer` runs: `tformer/positional.py`'s table and shift matrix.
+
+# %%
+print(inspect.getsource(tformer.sinusoidal_table))
+print(inspect.getsource(tformer.sinusoidal_shift_matrix))
 
 # %% [markdown]
 # ## Summary

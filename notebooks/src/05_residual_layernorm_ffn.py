@@ -12,11 +12,16 @@
 # b_1) + b_2$ expands each token to $d_{ff} = 4\,d_{model}$ and contracts it back, with the same
 # weights at every position. Each claim is measured below.
 #
+# **The tformer code it uses**: `tformer/blocks.py: FeedForward, EncoderLayer`,
+# `tformer/attention.py: MultiHeadAttention`, `tformer/plot.py: curves`.
+#
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint (and the name of a common mistake when it recognizes one).
 
 # %%
+import inspect
+
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
@@ -55,7 +60,10 @@ class Stack(nn.Module):
                  "pre-LN + residual": lambda: x + ffn(ln(x))}[self.kind]()
         return x
 
+# %% [markdown]
+# For each depth, one backward pass of a random linear loss; the norm of the gradient on layer 1's $W_1$:
 
+# %%
 def first_layer_grad(n_layers: int, kind: str) -> float:
     torch.manual_seed(0)
     m = Stack(n_layers, kind)
@@ -95,6 +103,11 @@ with torch.no_grad():
     torch.testing.assert_close(h, layer(x))
 print("LN(x + FFN(LN(x + MHA(x)))) == tformer.TransformerBlock(norm_first=False)")
 
+# %% [markdown]
+# Now 12 layers of each kind: the size of the residual stream after every layer, and the gradient each
+# layer's attention weights receive.
+
+# %%
 n_layers = 12 if tformer.SMALL else 48
 stream_std, layer_grads = {}, {}
 for norm_first, name in ((False, "post-LN"), (True, "pre-LN")):
@@ -221,6 +234,15 @@ def my_encoder_layer(x, params, n_heads):
 
 # %%
 check("ch05.encoder_layer", my_encoder_layer)
+
+# %% [markdown]
+# ## The package's version
+# What you wrote is what `tformer` runs: the feed-forward network and the encoder layer's forward pass
+# in `tformer/blocks.py` (`norm_first` picks post-LN or pre-LN).
+
+# %%
+print(inspect.getsource(tformer.FeedForward.forward))
+print(inspect.getsource(tformer.EncoderLayer.forward))
 
 # %% [markdown]
 # ## Summary

@@ -13,11 +13,17 @@
 #
 # tformer's convention: a bool mask, **True = may attend**, broadcastable to `(B, H, T_q, T_k)`.
 #
+# **The tformer code it uses**: `tformer/masks.py: causal_mask, padding_mask`,
+# `tformer/attention.py: scaled_dot_product_attention`, `tformer/models/transformer.py: Transformer`,
+# `tformer/models/gpt.py: GPT`.
+#
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint (and the name of a common mistake when it recognizes one).
 
 # %%
+import inspect
+
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
@@ -111,7 +117,10 @@ def reverse_batch(n: int, g: torch.Generator | None = None):
     dec_in = torch.cat([torch.full((n, 1), BOS), tgt[:, :-1]], dim=1)   # teacher forcing: shifted right
     return src, dec_in, tgt
 
+# %% [markdown]
+# Train it with teacher forcing (the decoder reads the target shifted right):
 
+# %%
 tformer.seed_everything(0)
 dev = tformer.device()                                          # a GPU in full mode, if there is one
 seq2seq = Transformer(cfg).to(dev)
@@ -125,6 +134,12 @@ for step in trange(steps, desc="training"):
     loss.backward()
     opt.step()
     losses.append(loss.item())
+
+# %% [markdown]
+# Record the decoder's cross-attention weights on fresh sequences, and measure how much of each target
+# position's weight sits on the aligned source token $S-1-j$:
+
+# %%
 seq2seq.cpu().eval()
 cross = seq2seq.decoder.layers[0].cross_attn
 src, dec_in, tgt = reverse_batch(128, torch.Generator().manual_seed(1))
@@ -197,6 +212,14 @@ def my_causal_padding_mask(tokens, pad_id):
 
 # %%
 check("ch06.causal_padding_mask", my_causal_padding_mask)
+
+# %% [markdown]
+# ## The package's version
+# What you wrote is what `tformer` runs: `tformer/masks.py`'s causal and padding masks.
+
+# %%
+print(inspect.getsource(tformer.causal_mask))
+print(inspect.getsource(tformer.padding_mask))
 
 # %% [markdown]
 # ## Summary

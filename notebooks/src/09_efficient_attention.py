@@ -16,8 +16,14 @@
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it. Exercises: the strided pattern, one online-softmax step.
+#
+# **The tformer code it uses**: `tformer/sparse.py: strided_pattern, fixed_pattern, longformer_mask,
+# bigbird_mask, count_pairs, PatternAttention`, `tformer/efficient.py: LinformerAttention,
+# PerformerAttention, online_softmax_step, tiled_attention`, `tformer/flash.py: sdpa_backends_used`,
+# `tformer/blocks.py: EncoderLayer`, `tformer/timing.py: peak_memory, fit_power`.
 
 # %%
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -28,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import trange
 
 import tformer
-from tformer.efficient import LinformerAttention, PerformerAttention, tiled_attention
+from tformer.efficient import LinformerAttention, PerformerAttention, online_softmax_step, tiled_attention
 from tformer.flash import sdpa_backends_used
 from tformer.grading import check
 from tformer.sparse import (PatternAttention, bigbird_mask, count_pairs, fixed_pattern, longformer_mask,
@@ -81,6 +87,12 @@ def my_strided_pattern(t, stride):
 
 # %%
 check("ch09.strided_pattern", my_strided_pattern)
+
+# %% [markdown]
+# The package's version (`tformer/sparse.py`), which the rest of the chapter uses:
+
+# %%
+print(inspect.getsource(strided_pattern))
 
 # %% [markdown]
 # ## 2. Cost vs $n$
@@ -141,7 +153,11 @@ def make_batch(b: int, g: torch.Generator):
     val_ids = torch.cat([vals, torch.full((b, 1), N_VALS)], 1)                    # N_VALS = "?" at the query
     return key_ids, val_ids, vals.gather(1, pick[:, None]).squeeze(1), pick
 
+# %% [markdown]
+# The model: key, value and position embeddings, one pre-LN encoder layer whose attention is swapped
+# for each variant, and a classifier on the last (query) token.
 
+# %%
 class Lookup(nn.Module):
     """Token = key embedding + value embedding + position; encoder layers; classify the last token."""
 
@@ -161,7 +177,11 @@ class Lookup(nn.Module):
             x = layer(x)                                                          # bidirectional
         return self.head(self.norm(x[:, -1]))                                     # (B, N_VALS)
 
+# %% [markdown]
+# The six attentions, each a drop-in for `MultiHeadAttention` (window 3; Longformer makes the query
+# token global; BigBird adds a random and a global block to the window):
 
+# %%
 variants = {
     "exact": lambda d, h: tformer.MultiHeadAttention(d, h),
     "sliding window w=3": lambda d, h: PatternAttention(d, h, window=3),
@@ -172,15 +192,23 @@ variants = {
     "Linformer k=4": lambda d, h: LinformerAttention(d, h, max_len=T, k=4),
     "Performer m=32": lambda d, h: PerformerAttention(d, h, n_features=32),
 }
+
+# %% [markdown]
+# Every variant trains with the same seed and batches; we score it on 1000 fresh sequences, overall and
+# split by how far back the answer sits.
+
+# %%
 steps = 120 if tformer.SMALL else 2000
-accuracy = {}
 test = make_batch(1000, torch.Generator().manual_seed(123))
-for name, make in variants.items():
+
+
+def train_and_score(make) -> tuple[float, float, float]:
+    """Accuracy of Lookup(make) after training: overall, answer far away, answer within 3 tokens."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     model = Lookup(make).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for step in trange(steps, desc=name, leave=False):
+    for step in trange(steps, leave=False):
         key_ids, val_ids, y, _ = (z.to(device) for z in make_batch(32, g))
         loss = F.cross_entropy(model(key_ids, val_ids), y)
         opt.zero_grad(set_to_none=True)
@@ -190,7 +218,13 @@ for name, make in variants.items():
         key_ids, val_ids, y, pick = (z.to(device) for z in test)
         correct = (model(key_ids, val_ids).argmax(-1) == y).float()
     far = pick < N_PAIRS - 3                                                      # more than 3 tokens back
-    accuracy[name] = (correct.mean().item(), correct[far].mean().item(), correct[~far].mean().item())
+    return correct.mean().item(), correct[far].mean().item(), correct[~far].mean().item()
+
+# %% [markdown]
+# Train and score all six:
+
+# %%
+accuracy = {name: train_and_score(make) for name, make in variants.items()}
 print(format_table([{"attention": k, "accuracy": a, "answer far away": f, "answer within 3 tokens": n}
                     for k, (a, f, n) in accuracy.items()], floatfmt=".3f"))
 print(f"chance: {1 / N_VALS:.3f}")
@@ -206,6 +240,18 @@ assert accuracy["exact"][0] > accuracy["sliding window w=3"][0] + 0.3
 # mixtures and loses which value belongs to which key; Performer's random-feature softmax is
 # blurrier than the real one. That is the trade: linear methods are much faster on long sequences
 # (`benchmarks/bench_long_attention.py`) but lose accuracy exactly on recall tasks like this one.
+#
+# **What sparse attention gives up in theory.** BigBird's paper (Zaheer et al., 2020, "Big Bird:
+# Transformers for Longer Sequences", section 3) proves that a sparse attention with $O(n)$ pairs keeps
+# the two properties known for full attention: encoders with it are **universal approximators** of
+# continuous sequence-to-sequence functions (as Yun et al., 2020 showed for full Transformers), and with
+# its full encoder-decoder it is **Turing complete** (as Pérez et al., 2019 showed for full attention).
+# The key ingredient is the global tokens: any token reaches any other in two hops through one of them,
+# so stacked layers can still move information anywhere, only more slowly. The same paper also proves
+# the price: there is a task that full attention solves with $O(1)$ layers for which any sparse attention
+# with $\tilde O(n)$ pairs needs $\tilde\Omega(n)$ layers. The key-lookup table above is a small measured case of
+# that trade-off: with one layer the window alone cannot reach far answers, and the global query token
+# (Longformer, BigBird) restores them.
 #
 # ## 4. FlashAttention: exact attention in tiles
 #
@@ -233,6 +279,12 @@ def my_online_softmax_step(m, l, acc, scores, v):
 
 # %%
 check("ch09.online_softmax_step", my_online_softmax_step)
+
+# %% [markdown]
+# The package's version of the step you wrote (`tformer/efficient.py`):
+
+# %%
+print(inspect.getsource(online_softmax_step))
 
 # %% [markdown]
 # `tformer.efficient.tiled_attention` streams blocks of keys and values through exactly this step
