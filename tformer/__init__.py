@@ -1,6 +1,6 @@
 """tformer: the package behind the course. Hand-written by topic; notebooks import it.
 
-Every module, from the bottom layer (masks, attention) up to the capstones; tests/test_notebook_cells.py
+Every module, from the bottom layer (masks, attention) up to the capstones; tests/test_layout.py
 checks that this map names every module and subpackage:
 
     runtime      SMALL (env TFORMER_SMALL), device(), seed_everything()
@@ -24,6 +24,9 @@ checks that this map names every module and subpackage:
     metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity, recall@k, retrieval recall   ch. 10-13
     translate/   the translation capstone: presets, pipeline, `tformer translate`                  ch. 10
     lm, lm_data  causal_lm_loss (the one next-token loss), MLM; LM text, tokenizer and batches      ch. 11, 13
+    bpe          byte-pair encoding from scratch (the merges of Hugging Face `tokenizers`)          ch. 11
+    sft, lora, dpo   chat template and prompt-masked labels; low-rank adapters; preference optimisation  ch. 11
+    rag          a TF-IDF retriever for retrieval-augmented generation                               ch. 11
     images       digits, CIFAR-10, image-caption sets (Flickr8k)                                   ch. 12
     captions     template captions and byte-level caption ids for CLIP                            ch. 12
     augment      batched random affine transforms and pixel shifts                                ch. 12

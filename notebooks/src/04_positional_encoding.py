@@ -14,7 +14,7 @@
 # on sequences longer than any seen in training.
 #
 # **The tformer code it uses**: `tformer/positional.py: sinusoidal_table, SinusoidalPositionalEncoding,
-# LearnedPositionalEmbedding, RotaryEmbedding, sinusoidal_shift_matrix`, `tformer/blocks.py: EncoderLayer`.
+# LearnedPositionalEmbedding, RotaryEmbedding, sinusoidal_shift_matrix`, `tformer/blocks.py: TransformerBlock`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a

@@ -12,7 +12,7 @@
 # b_1) + b_2$ expands each token to $d_{ff} = 4\,d_{model}$ and contracts it back, with the same
 # weights at every position. Each claim is measured below.
 #
-# **The tformer code it uses**: `tformer/blocks.py: FeedForward, EncoderLayer`,
+# **The tformer code it uses**: `tformer/blocks.py: FeedForward, TransformerBlock`,
 # `tformer/attention.py: MultiHeadAttention`, `tformer/plot.py: curves`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
@@ -242,7 +242,7 @@ check("ch05.encoder_layer", my_encoder_layer)
 
 # %%
 print(inspect.getsource(tformer.FeedForward.forward))
-print(inspect.getsource(tformer.EncoderLayer.forward))
+print(inspect.getsource(tformer.TransformerBlock.forward))
 
 # %% [markdown]
 # ## Summary

@@ -19,7 +19,7 @@
 #    Tencent's Hunyuan-Large as an example.
 #
 # **The tformer code it uses**: `tformer/models/rnn.py: LSTMLM, lstm_reference`,
-# `tformer/models/gpt.py: GPT`, `tformer/blocks.py: EncoderLayer`,
+# `tformer/models/gpt.py: GPT`, `tformer/blocks.py: TransformerBlock`,
 # `tformer/timing.py: count_ops, step_time_vs_length, training_flops`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in the exercise cell with your code,

@@ -20,7 +20,7 @@
 # **The tformer code it uses**: `tformer/sparse.py: strided_pattern, fixed_pattern, longformer_mask,
 # bigbird_mask, count_pairs, PatternAttention`, `tformer/efficient.py: LinformerAttention,
 # PerformerAttention, online_softmax_step, tiled_attention`, `tformer/flash.py: sdpa_backends_used`,
-# `tformer/blocks.py: EncoderLayer`, `tformer/timing.py: peak_memory, fit_power`.
+# `tformer/blocks.py: TransformerBlock`, `tformer/timing.py: peak_memory, fit_power`.
 
 # %%
 import inspect
