@@ -278,9 +278,12 @@ def test_split_merge_heads_match_multi_head_attention_layout():
         tformer.split_heads(x, 5)
     with pytest.raises(ValueError, match="n_heads, T, d_head"):
         tformer.merge_heads(x)
-    # MultiHeadAttention's own split gives the same heads
-    mha = tformer.MultiHeadAttention(12, 3)
-    torch.testing.assert_close(mha._split(x, 3), h)
+    # MultiHeadAttention splits with the same function: its output is out(merge(attend(split(qkv(x)))))
+    mha = tformer.MultiHeadAttention(12, 3).eval()
+    q, k, v = (tformer.split_heads(t, 3) for t in mha.qkv(x).split(12, -1))
+    with torch.no_grad():
+        want = mha.out(tformer.merge_heads(tformer.scaled_dot_product_attention(q, k, v)[0]))
+        torch.testing.assert_close(mha(x), want)
 
 
 def test_in_place_edits_do_not_leak_between_reference_learner_and_mistakes():
