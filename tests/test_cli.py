@@ -151,7 +151,7 @@ def test_score_src_missing(capsys, base_run, tmp_path):
     ("lr=0", ["lr must be > 0"]),
     ("max_steps=1.5", ["max_steps must be an integer"]),
     ("dropout=1.2", ["dropout must be in [0, 1)"]),
-    ("schedule=cosine", ["schedule must be one of"]),
+    ("schedule=triangle", ["schedule must be one of"]),
     ("vocab_size=50", ["vocab_size must be >= 300"]),
     ("d_model=66", ["d_model (66) must be divisible by n_heads (4)"]),
     ("colour=blue", ["unknown preset field 'colour'"]),
