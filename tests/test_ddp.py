@@ -49,7 +49,7 @@ WORKER = textwrap.dedent("""
         if sys.argv[1] == "single":
             run(sys.argv[2], 0, 1)
         else:
-            rank, world, _ = setup_distributed()
+            rank, world, _ = setup_distributed("cpu")      # gloo even on a machine with a GPU
             run(f"{sys.argv[2]}.rank{rank}", rank, world)
             torch.distributed.destroy_process_group()
 """)

@@ -19,7 +19,7 @@ WORKER = textwrap.dedent("""
     from tformer.models import GPT, GPTConfig
     from tformer.train import Trainer, TrainConfig, setup_distributed
 
-    rank, world, _ = setup_distributed()
+    rank, world, _ = setup_distributed("cpu")          # gloo even on a machine with a GPU
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=64, block_size=16, n_layers=2, n_heads=2, d_model=16, n_experts=8, moe_top_k=1,
                           moe_layers=(1,)))

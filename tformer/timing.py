@@ -108,7 +108,8 @@ def _cpu_peak(fn: Callable[[], object]) -> int:
     finally:
         with _quiet_fd2():
             prof.stop()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    cpu = torch._C._autograd.DeviceType.CPU           # a CUDA build may also report device allocations
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == cpu]
     events.sort(key=lambda e: e.start_ns())
     current = peak = 0
     for e in events:                     # + bytes on allocation, - bytes on free, in time order

@@ -41,6 +41,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .gpu import amp_dtype, dist_plan, grad_scaler, local_world_size
+
 # ----------------------------------------------------------------------------------------------------
 # Learning-rate schedules
 
@@ -199,10 +201,13 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smo
 # Distributed set-up
 
 
-def setup_distributed() -> tuple[int, int, int]:
+def setup_distributed(device: torch.device | str | None = None) -> tuple[int, int, int]:
     """Join the process group `torchrun` describes (WORLD_SIZE > 1) and return (rank, world, local_rank).
 
-    NCCL on CUDA, gloo on CPU. Without torchrun (or when the group already exists) nothing new is started.
+    The backend follows the run's `device` ("cpu", "cuda"; None = cuda when a GPU is present): gloo for a
+    CPU run (even on a machine with a GPU), NCCL with one GPU per rank for a CUDA run, which is refused at
+    start when this machine runs more ranks than it has GPUs (`tformer.gpu.dist_plan`). Without torchrun
+    (or when the group already exists) nothing new is started.
     """
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
@@ -210,11 +215,10 @@ def setup_distributed() -> tuple[int, int, int]:
     if world <= 1:
         return 0, 1, 0
     local = int(os.environ.get("LOCAL_RANK", 0))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local)
-        dist.init_process_group("nccl")
-    else:
-        dist.init_process_group("gloo")
+    plan = dist_plan(device, local, local_world_size())
+    if plan.device.type == "cuda":
+        torch.cuda.set_device(plan.device)
+    dist.init_process_group(plan.backend)
     return dist.get_rank(), dist.get_world_size(), local
 
 
@@ -429,7 +433,7 @@ class TrainConfig:
     weight_decay: float = 0.0          # AdamW-style decoupled decay; 0 = the paper's Adam
     grad_clip: float | None = 1.0      # max global gradient norm; None = no clipping
     accum_steps: int = 1               # micro-batches per optimizer step
-    amp: bool = True                   # bf16 autocast on CUDA (ignored on CPU)
+    amp: bool = True                   # CUDA autocast: bf16 on sm80+, fp16 + grad scaler before (ignored on CPU)
     eval_every: int = 0                # validate every N steps (0 = only at the end)
     save_every: int = 0                # full checkpoint (last.pt) every N steps (0 = only at the end)
     snapshot_every: int = 0            # weights-only snapshot for averaging every N steps (0 = off)
@@ -497,6 +501,8 @@ class Trainer:
                                                      total=self.cfg.max_steps)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.extra_state = extra_state or {}    # saved with last.pt (e.g. the run's model config)
+        self.amp_dtype = amp_dtype(self.device) if self.cfg.amp else None   # tformer.gpu: by compute capability
+        self.scaler = grad_scaler(self.amp_dtype, self.device)                # only fp16 scales the loss
         self.state = TrainState()
         self._resumed = False
         self.resumed_from: Path | None = None
@@ -524,8 +530,8 @@ class Trainer:
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _autocast(self):
-        if self.cfg.amp and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.amp_dtype is not None:
+            return torch.autocast(self.device.type, dtype=self.amp_dtype)
         return nullcontext()
 
     def _to_device(self, batch):
@@ -564,7 +570,7 @@ class Trainer:
             rng = [None] * self.world
             dist.all_gather_object(rng, _rng_state())
         return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": rng, "world": self.world,
+                "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng, "world": self.world,
                 "train": {k: v for k, v in asdict(st).items()}, "config": asdict(self.cfg), "extra": self.extra_state}
 
     def save(self, path: str | os.PathLike | None = None) -> None:
@@ -584,6 +590,8 @@ class Trainer:
             raise CheckpointError(f"{path} does not fit this model: {str(e).splitlines()[0]}") from e
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
+        if ck.get("scaler"):
+            self.scaler.load_state_dict(ck["scaler"])
         self.state = TrainState(**ck["train"])
         rng = ck["rng"]
         _set_rng_state(rng[self.rank] if len(rng) == self.world else rng[0])
@@ -642,11 +650,11 @@ class Trainer:
                 if isinstance(res, (tuple, list)):          # (sum, count): normalised after backward
                     loss, n = res
                     weighted = True
-                    loss.backward()
+                    self.scaler.scale(loss).backward()
                     count += float(n)
                 else:                                       # a mean: average the micro-batches
                     loss, weighted = res / len(micro_batches), False
-                    loss.backward()
+                    self.scaler.scale(loss).backward()
                     count += 1.0 / len(micro_batches)
                 loss_sum += loss.detach().double()
         stats = torch.stack([loss_sum, count])
@@ -661,9 +669,11 @@ class Trainer:
             mean = float(stats[0] / stats[1])
         else:
             mean = float(stats[0]) / self.world
+        self.scaler.unscale_(self.optimizer)               # fp16: back to true gradients before clipping
         if cfg.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)                    # fp16: skipped when a gradient overflowed
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return mean, float(stats[1])
 

@@ -158,7 +158,7 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
         raise RunInputError(f"time_budget must be > 0 minutes, got {time_budget}")
     if max_steps is not None and max_steps < 1:
         raise RunInputError(f"max_steps must be >= 1, got {max_steps}")
-    rank, world, local = setup_distributed()
+    rank, world, local = setup_distributed(device)          # backend from the run's device (gloo for cpu)
     out = Path(out)
     cfg_path = out / "config.json"
     if out.exists() and not out.is_dir():

@@ -1,0 +1,125 @@
+"""What this accelerator can do, decided in one place (training, chapter 13, the benchmarks use it).
+
+    compute capability  (major, minor) of a CUDA GPU: sm75 = (7, 5) for a T4, sm80 an A100, sm90 an H100/H200
+    amp_dtype           bf16 autocast on sm80+; fp16 (with a gradient scaler) on older GPUs; none on a CPU
+    attention_backend   SDPA's flash kernel on sm80+ (and the CPU's flash kernel); the memory-efficient
+                        kernel on older GPUs (FlashAttention-2 needs sm80; the memory-efficient kernel also
+                        never builds the T x T score matrix, it is just slower)
+    dist_plan           process-group backend and device for a run under torchrun: from the run's device,
+                        not from whether a GPU happens to be present
+
+`torch.cuda.is_bf16_supported()` is not the test for bf16: it also says yes where bf16 is only emulated
+(sm75 runs bf16 matmuls through fp32, several times slower than its fp16 tensor cores). Every function
+takes an optional `capability` (or GPU count) so the choice can be tested on a CPU by injecting one.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch.nn.attention import SDPBackend
+
+SM80 = (8, 0)   # Ampere: bf16 tensor cores and FlashAttention-2
+
+
+def capability(device: torch.device | str | None = None) -> tuple[int, int] | None:
+    """(major, minor) compute capability of a CUDA device; None on a CPU."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
+def _cap(device, cap):
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type != "cuda":
+        return device, None
+    return device, cap if cap is not None else capability(device)
+
+
+def amp_dtype(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> torch.dtype | None:
+    """The autocast dtype for training on `device`: bf16 on sm80+, fp16 on older CUDA GPUs, None on a CPU
+    (train in fp32 there). fp16 needs a gradient scaler (`grad_scaler`): its range ends at 65,504 and
+    small gradients underflow to 0; bf16 has fp32's range."""
+    device, cap = _cap(device, capability)
+    if device.type != "cuda":
+        return None
+    return torch.bfloat16 if cap >= SM80 else torch.float16
+
+
+def grad_scaler(dtype: torch.dtype | None, device: torch.device | str = "cuda") -> torch.amp.GradScaler:
+    """A GradScaler, enabled only for fp16 (a disabled scaler passes everything through unchanged)."""
+    return torch.amp.GradScaler(torch.device(device).type, enabled=dtype == torch.float16)
+
+
+def flash_available(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> bool:
+    """True when SDPA's flash kernel can run here: a CPU (PyTorch's CPU flash kernel) or a CUDA GPU of sm80+."""
+    device, cap = _cap(device, capability)
+    return device.type == "cpu" or (device.type == "cuda" and cap >= SM80)
+
+
+def attention_backend(device: torch.device | str | None = None,
+                      capability: tuple[int, int] | None = None) -> SDPBackend:
+    """The SDPA kernel to force for training: flash where it exists, else the memory-efficient one."""
+    if flash_available(device, capability):
+        return SDPBackend.FLASH_ATTENTION
+    return SDPBackend.EFFICIENT_ATTENTION
+
+
+def why_no_flash(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> str | None:
+    """One sentence saying why flash cannot be forced here and what runs instead; None when it can."""
+    device, cap = _cap(device, capability)
+    if flash_available(device, cap):
+        return None
+    if device.type != "cuda":
+        return f"SDPA has no flash kernel on {device.type}"
+    return (f"this GPU is sm{cap[0]}{cap[1]}; the flash kernel needs sm80 or newer (Ampere), so SDPA's "
+            f"memory-efficient kernel runs instead: also O(T) memory, without the T x T score matrix, but slower")
+
+
+@dataclass
+class DistPlan:
+    backend: str                 # "nccl" or "gloo"
+    device: torch.device         # this rank's device
+
+
+def dist_plan(device: torch.device | str | None, local_rank: int, local_world: int,
+              n_gpus: int | None = None) -> DistPlan:
+    """Backend and device of one rank. `device` is the run's device ("cpu", "cuda"; None = cuda when a GPU
+    is present). A CPU run uses gloo even on a GPU machine; a CUDA run uses NCCL, one GPU per rank, and is
+    refused when this machine runs more ranks than it has GPUs (two ranks cannot share one GPU under NCCL)."""
+    n_gpus = torch.cuda.device_count() if n_gpus is None else n_gpus
+    dev = torch.device(device) if device is not None else torch.device("cuda" if n_gpus > 0 else "cpu")
+    if dev.type != "cuda":
+        return DistPlan("gloo", dev)
+    if local_world > n_gpus:
+        raise RuntimeError(f"{local_world} ranks on this machine but {n_gpus} CUDA GPU(s): run at most {n_gpus} "
+                           f"rank(s) per machine (torchrun --nproc-per-node {max(n_gpus, 1)}) or train on the CPU")
+    return DistPlan("nccl", torch.device("cuda", local_rank))
+
+
+def local_world_size() -> int:
+    """Ranks on this machine, as torchrun describes them (LOCAL_WORLD_SIZE, else WORLD_SIZE)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+
+
+# dense bf16/fp16 tensor-core peak FLOP/s from the vendors' datasheets (SXM parts, without sparsity),
+# matched against the device name; the T4 has no bf16: its figure is fp16 (65 TFLOP/s)
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10G": 70e12,
+              "T4": 65e12}
+
+
+def peak_flops(device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16,
+               name: str | None = None) -> float | None:
+    """The datasheet's dense 16-bit peak FLOP/s of a known CUDA GPU (None on a CPU, in fp32, or unknown).
+    `name` overrides the device name (to test the table on a CPU)."""
+    if name is None:
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if device.type != "cuda":
+            return None
+        name = torch.cuda.get_device_name(device)
+    if dtype not in (torch.bfloat16, torch.float16):
+        return None
+    # longest key first: "L40S" before "L4", "H100" is not inside "H200"
+    return next((PEAK_FLOPS[k] for k in sorted(PEAK_FLOPS, key=len, reverse=True) if k in name), None)
