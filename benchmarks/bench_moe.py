@@ -24,9 +24,41 @@ import tformer.runtime
 from tformer.flash import lm_throughput
 from tformer.models import GPT, GPTConfig
 from tformer.timing import time_interleaved
-from tformer.moe import MoE, MoEConfig, grouped_mm_available
+from tformer.moe import GROUP_ALIGN, MoE, MoEConfig, compute_dtype, grouped_mm_available, make_plan
 
 
+class OldMoE(MoE):
+    """The dispatch as it was before issue 12, kept to time it side by side with the current one: advanced-
+    indexing gathers (`xf[token_sorted]`, `[slot]`, `[rows]`, whose backward is an accumulating
+    `index_put_`), an `index_add` combine, and `bincount` (a host sync on CUDA) in `make_plan`."""
+
+    def _dispatch(self, xf, gates, experts, capacity, path):
+        c = self.cfg
+        plan = make_plan(gates, experts, c.n_experts, capacity)
+        xs = xf[plan.token_sorted]                                             # (M, d) grouped by expert
+        if path == "padded":
+            cap = plan.capacity if plan.capacity is not None else int(plan.counts.max())
+            slot = plan.expert_sorted * cap + plan.slot_sorted
+            buf = xf.new_zeros(c.n_experts * cap, c.d_model).index_copy(0, slot, xs)
+            ys = self.experts.padded(buf.view(c.n_experts, cap, c.d_model)).view(-1, c.d_model)[slot]
+        else:
+            padded = (plan.kept_counts + GROUP_ALIGN - 1) // GROUP_ALIGN * GROUP_ALIGN
+            ends = torch.cumsum(padded, 0)
+            rows = (ends - padded)[plan.expert_sorted] + plan.slot_sorted
+            n_rows = xs.shape[0] + c.n_experts * (GROUP_ALIGN - 1)
+            dt = compute_dtype(xf)
+            buf = xs.new_zeros(n_rows, c.d_model, dtype=dt).index_copy(0, rows, xs.to(dt))
+            expert_of_row = torch.searchsorted(ends, torch.arange(n_rows, device=xs.device), right=True)
+            ys = self.experts.grouped(buf, expert_of_row, ends.to(torch.int32))[rows]
+        ys = ys * plan.gate_sorted.to(ys.dtype)[:, None]
+        y = xf.new_zeros(xf.shape).index_add(0, plan.token_sorted, ys.to(xf.dtype))
+        return y, plan.keep, plan.counts
+
+    def choose_dispatch(self, x):                                              # the old rule: grouped on CUDA only
+        if self.cfg.dispatch != "auto":
+            return self.cfg.dispatch
+        ok = x.device.type == "cuda" and grouped_mm_available(x, self.cfg.d_model, self.cfg.d_ff)
+        return "grouped" if ok else "padded"
 
 
 def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens: int = 512, naive: bool = True):
@@ -42,9 +74,24 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
             (layer(xx, dispatch=path) * g).sum().backward()
         return f
 
+    old = OldMoE(layer.cfg).to(device, dtype)
+    old.load_state_dict(layer.state_dict())
+
+    def run_old(path):
+        def f():
+            xx = x.clone().requires_grad_()
+            (old(xx, dispatch=path) * g).sum().backward()
+        return f
+
+    auto = layer.choose_dispatch(x)
     fns = {"padded": run("padded")}
     if grouped_mm_available(x, d, ff):
         fns["grouped"] = run("grouped")
+    fns["old padded (before issue 12)"] = run_old("padded")
+    if grouped_mm_available(x, d, ff):
+        fns["old grouped (before issue 12)"] = run_old("grouped")
+    for path in fns.keys() & {"padded", "grouped"}:
+        torch.testing.assert_close(old(x, dispatch=path), layer(x, dispatch=path))      # same function
     if naive:
         fns["naive loop"] = run("naive")
     try:
@@ -74,6 +121,9 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
     print(f"\nMoE layer fwd+bwd, {n_tokens} tokens, d={d}, E={e}, top-{k}, SwiGLU width {ff}, {dtype}, {device}")
     for name, sec in t.items():
         print(f"  {name:>34}: {sec * 1e3:8.2f} ms   ratio vs best tformer path: {sec / ref:6.2f}x")
+    old_auto = f"old {old.choose_dispatch(x)} (before issue 12)"
+    print(f"  auto now picks {auto!r}, before it picked {old.choose_dispatch(x)!r}: now / before = "
+          f"{t[auto] / t[old_auto]:.3f} (issue 12: <= 1.05 on a CPU)")
     return t
 
 

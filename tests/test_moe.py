@@ -15,7 +15,11 @@ from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_
                          grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,
                          top_k_route)
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def cuda(test):
+    """A test that means a CUDA GPU: marked `gpu` (`pytest -m gpu` selects them) and skipped without one."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(test))
 
 
 def _moe(seed=0, dtype=torch.float64, **kw):
@@ -364,7 +368,7 @@ def test_grouped_dispatch_under_cpu_bf16_autocast():
     m = MoE(MoEConfig(d_model=16, d_ff=32, n_experts=4, top_k=2, bias=True, activation="swiglu"))
     x = torch.randn(3, 10, 16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert m.choose_dispatch(x) == "padded"                              # auto: grouped is for CUDA
+        assert m.choose_dispatch(x) == "grouped"                             # auto: grouped_mm where it exists
         ref, got = _run(m, x, "padded"), _run(m, x, "grouped")
     assert got[0].dtype == x.dtype                                           # back in the residual's dtype
     torch.testing.assert_close(got[0], ref[0], rtol=2e-2, atol=2e-2)
@@ -383,3 +387,52 @@ def test_auto_dispatch_picks_grouped_under_cuda_autocast():
         ref, got = _run(m, x, "padded"), _run(m, x, "grouped")
     torch.testing.assert_close(got[0], ref[0], rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(got[1], ref[1], rtol=2e-2, atol=2e-2)
+
+
+# ops that, on a GPU, mean an accumulating scatter through a sort (the backward of x[idx]) or a host sync
+_SCATTER_OPS = {"aten::index_put_", "aten::index_put", "aten::_index_put_impl_"}
+_SYNC_OPS = {"aten::bincount", "aten::_local_scalar_dense", "aten::item", "aten::nonzero"}
+
+
+def _ops_of(fn):
+    """Names of the aten ops fn() runs, leaving out those inside the CPU's grouped_mm kernel (a loop over
+    the groups that reads each offset on the host; the CUDA kernel reads them on the device)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+
+    def inside_cpu_grouped_mm(e):
+        e = e.cpu_parent
+        while e is not None:
+            if e.name == "aten::_grouped_mm":
+                return True
+            e = e.cpu_parent
+        return False
+    return {e.name for e in prof.events() if not inside_cpu_grouped_mm(e)}
+
+
+def _probe_detects(ops):
+    x = torch.randn(6, 4, requires_grad=True)
+    seen = _ops_of(lambda: x[torch.tensor([0, 2, 2])].sum().backward())   # the old dispatch's pattern
+    return bool(seen & ops)
+
+
+@pytest.mark.parametrize("dispatch,capacity", [("auto", None), ("padded", 1.25), ("grouped", 1.0)])
+def test_moe_training_step_has_no_scatter_backward_and_no_host_sync(dispatch, capacity):
+    """The structure a GPU needs, proved on the CPU: forward + backward of an MoE GPT (two MoE layers) runs
+    no accumulating index_put_ (the backward of advanced indexing) and reads nothing back to the host."""
+    assert _probe_detects(_SCATTER_OPS)                                      # the profile would see one
+    if dispatch == "grouped" and not grouped_mm_available(torch.zeros(1), 32, 64):
+        pytest.skip("no grouped_mm in this PyTorch")
+    model = _tiny(n_embd=32, n_experts=4, moe_top_k=2, moe_d_ff=64, moe_dispatch=dispatch,
+                  moe_capacity_factor=capacity)
+    idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(idx).flatten(0, 1), idx.flatten()) + model.aux_loss
+        loss.backward()
+    step()                                                                    # warm-up (lazy initialisation)
+    ops = _ops_of(step)
+    assert "aten::bmm" in ops or "aten::_grouped_mm" in ops                  # the experts did run
+    assert not ops & _SCATTER_OPS, f"accumulating scatter in the step: {sorted(ops & _SCATTER_OPS)}"
+    assert not ops & _SYNC_OPS, f"host sync in the step: {sorted(ops & _SYNC_OPS)}"

@@ -21,12 +21,21 @@ first choices before second choices, then token order (GShard). `capacity_factor
 
 Dispatch paths, all computing the same function (tests prove it, forward and gradients):
     "naive"    loops over tokens and their k experts one by one: the readable reference, slow.
-    "padded"   sorts assignments by expert, scatters them into a (E, C, d) buffer and runs all experts
+    "padded"   sorts assignments by expert, gathers them into a (E, C, d) buffer and runs all experts
                with one batched matmul (`torch.bmm`); no Python loop over tokens or experts.
     "grouped"  sorts assignments by expert and runs each expert on its contiguous block with one
-               grouped matmul (`torch.nn.functional.grouped_mm`, bf16 on CUDA; PyTorch >= 2.8);
-               no padding.
-    "auto"     "grouped" on CUDA in bf16/fp16 when PyTorch has it, else "padded".
+               grouped matmul (`torch.nn.functional.grouped_mm`: bf16 on an sm80+ GPU, fp32/bf16 on a
+               CPU; PyTorch >= 2.8); no padding beyond rounding each block up to GROUP_ALIGN rows on a GPU.
+    "auto"     "grouped" where the kernel exists (it is the faster one on an H200 and on a CPU, and needs
+               no host sync), else "padded".
+
+How the fast paths move rows (MegaBlocks / ScatterMoE / torchtitan do the same in spirit): the (token,
+choice) pairs are sorted by expert once, and every buffer row knows which pair it holds (`src`) and every
+pair which row holds it (`dest`). Dispatch and combine are then *gathers* (`index_select`) both ways,
+written as one small autograd Function whose backward is the gather by the other index: no advanced-
+indexing backward (`index_put_` with accumulate, a sort on CUDA) and no `index_add`. All shapes are static
+(the grouped buffer has N k + E (GROUP_ALIGN - 1) rows), so nothing is read back to the host, except by
+"padded" without a capacity factor, which reads the fullest expert's count once per layer to size its buffer.
 """
 from __future__ import annotations
 
@@ -42,7 +51,7 @@ from .blocks import ACTIVATIONS
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 DISPATCH = ("auto", "naive", "padded", "grouped")
-GROUP_ALIGN = 16   # "grouped": rows per expert block rounded up to a multiple of this
+GROUP_ALIGN = 16   # "grouped" on CUDA: rows per expert block rounded up to a multiple of this (aligned TMA loads)
 
 
 @dataclass
@@ -162,6 +171,89 @@ def make_plan(gates: torch.Tensor, experts: torch.Tensor, n_experts: int, capaci
         keep=keep_flat.view(k, n).t(), capacity=capacity)
 
 
+@dataclass
+class Rows:
+    """Where each (token, choice) pair sits in the experts' buffer, for the fast paths; static shapes.
+
+    Pairs are flattened choice-major (a = j N + t, as in `DispatchPlan`). R buffer rows: E * C for "padded",
+    N k + E (align - 1) for "grouped" (each expert's block rounded up to `align` rows; unused rows are
+    never read back).
+    """
+    dest: torch.Tensor                   # (N k,) buffer row of each pair (0 for a dropped pair: read, weighted 0)
+    src: torch.Tensor                    # (R,) pair held by each buffer row (0 for an unused row)
+    used: torch.Tensor | None            # (R,) 1.0 where a row holds a kept pair (None: every row does)
+    keep_flat: torch.Tensor | None       # (N k,) 1.0 for kept pairs, 0.0 for dropped (None: nothing dropped)
+    counts: torch.Tensor                 # (E,) pairs routed to each expert, before dropping
+    ends: torch.Tensor                   # (E,) int32: "grouped": end row of each expert's block
+    expert_of_row: torch.Tensor | None   # (R,) "grouped": the expert of each row (E past the last block)
+
+
+def route_rows(experts: torch.Tensor, n_experts: int, capacity: int | None, layout: str, align: int = 1) -> Rows:
+    """experts (N, k) chosen expert ids -> `Rows` for layout "padded" or "grouped". Integer work only, on the
+    device, with no read back to the host (except "padded" without a capacity: its C is the largest count)."""
+    n, k = experts.shape
+    a = n * k
+    dev = experts.device
+    e_flat = experts.t().reshape(-1)                                           # (A,) choice-major: priority order
+    order = torch.argsort(e_flat, stable=True)                                 # sorted position -> pair
+    e_sorted = e_flat.index_select(0, order)
+    counts = torch.zeros(n_experts, dtype=torch.long, device=dev).scatter_add_(0, e_flat, torch.ones_like(e_flat))
+    starts = torch.cumsum(counts, 0) - counts
+    slot = torch.arange(a, device=dev) - starts.index_select(0, e_sorted)      # rank inside the expert's block
+    kept_counts = counts if capacity is None else counts.clamp(max=capacity)
+    expert_of_row = None
+    if layout == "padded":
+        cap = capacity if capacity is not None else int(counts.max())         # the one host read (no capacity)
+        row = e_sorted * cap + slot
+        n_rows = n_experts * cap
+        ends = torch.zeros(0, dtype=torch.int32, device=dev)
+    else:
+        sizes = (kept_counts + align - 1) // align * align                     # (E,) blocks rounded up
+        ends64 = torch.cumsum(sizes, 0)
+        row = (ends64 - sizes).index_select(0, e_sorted) + slot
+        n_rows = a + n_experts * (align - 1)                                   # static bound: no sync
+        ends = ends64.to(torch.int32)
+        expert_of_row = torch.searchsorted(ends64, torch.arange(n_rows, device=dev), right=True)
+    if capacity is None and row.numel() == n_rows and layout == "grouped":   # rows = sorted pairs exactly
+        dest = torch.empty_like(order).scatter_(0, order, torch.arange(a, device=dev))
+        return Rows(dest=dest, src=order, used=None, keep_flat=None, counts=counts, ends=ends,
+                    expert_of_row=expert_of_row)
+    keep_sorted = slot < capacity if capacity is not None else torch.ones_like(slot, dtype=torch.bool)
+    dest = torch.empty_like(order).scatter_(0, order, torch.where(keep_sorted, row, 0))
+    target = torch.where(keep_sorted, row, n_rows)                             # dropped pairs: a spare row, cut off
+    src = torch.zeros(n_rows + 1, dtype=torch.long, device=dev).scatter_(0, target, order)[:n_rows]
+    used = torch.zeros(n_rows + 1, device=dev).scatter_(0, target, torch.ones(a, device=dev))[:n_rows]
+    keep_flat = None
+    if capacity is not None:
+        keep_flat = torch.empty(a, device=dev).scatter_(0, order, keep_sorted.float())
+    return Rows(dest=dest, src=src, used=used, keep_flat=keep_flat, counts=counts, ends=ends,
+                expert_of_row=expert_of_row)
+
+
+class _RowGather(torch.autograd.Function):
+    """out = x.index_select(0, fwd), with the backward a gather too: grad_x = (grad_out[bwd] * mask), summed
+    over `fold` copies (grad_x has fold * len(x) rows before the sum: x row i is read by out rows
+    bwd[j len(x) + i], j < fold). Exact when those are the only out rows reading row i whose gradient is not
+    zero (here: unused buffer rows and dropped pairs are never weighted into the output). Autograd's own
+    backward of a gather is a scatter-add (`index_put_` with accumulate for x[idx]), slow on a GPU."""
+
+    @staticmethod
+    def forward(ctx, x, fwd, bwd, mask, fold):
+        ctx.save_for_backward(bwd, mask)
+        ctx.fold, ctx.n = fold, x.shape[0]
+        return x.index_select(0, fwd)
+
+    @staticmethod
+    def backward(ctx, grad):
+        bwd, mask = ctx.saved_tensors
+        g = grad.index_select(0, bwd)
+        if mask is not None:
+            g = g * mask.to(g.dtype)[:, None]
+        if ctx.fold > 1:
+            g = g.view(ctx.fold, ctx.n, -1).sum(0)
+        return g, None, None, None, None
+
+
 # --------------------------------------------------------------------------------------------------
 # Experts: E FFNs stored as stacked weights, (E, out, in) like nn.Linear (and Hugging Face's MoE blocks)
 # --------------------------------------------------------------------------------------------------
@@ -234,7 +326,7 @@ class Experts(nn.Module):
                 out.register_hook(lambda g: g.contiguous())
             if b is None:
                 return out
-            return out + F.pad(b.to(out.dtype), (0, 0, 0, 1))[expert_of_row]   # row E: zero bias for tail rows
+            return out + F.pad(b.to(out.dtype), (0, 0, 0, 1)).index_select(0, expert_of_row)   # row E: tail rows
         up = mm(x, self.fc1, self.b1)
         gate = mm(x, self.gate, self.b3) if self.gate is not None else None
         return mm(self._hidden(up, gate).to(x.dtype).contiguous(), self.fc2, self.b2)
@@ -303,7 +395,8 @@ class MoE(nn.Module):
         c = self.cfg
         if c.dispatch != "auto":
             return c.dispatch
-        if x.device.type == "cuda" and grouped_mm_available(x, c.d_model, c.d_ff):   # bf16, autocast included
+        # grouped: no padding and no host sync; measured faster than padded on a CPU (benchmarks/bench_moe.py)
+        if grouped_mm_available(x, c.d_model, c.d_ff):                         # autocast included
             return "grouped"
         return "padded"
 
@@ -333,41 +426,37 @@ class MoE(nn.Module):
             y, keep = self._naive(xf, gates, experts, capacity)
             counts = torch.bincount(experts.reshape(-1), minlength=c.n_experts)
         else:
-            plan = make_plan(gates, experts, c.n_experts, capacity)
-            y = self._run_plan(xf, plan, path)
-            keep, counts = plan.keep, plan.counts
+            y, keep, counts = self._dispatch(xf, gates, experts, capacity, path)
         self.last_counts = counts.detach()
         self.last_dropped = 1.0 - keep.float().mean().detach()
         return y.reshape(shape)
 
-    def _run_plan(self, xf: torch.Tensor, plan: DispatchPlan, path: str) -> torch.Tensor:
+    def _dispatch(self, xf: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor, capacity: int | None,
+                  path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fast paths: xf (N, d) -> (y (N, d), keep (N, k), counts (E,)). See the module docstring."""
         c = self.cfg
-        xs = xf[plan.token_sorted]                                             # (M, d) grouped by expert
-        if path == "padded":
-            cap = plan.capacity if plan.capacity is not None else int(plan.counts.max())  # one host sync
-            slot = plan.expert_sorted * cap + plan.slot_sorted                 # (M,) row in the (E*C) buffer
-            buf = xf.new_zeros(c.n_experts * cap, c.d_model).index_copy(0, slot, xs)
-            ys = self.experts.padded(buf.view(c.n_experts, cap, c.d_model)).view(-1, c.d_model)[slot]
-        elif path == "grouped":
-            if not grouped_mm_available(xf, c.d_model, c.d_ff):
-                raise RuntimeError(
-                    f"MoE dispatch='grouped' needs torch.nn.functional.grouped_mm (PyTorch >= 2.8), bf16 on an sm80+ "
-                    f"GPU (or fp32/bf16 on a CPU), and d_model, d_ff whose rows are 16-byte aligned; got "
-                    f"{compute_dtype(xf)} on {xf.device}, d_model={c.d_model}, d_ff={c.d_ff}. Use dispatch='padded'.")
-            # each expert's block starts on a multiple of GROUP_ALIGN rows (as torchtitan does: aligned TMA
-            # loads on Hopper); the few padding rows are zeros and are never read back
-            padded = (plan.kept_counts + GROUP_ALIGN - 1) // GROUP_ALIGN * GROUP_ALIGN        # (E,)
-            ends = torch.cumsum(padded, 0)
-            rows = (ends - padded)[plan.expert_sorted] + plan.slot_sorted                # (M,) row of each kept pair
-            n_rows = xs.shape[0] + c.n_experts * (GROUP_ALIGN - 1)                     # static upper bound: no sync
-            dt = compute_dtype(xf)
-            buf = xs.new_zeros(n_rows, c.d_model, dtype=dt).index_copy(0, rows, xs.to(dt))
-            expert_of_row = torch.searchsorted(ends, torch.arange(n_rows, device=xs.device), right=True)
-            ys = self.experts.grouped(buf, expert_of_row, ends.to(torch.int32))[rows]   # tail rows: expert E
-        else:
+        n, k = experts.shape
+        if path == "grouped" and not grouped_mm_available(xf, c.d_model, c.d_ff):
+            raise RuntimeError(
+                f"MoE dispatch='grouped' needs torch.nn.functional.grouped_mm (PyTorch >= 2.8), bf16 on an sm80+ "
+                f"GPU (or fp32/bf16 on a CPU), and d_model, d_ff whose rows are 16-byte aligned; got "
+                f"{compute_dtype(xf)} on {xf.device}, d_model={c.d_model}, d_ff={c.d_ff}. Use dispatch='padded'.")
+        if path not in ("padded", "grouped"):
             raise ValueError(f"MoE: unknown dispatch {path!r}; expected one of {DISPATCH}")
-        ys = ys * plan.gate_sorted.to(ys.dtype)[:, None]                       # weight by the gates
-        return xf.new_zeros(xf.shape).index_add(0, plan.token_sorted, ys.to(xf.dtype))  # sum the k per token
+        rows = route_rows(experts, c.n_experts, capacity, path, GROUP_ALIGN if xf.device.type == "cuda" else 1)
+        # dispatch: buffer row r holds token src[r] % N; its gradient comes back by gathering at dest
+        buf = _RowGather.apply(xf, rows.src % n, rows.dest, rows.keep_flat, k)               # (R, d)
+        if path == "padded":
+            ys = self.experts.padded(buf.view(c.n_experts, -1, c.d_model)).view(-1, c.d_model)
+        else:
+            buf = buf.to(compute_dtype(xf))
+            ys = self.experts.grouped(buf, rows.expert_of_row, rows.ends)
+        # combine: pair a reads row dest[a]; the gradient of row r is gathered from pair src[r]
+        y_pairs = _RowGather.apply(ys, rows.dest, rows.src, rows.used, 1).view(k, n, c.d_model)   # (k, N, d)
+        g = gates.t() if rows.keep_flat is None else gates.t() * rows.keep_flat.view(k, n)      # dropped: 0
+        y = (y_pairs * g.to(y_pairs.dtype)[:, :, None]).sum(0)                                   # (N, d)
+        keep = torch.ones_like(experts, dtype=torch.bool) if rows.keep_flat is None else rows.keep_flat.view(k, n).t().bool()
+        return y.to(xf.dtype), keep, rows.counts
 
     def _naive(self, xf: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor, capacity: int | None):
         """Reference: every token through each of its k experts one by one (Python loops; tests only).
