@@ -7,9 +7,14 @@ allowed, so such an input raises a RuntimeError instead of running slowly. `run_
 proves that the flash kernel *did* run (a model can bypass SDPA entirely, e.g. when it records
 attention weights): it runs fn under the profiler and raises unless a flash kernel shows up.
 
-MFU (model FLOPs utilisation) = achieved model FLOP/s / the chip's peak. Training FLOPs per token
-follow the PaLM / nanoGPT estimate, 6 N + 12 L d T: N parameters used per token (for an MoE, the active
-ones), and attention scores and values over T positions in L layers of width d.
+MFU (model FLOPs utilisation) = achieved model FLOP/s / the chip's peak, counted one way everywhere:
+training FLOPs per token follow the PaLM / nanoGPT estimate, 6 N + 12 L d T: N the non-embedding
+parameters used per token (for an MoE, the active ones), and attention scores and values over T
+positions in L layers of width d; the peak is the datasheet's dense bf16 figure (989 TFLOP/s for an
+H100/H200 SXM; a T4, which has no bf16, its fp16 65 TFLOP/s), from `tformer.gpu.peak_flops`.
+
+On a GPU older than sm80 (a T4 is sm75) there is no flash kernel: `lm_throughput` then uses fp16 with a
+gradient scaler and SDPA's memory-efficient kernel (`tformer.gpu` decides, by compute capability).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, grad_scaler, peak_flops
 from .lm import causal_lm_loss
 from .timing import time_fn
 
@@ -33,8 +39,7 @@ _KERNELS = {
     "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
 }
 
-# dense bf16 peak FLOP/s from the vendors' datasheets (SXM parts), matched against the device name
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10G": 70e12}
+PEAK_BF16_FLOPS = PEAK_FLOPS   # the table lives in tformer.gpu (one place)
 
 
 @contextlib.contextmanager
@@ -72,15 +77,6 @@ def run_with_flash(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
     return out, used
 
 
-def peak_flops(device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16) -> float | None:
-    """The datasheet's dense bf16 peak FLOP/s of a known CUDA GPU (None on CPU or an unknown GPU)."""
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-
-
 def lm_flops_per_token(model: nn.Module, seq_len: int) -> float:
     """Training FLOPs per token (forward + backward) of a `tformer.models.GPT`: 6 N + 12 L d T, with N its
     active non-position-embedding parameters (the tied LM head's matmul is counted through the embedding)."""
@@ -94,15 +90,18 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
                   compile: bool = False) -> dict[str, Any]:
     """Train a `tformer.models.GPT` on random tokens for a few steps; measure tokens/s and MFU.
 
-    On CUDA: bf16 autocast and (by default) the flash kernel forced, after proving once that it runs.
+    On CUDA: bf16 autocast and (by default) the flash kernel forced, after proving once that it runs; on a
+    GPU older than sm80, fp16 with a gradient scaler and the memory-efficient kernel (`tformer.gpu`).
+    `compile=True` runs the model through `torch.compile` (the first steps compile; warmup covers them).
     Each step: forward, cross-entropy + MoE aux loss, backward, AdamW. Returns a dict: tokens_per_s,
     step_s (median), flops_per_token, mfu (None without a known peak), backends (SDPA kernels seen),
     device, dtype.
     """
     device = next(model.parameters()).device
     cuda = device.type == "cuda"
-    dtype = dtype or (torch.bfloat16 if cuda else torch.float32)
-    flash = cuda if flash is None else flash
+    dtype = dtype or amp_dtype(device) or torch.float32
+    flash = (cuda and flash_available(device)) if flash is None else flash
+    scaler = grad_scaler(dtype, device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda)
     step_model = torch.compile(model) if compile else model
@@ -116,8 +115,9 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
             logits = step_model(x)
             loss = causal_lm_loss(logits.float(), targets=y)
             loss = loss + getattr(model, "aux_loss", 0.0)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
         return loss
 
@@ -125,7 +125,12 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
         _, backends = run_with_flash(step)
     else:
         _, backends = sdpa_backends_used(step)
-    ctx = force_flash() if flash else contextlib.nullcontext()
+    if flash:
+        ctx = force_flash()
+    elif cuda:                                   # no flash kernel here (sm < 80): the memory-efficient one
+        ctx = sdpa_kernel([attention_backend(device)])
+    else:
+        ctx = contextlib.nullcontext()
     with ctx:
         step_s = time_fn(step, warmup=warmup, repeat=steps, device=device)   # the shared step timer
     tokens_per_s = batch_size * seq_len / step_s
