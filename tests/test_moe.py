@@ -424,7 +424,7 @@ def test_moe_training_step_has_no_scatter_backward_and_no_host_sync(dispatch, ca
     assert _probe_detects(_SCATTER_OPS)                                      # the profile would see one
     if dispatch == "grouped" and not grouped_mm_available(torch.zeros(1), 32, 64):
         pytest.skip("no grouped_mm in this PyTorch")
-    model = _tiny(n_embd=32, n_experts=4, moe_top_k=2, moe_d_ff=64, moe_dispatch=dispatch,
+    model = _tiny(d_model=32, n_experts=4, moe_top_k=2, moe_d_ff=64, moe_dispatch=dispatch,
                   moe_capacity_factor=capacity)
     idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
 

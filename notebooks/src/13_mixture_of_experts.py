@@ -28,10 +28,12 @@ import contextlib
 
 import matplotlib.pyplot as plt
 import torch
+from torch.nn.attention import sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import tformer
-from tformer.flash import force_flash, lm_throughput, run_with_flash
+from tformer import gpu
+from tformer.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.grading import check
 from tformer.lm_data import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
@@ -330,23 +332,35 @@ plt.show()
 # flash kernel actually ran. On a CUDA GPU the capstone trained under `force_flash()` in bf16. Here we
 # prove which kernel runs and measure tokens/s and MFU (model FLOPs utilisation: 6 x active parameters
 # + attention FLOPs per token, over the GPU's datasheet peak). On a CPU the same check finds PyTorch's
-# CPU flash kernel.
+# CPU flash kernel. A GPU older than sm80 (a free Colab T4 is sm75) has no flash kernel and no bf16:
+# there the cell says so and checks the kernel that runs instead, SDPA's memory-efficient one, in fp16
+# (`tformer.gpu` decides by compute capability; `lm_throughput` adds a gradient scaler).
 
 # %%
 model = runs["MoE 8x top-2"][0].train()
 probe = train_ids[: 2 * block].view(2, block).to(dev)
 
 def forward_backward():
-    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+    with torch.autocast(dev.type, dtype=gpu.amp_dtype(dev) or torch.bfloat16, enabled=dev.type == "cuda"):
         loss = model(probe).float().mean() + model.aux_loss
     loss.backward()
     model.zero_grad(set_to_none=True)
 
-_, kernels = run_with_flash(forward_backward)
+if gpu.why_no_flash(dev):          # e.g. a T4: say why, and prove the memory-efficient kernel runs instead
+    print("flash cannot be forced here:", gpu.why_no_flash(dev))
+    with sdpa_kernel([gpu.attention_backend(dev)]):
+        _, kernels = sdpa_backends_used(forward_backward)
+    assert kernels == ["efficient"], kernels
+else:
+    _, kernels = run_with_flash(forward_backward)
+    assert kernels == (["flash"] if dev.type == "cuda" else ["flash (cpu)"])
 print("attention kernels that ran:", kernels)
-assert kernels == (["flash"] if dev.type == "cuda" else ["flash (cpu)"])
 
-# loud failure: a model that bypasses SDPA (here: recording attention weights) is caught
+# %% [markdown]
+# The check fails loudly: a model that bypasses SDPA (here by capturing attention weights) is caught,
+# and on a GPU an fp32 input, which the flash kernel cannot take, raises instead of running slowly.
+
+# %%
 try:
     with tformer.capture_attention(model):
         run_with_flash(forward_backward)
