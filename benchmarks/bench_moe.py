@@ -5,8 +5,10 @@
 
 Rows (CPU):
   * one MoE layer, forward + backward, E=8 top-2, d=128, expert width 256, 512 tokens: tformer's
-    "padded" and "grouped" dispatch vs the naive per-token loop (the reference) and vs Hugging Face's
-    Qwen3-MoE block (a loop over experts), same weights; ratios = other's time / tformer's time.
+    "padded" and "grouped" dispatch vs the same dispatch as it was before issue 12 (`OldMoE`: advanced-
+    indexing gathers whose backward is an accumulating index_put_), vs the naive per-token loop (the
+    reference) and vs Hugging Face's Qwen3-MoE block (a loop over experts), same weights; ratios = other's
+    time / tformer's time, and what `auto` picks now against what it picked before (target: <= 1.05).
   * language-model training step (forward, loss + aux, backward, AdamW): MoE GPT (8 experts, top-2,
     expert width 2d) vs a dense GPT with the same active parameters (FFN width 4d): tokens/s.
 On a GPU (--gpu): the same LM pair at a larger size through `tformer.flash.lm_throughput` (bf16

@@ -454,9 +454,9 @@ class MoE(nn.Module):
         # combine: pair a reads row dest[a]; the gradient of row r is gathered from pair src[r]
         y_pairs = _RowGather.apply(ys, rows.dest, rows.src, rows.used, 1).view(k, n, c.d_model)   # (k, N, d)
         g = gates.t() if rows.keep_flat is None else gates.t() * rows.keep_flat.view(k, n)      # dropped: 0
-        y = (y_pairs * g.to(y_pairs.dtype)[:, :, None]).sum(0)                                   # (N, d)
+        y = (y_pairs.to(xf.dtype) * g.to(xf.dtype)[:, :, None]).sum(0)    # (N, d), summed in the residual's dtype
         keep = torch.ones_like(experts, dtype=torch.bool) if rows.keep_flat is None else rows.keep_flat.view(k, n).t().bool()
-        return y.to(xf.dtype), keep, rows.counts
+        return y, keep, rows.counts
 
     def _naive(self, xf: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor, capacity: int | None):
         """Reference: every token through each of its k experts one by one (Python loops; tests only).
