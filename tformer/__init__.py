@@ -17,6 +17,7 @@ checks that this map names every module and subpackage:
     models/      transformer (encoder-decoder), gpt, bert, vit, clip, rnn (LSTM baselines)
     moe          top-k router, expert FFNs, load-balancing loss                                     ch. 13
     flash        forced flash kernel, tokens/s and MFU                                              ch. 13
+    gpu          what the accelerator can do: bf16/fp16, flash/memory-efficient, DDP backend, peak FLOP/s  ch. 10, 13
     timing       step time, peak memory, FLOP counts, power-law fits                                ch. 7-9, 15
     train        the paper's schedule, label smoothing, Trainer                                    ch. 10
     data/        corpora (built-in, Multi30k, WMT14), shared BPE, token-count batches               ch. 10
