@@ -241,6 +241,26 @@ def test_tformer_grade_cannot_be_forged(tmp_path):
     assert json.loads((tmp_path / "grade-report.json").read_text()) == data
 
 
+def test_what_the_worker_sends_cannot_run_code_in_the_grader(tmp_path):
+    """The notebook replaces the worker's encoder with one that sends a pickle that would run a command when
+    loaded: the grader loads with weights_only, refuses it, and grades the exercise as an error."""
+    from tformer.grading.cli import run_notebook
+    marker = tmp_path / "pwned"
+    _notebook(tmp_path / "01_evil.ipynb", [
+        "import os, torch\nfrom tformer.grading import check",
+        f"class Evil:\n    def __reduce__(self):\n        return (os.system, ('touch {marker}',))\n"
+        "import gc, types\nfor f in gc.get_objects():                   # the worker's own module is __main__\n"
+        "    if isinstance(f, types.FunctionType) and f.__name__ == 'write_frame':\n"
+        "        f.__globals__['sendable'] = lambda x: Evil()\n"
+        "def sm(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)\n"
+        "check('ch01.softmax', sm)",
+    ])
+    rep = run_notebook(tmp_path / "01_evil.ipynb", timeout=120)
+    rows = {r.exercise: r for r in rep.rows}
+    assert rows["ch01.softmax"].status == "error" and not rows["ch01.softmax"].passed, (rows, rep.cell_errors)
+    assert not marker.exists()
+
+
 def test_reading_the_callers_frames_finds_no_answer_in_a_notebook_check_either():
     def cheat(q, k, v, mask=None):
         f = sys._getframe(1)

@@ -177,8 +177,8 @@ IGNORED_LIMIT = ("tformer-grading: your function keeps running after the time li
 @dataclass
 class _Clock:
     armed: bool = False          # the learner's code is running: the alarm may raise
-    fired: int = 0               # alarms so far (more than 1: the first stop was swallowed)
-    pending: bool = False        # the alarm came while the grader's own code ran
+    fired: int = 0               # alarms so far (the limit has passed once there is one)
+    stops: int = 0               # alarms raised inside the learner's code (more than 1: one was swallowed)
 
 
 @contextlib.contextmanager
@@ -193,11 +193,11 @@ def _time_limit(seconds: float):
 
     def on_alarm(signum, frame):
         clock.fired += 1
-        if clock.fired == 3:                        # two stops swallowed: tell the learner what to do
-            print(IGNORED_LIMIT, file=sys.stderr, flush=True)
         if clock.armed:
+            clock.stops += 1
+            if clock.stops == 2:                    # the first stop was swallowed: tell the learner what to do
+                print(IGNORED_LIMIT, file=sys.stderr, flush=True)
             raise _TimeLimit()
-        clock.pending = True
 
     old = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
@@ -381,7 +381,7 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case]) -> Outcome:
                 out.status = "error"
                 what = "called exit()" if isinstance(e, SystemExit) else f"raised {type(e).__name__}: {e}"
                 out.error = f"{what}{_learner_line(e.__traceback__)}"
-        out.ignored_limit = clock.fired > 1
+        out.ignored_limit = clock.stops > 1
     return out
 
 
