@@ -2,7 +2,8 @@
 #   make lab   create .venv if missing, install, open JupyterLab on notebooks/
 #              (as root it adds --allow-root; server options go in LAB_ARGS, e.g.
 #               make lab LAB_ARGS="--ip=0.0.0.0 --no-browser --port=8888")
-#   make test  create .venv if missing, install, run every test (package, graders, notebooks)
+#   make test  create .venv if missing, install, run every test (package, graders, notebooks, website)
+#   make book  build the course website into build/book/ (open build/book/index.html)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +12,7 @@ TORCH_SPEC      ?= torch>=2.4,<3
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export TFORMER_SMALL ?= 1
 
-.PHONY: lab test install torch notebooks solutions grade bench clean
+.PHONY: lab test install torch browser book notebooks solutions grade bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +42,7 @@ torch: $(PY)
 	fi
 
 $(VENV)/.installed: pyproject.toml | torch
-	$(PIP) install --quiet -e ".[lab,dev]"
+	$(PIP) install --quiet -e ".[lab,dev,book]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -52,9 +53,32 @@ LAB_ROOT  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: install
 	$(VENV)/bin/jupyter lab $(LAB_ROOT) $(LAB_ARGS) notebooks/
 
-# Runs the package tests, the grader tests and every notebook (both forms) in small mode.
-test: install
-	$(PY) -m pytest -q --durations=25
+# The website's browser test drives Debian's chromium (Playwright cannot download its own browser here):
+# installed from the system's packages when we are root with apt-get; otherwise that one test skips.
+browser:
+	@if [ -x /usr/lib/chromium/chromium ] || command -v chromium >/dev/null 2>&1; then \
+	  echo "chromium found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium (apt-get)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+	  || echo "could not install chromium: the browser test will skip"; \
+	else \
+	  echo "no chromium and not root: the browser test will skip (sudo apt-get install chromium)"; \
+	fi
+
+# The course website: chapters executed in small mode (learner form), cached in build/book_cache.
+book: install
+	$(PY) -m tools.book
+
+# Builds the website, then runs the package tests, the grader tests, every notebook (both forms) in small
+# mode and the website's browser test. A learner notebook the website build already ran without error
+# (same code, same tformer) is not run twice (TFORMER_REUSE_BOOK, see conftest.py).
+test: install browser
+	@$(PY) -m tools.book; book=$$?; \
+	TFORMER_REUSE_BOOK=1 TFORMER_REQUIRE_BOOK=$$([ $$book = 0 ] && echo 1 || echo 0) \
+	  $(PY) -m pytest -q --durations=25; tests=$$?; \
+	if [ $$book != 0 ]; then echo "make book failed (its error is above)"; fi; \
+	if [ $$tests != 0 ]; then exit $$tests; fi; exit $$book
 
 # Regenerate learner notebooks (stubs) and solution notebooks from their sources in notebooks/src/.
 notebooks: install
@@ -72,4 +96,4 @@ bench: install
 	$(PY) benchmarks/bench_core.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache solutions
+	rm -rf $(VENV) .pytest_cache solutions build

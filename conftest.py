@@ -6,6 +6,9 @@
 * Notebooks run under nbval (--nbval-lax: every cell must run without error; outputs are not compared)
   in small mode; learner notebooks with TFORMER_GRADE=blank (each stub must fail gracefully),
   solution notebooks with TFORMER_GRADE=strict (each solution must pass).
+* With TFORMER_REUSE_BOOK=1 (`make test` sets it after `make book`), a learner notebook whose exact code
+  ran without error in the site's build, against the same tformer sources (tools/book.py's jupyter-cache),
+  is not run a second time; the summary lists them. The solution notebooks always run here.
 * Without nbval installed (a machine with only the runtime dependencies), its options in pyproject's
   addopts are accepted and ignored, and no notebook is collected.
 * At the end, each notebook's total run time is listed.
@@ -25,6 +28,7 @@ NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = ROOT / "build" / "solutions"
 HAVE_NBVAL = importlib.util.find_spec("nbval") is not None
 _times: dict[str, float] = defaultdict(float)
+_reused: list[str] = []
 
 os.environ.setdefault("TFORMER_SMALL", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -65,6 +69,32 @@ def pytest_configure(config):
         config.args.append(str(SOLUTIONS.relative_to(ROOT)))
 
 
+def _executed_by_book(path: Path) -> bool:
+    """Did `make book` run this learner notebook's code, against today's tformer, without an error?"""
+    try:
+        import nbformat
+        from jupyter_cache import get_cache
+        from tools.book import cache_dir
+    except ImportError:
+        return False
+    cache = cache_dir()
+    if not (cache / "global.db").exists():
+        return False
+    try:
+        get_cache(str(cache)).match_cache_notebook(nbformat.read(path, as_version=4))
+    except KeyError:
+        return False
+    return True
+
+
+def pytest_ignore_collect(collection_path, config):
+    if (os.environ.get("TFORMER_REUSE_BOOK") == "1" and collection_path.suffix == ".ipynb"
+            and collection_path.parent == NOTEBOOKS and _executed_by_book(collection_path)):
+        _reused.append(collection_path.name)
+        return True
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     if item.path.suffix == ".ipynb":  # read by the kernel nbval starts for this notebook
@@ -80,6 +110,10 @@ def pytest_runtest_call(item):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _reused:
+        terminalreporter.section("learner notebooks not rerun")
+        terminalreporter.write_line(f"{len(_reused)} ran without error in `make book` (same code, same tformer; "
+                                    f"build/book_cache): {', '.join(sorted(_reused))}")
     if _times:
         terminalreporter.section("notebook run times (small mode)")
         for name, sec in sorted(_times.items()):

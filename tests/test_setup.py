@@ -22,8 +22,8 @@ def _name(req: str) -> str:
 def test_environment_yml_installs_what_pyproject_lists():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = set(project["dependencies"])
-    for extra in ("lab", "dev"):
-        wanted |= set(project["optional-dependencies"][extra])
+    for extra in project["optional-dependencies"].values():   # lab, dev, book
+        wanted |= set(extra)
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     listed = {r for r in pip if not r.startswith("-e")}
