@@ -53,6 +53,7 @@ html_static_path = ["_static"]
 html_css_files = ["book.css"]
 html_copy_source = True                # the download button offers the learner notebook (.ipynb)
 html_show_sourcelink = False
+html_show_search_summary = False     # summaries fetch() each page: blocked from file://
 html_last_updated_fmt = None
 html_theme_options = {
     "use_download_button": True,

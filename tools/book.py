@@ -7,7 +7,7 @@
 2. Figure captions: a plotting cell gets MyST-NB figure metadata; the caption is the cell's
    `# Figure: ...` comment, else the first sentence of the text cell just before it.
 3. Sphinx with MyST-NB executes the chapters in small mode and caches them with jupyter-cache in
-   build/book_cache/<hash of tformer/ and pyproject.toml>: a rebuild with unchanged chapters and package
+   build/book_cache/<hash of tformer/'s sources>: a rebuild with unchanged chapters and package
    runs no notebook, and pytest skips a learner notebook whose exact code ran there without error
    (conftest.py).
 
@@ -38,9 +38,9 @@ CAPTION = re.compile(r"^\s*#\s*Figure:\s*(.+)$", re.M)
 
 
 def package_hash() -> str:
-    """What a chapter's outputs depend on besides its own code: the package and its dependencies."""
+    """What a chapter's outputs depend on besides its own code: the package's sources."""
     h = hashlib.sha256()
-    for p in sorted((ROOT / "tformer").rglob("*.py")) + [ROOT / "pyproject.toml"]:
+    for p in sorted((ROOT / "tformer").rglob("*.py")):
         h.update(str(p.relative_to(ROOT)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]

@@ -17,6 +17,7 @@ MODULE_DOTTED = re.compile(r"^(tformer(?:\.\w+)+)\b")
 CHAPTER = re.compile(r"^(\d\d[a-z]?_\w+?)(?:\.ipynb)?$")
 IMPORT = re.compile(r"^\s*(?:from\s+(tformer(?:\.\w+)*)\s+import\s+([\w ,()]+)|import\s+(tformer(?:\.\w+)*))",
                     re.M)
+USED = re.compile(r"\btformer(?:\.\w+)+")
 
 
 def _module_doc(found: set[str], dotted: str) -> str | None:
@@ -42,19 +43,20 @@ def _target(found: set[str], text: str) -> str | None:
 
 
 def imported_modules(found: set[str], code: str) -> list[str]:
-    """Source pages of the tformer modules a chapter's code imports, in order of first import."""
-    docs: list[str] = []
+    """Source pages of the tformer modules a chapter's code imports or names, in order of appearance."""
+    names: list[str] = []
     for m in IMPORT.finditer(code):
         if m.group(3):
-            names = [m.group(3)]
+            names.append(m.group(3))
         else:
-            base = m.group(1)
-            names = [f"{base}.{n.strip()}" for n in m.group(2).replace("(", "").replace(")", "").split(",")
-                     if n.strip()]
-        for dotted in names:
-            doc = _module_doc(found, dotted)
-            if doc and doc not in docs and not doc.endswith("tformer/__init__"):
-                docs.append(doc)
+            names += [f"{m.group(1)}.{n.split(' as ')[0].strip()}"
+                      for n in m.group(2).replace("(", "").replace(")", "").split(",") if n.strip()]
+    names += [m.group(0) for m in USED.finditer(code)]        # tformer.attention.causal_mask(...)
+    docs: list[str] = []
+    for dotted in names:
+        doc = _module_doc(found, dotted)
+        if doc and doc not in docs and not doc.endswith("tformer/__init__"):
+            docs.append(doc)
     return docs
 
 
