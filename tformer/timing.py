@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
+from .gpu import amp_dtype
 from .lm import causal_lm_loss
 
 
@@ -164,7 +165,8 @@ def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat
     """Median seconds of one training step of `model` (logits = model(idx)) on the batch idx (B, T).
 
     A step is forward, loss, backward and an AdamW update, as in training. The model's parameters do
-    change; pass a copy if that matters. amp=None: bf16 autocast on CUDA, off on CPU.
+    change; pass a copy if that matters. amp=None: autocast on CUDA (bf16 on sm80+, fp16 before:
+    `tformer.gpu.amp_dtype`), off on CPU.
     """
     device = idx.device
     amp = device.type == "cuda" if amp is None else amp
@@ -172,7 +174,7 @@ def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat
     model.train()
 
     def step():
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        with torch.autocast(device.type, dtype=amp_dtype(device) or torch.bfloat16, enabled=amp):
             loss = loss_fn(model(idx), idx)
         loss.backward()
         opt.step()
