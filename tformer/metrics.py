@@ -1,5 +1,5 @@
-"""Scores for chapters 10-13: BLEU two ways, accuracy, perplexity, distinct-n (repetition in generated text),
-recall@k and image-caption retrieval recall.
+"""Scores for chapters 10-15: BLEU two ways, accuracy, perplexity, distinct-n (repetition in generated text),
+recall@k and image-caption retrieval recall, and a scaling-law fit (chapter 15).
 
 sacreBLEU (Post 2018) scores *detokenized* output with its own fixed tokenizer and prints a signature
 (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x`), so numbers from different papers can be
@@ -89,7 +89,28 @@ def perplexity(mean_nll: float) -> float:
     return math.exp(mean_nll)
 
 
-__all__ = ["BleuResult", "sacrebleu_score", "tokenized_bleu", "moses_like_tokenize", "split_compounds",
+def fit_power_law(n: torch.Tensor, loss: torch.Tensor, c: float = 0.0) -> torch.Tensor:
+    """Fit loss = a * n^-alpha + c with the offset c fixed (chapter 15's scaling law).
+
+    With c fixed the law is a straight line in log-log space, log(loss - c) = log a - alpha * log n,
+    fitted by ordinary least squares. n (K,) sizes > 0, loss (K,) > c, K >= 2 distinct sizes.
+    Returns a float64 tensor [a, alpha]. (c = 0 is the form of Kaplan et al. 2020, L(N) = (N_c / N)^alpha_N.)
+    """
+    n, loss = torch.as_tensor(n, dtype=torch.float64), torch.as_tensor(loss, dtype=torch.float64)
+    if n.dim() != 1 or n.shape != loss.shape or len(n) < 2:
+        raise ValueError(f"fit_power_law: expected n and loss of the same shape (K,) with K >= 2, "
+                         f"got {tuple(n.shape)} and {tuple(loss.shape)}")
+    if (n <= 0).any() or (loss <= c).any():
+        raise ValueError(f"fit_power_law: expected every n > 0 and every loss > c = {c}")
+    x, y = n.log(), (loss - c).log()
+    dx = x - x.mean()
+    if float((dx ** 2).sum()) == 0.0:
+        raise ValueError("fit_power_law: needs at least two different sizes n")
+    slope = (dx * (y - y.mean())).sum() / (dx ** 2).sum()
+    return torch.stack([(y.mean() - slope * x.mean()).exp(), -slope])
+
+
+__all__ = ["fit_power_law", "BleuResult", "sacrebleu_score", "tokenized_bleu", "moses_like_tokenize", "split_compounds",
            "accuracy", "perplexity", "distinct_n", "recall_at_k", "retrieval_recall"]
 
 

@@ -11,8 +11,18 @@
 # exact resume, checkpoint averaging), decoded with beam search (beam 4, length penalty 0.6) and
 # scored with sacreBLEU, whose signature makes the number comparable with published ones.
 #
-# Each claim is measured: the schedule is plotted; warmup is what keeps a post-LN model training;
-# label smoothing lowers the model's confidence; the capstone prints BLEU.
+# Each claim is measured: the schedule is plotted; post-LN against pre-LN, with and without warmup;
+# label smoothing lowers the model's confidence; the capstone prints BLEU, and beam search is checked
+# to find translations at least as probable as greedy decoding's.
+#
+# **Where the code lives** (each piece is printed once you have written your own):
+# * `tformer/train.py`: `noam_lr`, `InverseSqrtSchedule`, `LinearDecaySchedule`, `label_smoothed_cross_entropy`,
+#   `Trainer`, `TrainConfig`
+# * `tformer/models/transformer.py`: `Transformer`, `TransformerConfig` (`norm_first` for pre-LN)
+# * `tformer/data`: `SharedBPE`, `TokenBatcher`, `generate_pairs`, `read_parallel`
+# * `tformer/decode.py`: `greedy_decode`, `beam_search`, `length_penalty`, `translate`
+# * `tformer/translate/pipeline.py`: `train_run`, `load_run`, `score_lines`, `Seq2SeqLoss`
+# * `tformer/metrics.py`: `sacrebleu_score`, `tokenized_bleu`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
@@ -21,6 +31,7 @@
 # **Full mode** (a CUDA GPU): the capstone trains transformer-base on WMT14 EN-DE through `datasets`.
 
 # %%
+import inspect
 import math
 import tempfile
 from pathlib import Path
@@ -30,6 +41,7 @@ import torch
 
 import tformer
 from tformer.data import SharedBPE, TokenBatcher, generate_pairs
+from tformer.decode import beam_search, greedy_decode
 from tformer.grading import check
 from tformer.models import Transformer, TransformerConfig
 from tformer.plot import curves
@@ -99,6 +111,12 @@ def my_noam(steps, d_model, warmup):
 check("ch10.noam", my_noam)
 
 # %% [markdown]
+# The package's version (one step at a time; the `Trainer`'s `noam` schedule calls it):
+
+# %%
+print(inspect.getsource(noam_lr))
+
+# %% [markdown]
 # ## 2. Warmup keeps a post-LN model training
 #
 # In the paper's post-LN layers, $x \leftarrow \mathrm{LN}(x + \mathrm{Sublayer}(x))$, every residual
@@ -125,7 +143,10 @@ def train_curve(norm_first: bool, warmup: int) -> list[float]:
     trainer.fit()
     return [r["loss"] for r in trainer.state.history if "loss" in r]
 
+# %% [markdown]
+# Three runs of the same model and batches, differing only in the LayerNorm's place and the warmup:
 
+# %%
 runs = {"post-LN, warmup": train_curve(False, WARM_STEPS // 2), "post-LN, no warmup": train_curve(False, 0),
         "pre-LN, no warmup": train_curve(True, 0)}
 x = [10 * (i + 1) for i in range(len(next(iter(runs.values()))))]
@@ -133,18 +154,21 @@ curves(x, runs, xlabel="step", ylabel="training loss (10-step mean)", title=f"pe
 plt.show()
 for name, losses in runs.items():
     print(f"{name:>20}: loss at step {x[-1]}: {losses[-1]:.3f}   (last three logs: {[round(v, 2) for v in losses[-3:]]})")
-assert runs["pre-LN, no warmup"][-1] < runs["post-LN, no warmup"][-1]
+assert runs["pre-LN, no warmup"][-1] < min(runs["post-LN, no warmup"][-1], runs["post-LN, warmup"][-1])
+gap = runs["post-LN, no warmup"][-1] - runs["post-LN, warmup"][-1]
+print(f"post-LN, warmup minus no warmup at step {x[-1]}: {-gap:+.3f} "
+      f"({'warmup ahead' if gap > 0 else 'warmup NOT ahead'} at this budget)")
 
 # %% [markdown]
-# What a slightly longer run shows (80 steps of 1,200-token batches on this CPU: post-LN with warmup 4.90
-# and still falling at step 80;
-# without warmup 5.08 and flat since step 50; pre-LN without warmup well below both): without warmup
-# the post-LN model stalls on a plateau, about where a model that only knows word frequencies sits,
-# and stays there; with warmup the same model starts slower (its first steps are deliberately tiny)
-# and then keeps improving. Pre-LN, whose residual path skips every LayerNorm, trains at this rate
-# with no warmup at all, which is why GPT-2 and later models moved the LayerNorm. At a higher peak
-# rate (try `PEAK_LR = 3e-3`) post-LN fails even with this short warmup: the paper's 4,000 steps
-# are not decoration.
+# **What this shows, and what it does not.** Both post-LN runs sit near the plateau where a model that
+# only knows word frequencies sits, while pre-LN, whose residual path skips every LayerNorm, trains at
+# the same rate with no warmup at all (asserted above): that is why GPT-2 and later models moved the
+# LayerNorm. Whether warmup rescues post-LN is *not* shown at this scale: the line above says which of
+# the two post-LN runs is ahead after this budget, and warmup's deliberately tiny first steps cost it
+# time that so short a run cannot win back. In our trials, 80-step runs and higher peak rates (try
+# `PEAK_LR = 3e-3`, where both post-LN runs stay on the plateau) gave the same picture, so this
+# chapter asserts no warmup effect. The paper's 4,000 warmup steps protect width-512 models over
+# 100,000 steps, a regime a CPU minute cannot reach; Xiong et al. (2020) measure it there.
 
 # %% [markdown]
 # ## 3. Label smoothing
@@ -155,7 +179,9 @@ assert runs["pre-LN, no warmup"][-1] < runs["post-LN, no warmup"][-1]
 #
 # The second term is smallest when the distribution is flat, so the model is pushed away from putting
 # all its mass on one token. "This hurts perplexity, as the model learns to be more unsure, but
-# improves accuracy and BLEU score" (the paper, section 5.4).
+# improves accuracy and BLEU score" (the paper, section 5.4). Below we measure the first half (lower
+# confidence, asserted); the BLEU of both models is printed in the capstone, where small mode is too
+# small to assert the paper's gain.
 
 # %% [markdown]
 # ## Exercise: the label-smoothed loss
@@ -175,6 +201,12 @@ def my_label_smoothed_ce(logits, target, smoothing, ignore_index):
 
 # %%
 check("ch10.label_smoothing", my_label_smoothed_ce)
+
+# %% [markdown]
+# The package's version, which the translation capstone trains with:
+
+# %%
+print(inspect.getsource(label_smoothed_cross_entropy))
 
 # %% [markdown]
 # Smoothing penalises confidence itself: a correct prediction with logit margin 30 costs *more* than
@@ -268,12 +300,36 @@ for beam in (1, 4):
     scores[beam] = res
     print(f"beam {beam}: sacreBLEU {res['bleu']:.1f} ({res['signature']}), tokenized BLEU "
           f"{res['tokenized_bleu']:.1f}, {n_eval} sentences in {res['seconds']:.1f} s")
-if tformer.SMALL:   # the same tiny model trained without label smoothing
+if tformer.SMALL:   # the same tiny model trained without label smoothing: measured, not asserted
     plain_model, _, _ = load_run(root / "ls0.0")
     plain = score_lines(plain_model, bpe_run, src[:n_eval], ref[:n_eval], beam=1)
-    print(f"without label smoothing, greedy: sacreBLEU {plain['bleu']:.1f}")
+    print(f"greedy sacreBLEU with label smoothing {scores[1]['bleu']:.1f}, without {plain['bleu']:.1f} "
+          f"({n_eval} sentences, {TINY['max_steps']} training steps: too few to settle the paper's claim)")
 for s, r, h in list(zip(src, ref, scores[4]["hypotheses"]))[:4]:
     print(f"\nsource:    {s}\nreference: {r}\nmodel:     {h}")
+
+# %% [markdown]
+# **Beam search finds more probable translations.** With no length penalty ($\alpha = 0$) beam search
+# ranks hypotheses by their total log-probability $\log P(y \mid x)$, the quantity greedy decoding
+# approximates one token at a time. On the same sentences, the beam's best translation should score at
+# least as high as greedy's (not a theorem: a beam can prune the greedy path, so we count exceptions).
+
+# %%
+n_check = min(n_eval, 200)
+ids = [s_[: model.cfg.max_len - 2] + [bpe_run.eos_id] for s_ in bpe_run.encode(src[:n_check])]
+src_ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(i) for i in ids], batch_first=True,
+                                          padding_value=bpe_run.pad_id).to(next(model.parameters()).device)
+kw = dict(pad_id=bpe_run.pad_id, bos_id=bpe_run.bos_id, eos_id=bpe_run.eos_id)
+greedy = greedy_decode(model, src_ids, **kw)                                   # (B, L): ids, </s>, <pad>
+_, beam_logp = beam_search(model, src_ids, beam=4, alpha=0.0, return_scores=True, **kw)
+with torch.no_grad():                                                          # greedy's log P(y|x), teacher-forced
+    tgt_in = torch.cat([torch.full_like(greedy[:, :1], bpe_run.bos_id), greedy[:, :-1]], 1)
+    logp = torch.log_softmax(model(src_ids, tgt_in).float(), -1).gather(-1, greedy[..., None])[..., 0]
+    greedy_logp = logp.masked_fill(greedy == bpe_run.pad_id, 0.0).sum(1)
+worse = int((beam_logp < greedy_logp - 1e-3).sum())
+print(f"total log-probability over {n_check} sentences: beam-4 (alpha 0) {beam_logp.sum():.2f}, "
+      f"greedy {greedy_logp.sum():.2f}; sentences where the beam scored lower: {worse}")
+assert beam_logp.sum() >= greedy_logp.sum() - 1e-3 and worse <= n_check // 20
 
 # %% [markdown]
 # **What to expect at full size.** transformer-base on WMT14 EN-DE: 27.3 tokenized BLEU in the paper

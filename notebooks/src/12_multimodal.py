@@ -11,7 +11,15 @@
 #   **Capstone:** a CLIP-style aligner on digits and captions; zero-shot classification with prompts it
 #   never saw, and image-text retrieval recall@k; on a GPU, both towers from scratch on Flickr8k's photos
 #   and captions through `datasets`.
-# * **VLM** = vision encoder + projector + language model: the shapes and the data flow.
+# * **VLM** = vision encoder + projector + language model: the data flow, then the projector and a small
+#   LM trained on the digits' captions.
+#
+# **Where the code lives** (each piece is printed once you have written it):
+# * `tformer/models/vit.py`: `patchify`, `ViT`, `ViTConfig` (`ViT.from_hf_vit`, `ViT.attention_maps`)
+# * `tformer/models/clip.py`: `clip_loss`, `CLIP`, `CLIPConfig` (`CLIP.from_hf_clip`)
+# * `tformer/vision.py`: `load_digits`, `train_classifier`, `digit_captions`, `caption_ids`, `accuracy`,
+#   `recall_at_k`, `random_affine` (and, on a GPU, `load_cifar10`, `load_image_captions`, `train_clip`)
+# * `tformer/models/gpt.py`: `GPT` (the language model of the VLM)
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
@@ -20,6 +28,8 @@
 # a GPU also on CIFAR-10 and Flickr8k and (online) runs real CLIP weights.
 
 # %%
+import copy
+import inspect
 import math
 import time
 
@@ -89,6 +99,12 @@ def my_patchify(images, p):
 
 # %%
 check("ch12.patchify", my_patchify)
+
+# %% [markdown]
+# The package's version, which ViT uses (the same reshape and permute):
+
+# %%
+print(inspect.getsource(patchify))
 
 # %% [markdown]
 # The patch embedding *is* a linear map of flattened patches: the strided convolution in `tformer`'s ViT
@@ -230,6 +246,12 @@ def my_clip_loss(image_emb, text_emb, logit_scale):
 check("ch12.clip_loss", my_clip_loss)
 
 # %% [markdown]
+# The package's version, which `CLIP.loss` calls:
+
+# %%
+print(inspect.getsource(clip_loss))
+
+# %% [markdown]
 # **The loss puts matching pairs together.** For random embeddings the loss is about $\ln N$ (chance);
 # when each caption embedding sits next to its image, it falls towards 0.
 
@@ -258,8 +280,6 @@ for noise in (10.0, 1.0, 0.3, 0.0):
 # CLIP itself does (it needs far more pairs and steps).
 
 # %%
-import copy
-
 print("training templates:", TRAIN_TEMPLATES)
 print("zero-shot templates (never trained on):", ZERO_SHOT_TEMPLATES)
 CTX = 40
@@ -274,12 +294,18 @@ trainable = [p for p in clip.parameters() if p.requires_grad]
 epochs = 3 if SMALL else 20
 batch = 64
 steps = epochs * math.ceil(len(data.y_train) / batch)
+print(f"CLIP: {clip.num_params():,} parameters ({sum(p.numel() for p in trainable):,} trained); "
+      f"temperature before training 1/{clip.scale().item():.1f}")
+
+# %% [markdown]
+# The training loop: each step draws a fresh caption for every image, so the text tower sees many
+# wordings of the same digit.
+
+# %%
 opt = torch.optim.AdamW(trainable, lr=3e-3, weight_decay=0.05)
 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
 g = torch.Generator().manual_seed(0)
 clip_losses, t0 = [], time.perf_counter()
-print(f"CLIP: {clip.num_params():,} parameters ({sum(p.numel() for p in trainable):,} trained); "
-      f"temperature before training 1/{clip.scale().item():.1f}")
 for _ in tqdm(range(epochs), desc="CLIP"):
     clip.train()
     clip.visual.eval()                                         # frozen tower: no dropout either
@@ -294,6 +320,8 @@ for _ in tqdm(range(epochs), desc="CLIP"):
         sched.step()
         clip_losses.append(loss.item())
 clip.eval()
+
+# %%
 print(f"{len(clip_losses)} steps in {(time.perf_counter() - t0) / 60:.2f} min; "
       f"loss {sum(clip_losses[:5]) / 5:.2f} -> {sum(clip_losses[-5:]) / 5:.2f}; "
       f"learned temperature 1/{clip.scale().item():.1f}")
@@ -377,6 +405,10 @@ with torch.no_grad():
                                atol=1e-4, rtol=1e-4)
 print("tformer CLIP == transformers CLIPModel on the same weights")
 
+# %% [markdown]
+# Online, in full mode, the real weights:
+
+# %%
 if not SMALL:
     try:
         real = transformers.CLIPModel.from_pretrained("openai/clip-vit-base-patch32")
@@ -400,30 +432,93 @@ if not SMALL:
 # LLaVA-style VLMs feed the image to a language model as extra tokens: the vision encoder's patch
 # features (here the CLIP image tower trained above) go through a small projector (a linear layer or a
 # 2-layer MLP) into the LM's embedding width, and are placed before the text embeddings. The LM then
-# attends to image tokens exactly as to words. Training usually freezes the encoder and teaches the
-# projector first. Shapes and data flow, with a small GPT:
+# attends to image tokens exactly as to words. First the data flow, with a small GPT: `vlm_logits` is the
+# whole model (the GPT's own `forward`, with image tokens put in front of the text embeddings).
 
 # %%
-lm = GPT(GPTConfig(vocab_size=CAPTION_VOCAB, block_size=64, n_layers=2, n_heads=4, d_model=96)).to(dev).eval()
+lm = GPT(GPTConfig(vocab_size=CAPTION_VOCAB, block_size=64, n_layers=2, n_heads=4, d_model=96)).to(dev)
 projector = nn.Sequential(nn.Linear(clip_cfg.vision_d_model, lm.cfg.d_model), nn.GELU(),
                           nn.Linear(lm.cfg.d_model, lm.cfg.d_model)).to(dev)
-images = data.x_test[:2].to(dev)
-prompt = caption_ids(["what digit is this?"] * 2, 24).to(dev)
-with torch.no_grad():
-    vis = clip.visual.encode(images)                       # (B, 1 + 16, d_vision): class + patch tokens
+
+
+def vlm_logits(images, ids, shapes=None):
+    """images (B, 1, 8, 8), ids (B, T) -> next-token logits (B, 17 + T, V) over [image tokens, text]."""
+    with torch.no_grad():
+        vis = clip.visual.encode(images)                   # (B, 1 + 16, d_vision): class + patch tokens, frozen
     img_tokens = projector(vis)                            # (B, 17, d_lm)
-    txt_tokens = lm.wte(prompt)                            # (B, 24, d_lm)
-    x = torch.cat([img_tokens, txt_tokens], dim=1)         # (B, 41, d_lm): image first, then text
-    x = lm.wpe(x)                                          # learned positions over the joint sequence
+    txt_tokens = lm.wte(ids)                               # (B, T, d_lm)
+    x = lm.wpe(torch.cat([img_tokens, txt_tokens], 1))     # (B, 17 + T, d_lm), learned positions over both
     for block in lm.blocks:
         x = block(x, is_causal=True)                       # text tokens attend to every image token
-    logits = lm.lm_head(lm.ln_f(x))                        # (B, 41, V): next-token predictions
-for name, tns in [("images", images), ("vision features", vis), ("projected image tokens", img_tokens),
-                  ("text embeddings", txt_tokens), ("joint sequence", x), ("logits", logits)]:
+    logits = lm.lm_head(lm.ln_f(x))                        # (B, 17 + T, V): next-token predictions
+    if shapes is not None:
+        shapes.update(images=images, vision_features=vis, image_tokens=img_tokens, text_embeddings=txt_tokens,
+                      joint_sequence=x, logits=logits)
+    return logits
+
+# %% [markdown]
+# The shapes along the way, and a check: the same loop without image tokens is exactly the plain GPT.
+
+# %%
+prompt = caption_ids(["what digit is this?"] * 2, 24).to(dev)
+shapes = {}
+with torch.no_grad():
+    vlm_logits(data.x_test[:2].to(dev), prompt, shapes)
+for name, tns in shapes.items():
     print(f"{name:24s} {tuple(tns.shape)}")
-# check: the same loop without image tokens is exactly the plain GPT
 with torch.no_grad():
     h = lm.wpe(lm.wte(prompt))
     for block in lm.blocks:
         h = block(h, is_causal=True)
     torch.testing.assert_close(lm.lm_head(lm.ln_f(h)), lm(prompt))
+
+# %% [markdown]
+# ### Training it on the digits' captions
+# LLaVA trains in two stages: first only the projector, with the encoder and a *pretrained* LM frozen,
+# then the projector and the LM together on instructions. Our LM is untrained (it does not know how a
+# caption is spelled), so here the projector and the LM learn together while the image encoder stays
+# frozen. The loss is the next-token cross-entropy on the caption tokens only (the image positions
+# predict nothing; padding counts nothing).
+
+# %%
+def caption_loss(images, ids):
+    """Mean next-token cross-entropy over the caption: the logit at caption position t predicts token t+1."""
+    logits = vlm_logits(images, ids)[:, -ids.shape[1]:-1]            # (B, T-1, V): the text positions
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), ignore_index=0)
+
+
+CAP, vlm_steps = 40, 100 if SMALL else 1000
+vlm_opt = torch.optim.AdamW(list(lm.parameters()) + list(projector.parameters()), lr=3e-3, weight_decay=0.0)
+g = torch.Generator().manual_seed(0)
+vlm_losses = []
+lm.train()
+for _ in tqdm(range(vlm_steps), desc="VLM"):
+    idx = torch.randint(0, len(data.y_train), (32,), generator=g)
+    ids = caption_ids(digit_captions(data.y_train[idx], generator=g), CAP).to(dev)
+    loss = caption_loss(data.x_train[idx].to(dev), ids)
+    vlm_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    vlm_opt.step()
+    vlm_losses.append(loss.item())
+lm.eval()
+print(f"caption loss {sum(vlm_losses[:5]) / 5:.2f} -> {sum(vlm_losses[-5:]) / 5:.2f} nats per byte over {vlm_steps} steps")
+plt.figure(figsize=(5, 3))
+plt.plot(vlm_losses)
+plt.xlabel("step"), plt.ylabel("caption loss (nats per byte)"), plt.title("projector + LM, image encoder frozen")
+plt.show()
+assert sum(vlm_losses[-5:]) < 0.5 * sum(vlm_losses[:5])
+
+# %% [markdown]
+# **Does the model look at the image?** Most of a caption is template text an LM can learn without it;
+# only the digit needs the picture. On the held-out images and fresh captions, the loss with each
+# caption's own image is compared with the loss when every caption is paired with the image next to it
+# (a different digit nine times in ten).
+
+# %%
+gt = torch.Generator().manual_seed(1)
+test_ids = caption_ids(digit_captions(data.y_test, generator=gt), CAP).to(dev)
+with torch.no_grad():
+    own = caption_loss(data.x_test.to(dev), test_ids).item()
+    other = caption_loss(data.x_test.roll(1, 0).to(dev), test_ids).item()
+print(f"held-out caption loss: own image {own:.3f}, another image {other:.3f} nats per byte")
+assert own < other

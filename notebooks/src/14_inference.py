@@ -13,7 +13,14 @@
 # 5. **Speculative decoding**: a small draft model proposes, the large model verifies several tokens
 #    in one pass, and the output distribution does not change.
 #
-# The code lives in `tformer.cache`, `tformer.paged_cache`, `tformer.quantize` and `tformer.speculative`.
+# **Where the code lives** (the package runs what this chapter builds; its versions are printed at the end,
+# after the exercises):
+# * `tformer/cache.py`: `KVCache` (`append`, `truncate`, `nbytes`), `make_caches`
+# * `tformer/models/gpt.py`: `GPT`, `GPTConfig` (`n_kv_heads` for GQA/MQA), `GPT.generate`
+# * `tformer/paged_cache.py`: `PagedConfig`, `BlockPool`, `BlockTable`, `generate_paged`, `kv_memory`
+# * `tformer/quantize.py`: `quantize_int8`, `quantize_int4`, `QuantLinear`, `quantize_model`, `model_bytes`
+# * `tformer/speculative.py`: `speculative_accept`, `speculative_generate`
+# * `tformer/train.py`: `Trainer`; `tformer/lm_data.py`: `LMBatches`, `lm_loss`; `tformer/timing.py`: `time_fn`
 #
 # **How to check an exercise.** Write the body of the function in an exercise cell, run it, then run
 # the cell below it: `check("ch14.kv_step", my_kv_step)` prints PASS, or the smallest input where your
@@ -23,6 +30,7 @@
 # the numbers are then rougher). Timings on a shared machine are noisy: compare ratios, not seconds.
 
 # %%
+import inspect
 import math
 import time
 
@@ -31,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import tformer
-from tformer.cache import make_caches
+from tformer.cache import KVCache, make_caches
 from tformer.grading import check
 from tformer.lm_data import DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.metrics import perplexity
@@ -75,7 +83,10 @@ train_ids, val_ids = split_stream(ids, 0.9)
 val_batches = LMBatches(val_ids, 8, block, 4 if SMALL else 40, shuffle=False)
 print(f"{len(ids):,} tokens, vocabulary {vocab}")
 
+# %% [markdown]
+# One builder and one training recipe for all four models, so they differ only in their shapes.
 
+# %%
 def make_gpt(n_kv_heads=None, n_layers=layers, d_model=width, n_heads=heads):
     cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
                     d_model=d_model, dropout=0.0)
@@ -92,6 +103,10 @@ def train(model, name):
     return model.eval(), result["val_loss"]
 
 
+# %% [markdown]
+# Train the three attention variants and the draft on the same tokens in the same order.
+
+# %%
 t0 = time.perf_counter()
 models, val_loss = {}, {}
 for name, kv in [("MHA", None), ("GQA", 2), ("MQA", 1)]:
@@ -156,8 +171,9 @@ plt.tight_layout(); plt.show()
 
 # %% [markdown]
 # GQA and MQA also have fewer parameters (smaller K/V projections), so some loss gap is expected; at
-# this scale it is small next to the 2x and 4x cache savings. That trade is why Llama 2/3, Mistral and
-# Qwen use GQA.
+# this scale it is small next to the 2x and 4x cache savings. That trade is why GQA is now the default:
+# Llama 2 used it only in its largest models (34B and 70B; the 7B and 13B keep MHA), every Llama 3 model
+# uses it (8 key/value heads), and so do Mistral 7B and Qwen2 and later.
 #
 # ## 3. The paged KV cache
 # A contiguous cache reserves `max_len` slots per request. Real requests have mixed lengths, and the
@@ -191,6 +207,12 @@ pool = BlockPool(PagedConfig.for_model(target, block_size=16, n_blocks=512), dev
 outs, stats = generate_paged(target, prompts, new_lens, pool)
 for p, n, o in list(zip(prompts, new_lens, outs))[:3]:               # same tokens as plain generation
     assert torch.equal(o, target.generate(p[None], n, temperature=0)[0])
+print(f"{n_req} requests served from one pool; peak {stats['peak_bytes'] / 1e6:.2f} MB of blocks")
+
+# %% [markdown]
+# What the same batch would hold in a contiguous cache that reserves `max_len` slots per request:
+
+# %%
 bytes_per_token = pool.block_bytes() // pool.cfg.block_size
 final = [p + n for p, n in zip(prompt_lens, new_lens)]
 acct = kv_memory(final, block, 16, bytes_per_token)
@@ -225,7 +247,11 @@ err8 = (q8.float() * s8[:, None] - w).abs().mean() / w.abs().mean()
 err4 = (tformer.quantize.dequantize_int4(p4, s4) - w).abs().mean() / w.abs().mean()
 print(f"mean relative weight error: int8 {err8:.4f}, int4 {err4:.4f}")
 
+# %% [markdown]
+# Now whole models: every `nn.Linear` of the blocks replaced by a `QuantLinear`, and the validation
+# perplexity of each.
 
+# %%
 @torch.no_grad()
 def val_perplexity(model):
     model.eval()
@@ -387,6 +413,18 @@ def my_int8(w):
 
 # %%
 check("ch14.int8", my_int8)
+
+# %% [markdown]
+# ## The package's versions
+# Now that you have written them, here is what `tformer` runs: the cache's `append` (a preallocated
+# buffer instead of your `torch.cat`, which would copy the whole cache every token), the accept/reject
+# rule, and int8 quantization.
+
+# %%
+print(inspect.getsource(KVCache.append))
+print(inspect.getsource(speculative_accept))
+print(inspect.getsource(quantize_int8))
+
 
 # %% [markdown]
 # ## Summary
