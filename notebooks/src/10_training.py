@@ -315,7 +315,7 @@ for s, r, h in list(zip(src, ref, scores[4]["hypotheses"]))[:4]:
 # least as high as greedy's (not a theorem: a beam can prune the greedy path, so we count exceptions).
 
 # %%
-n_check = min(n_eval, 200)
+n_check = 50 if tformer.SMALL else min(n_eval, 200)           # a batch the decoder holds at once
 ids = [s_[: model.cfg.max_len - 2] + [bpe_run.eos_id] for s_ in bpe_run.encode(src[:n_check])]
 src_ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(i) for i in ids], batch_first=True,
                                           padding_value=bpe_run.pad_id).to(next(model.parameters()).device)
