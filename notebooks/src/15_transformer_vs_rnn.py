@@ -209,8 +209,9 @@ print("Transformer / LSTM tokens/s:", {t: round(v, 2) for t, v in ratio.items()}
 # %% [markdown]
 # The LSTM's throughput is flat in T at best: its T steps run one after another, whatever the hardware.
 # The Transformer's work per token grows with T (attention is $O(T^2)$), but it is one large parallel
-# computation. On a two-core CPU there is little to run in parallel and PyTorch's LSTM is a tight
-# compiled loop, so the ratio printed above can be near 1 or below it: the CPU does not show claim 2.
+# computation. With a few CPU cores there is little to run in parallel and PyTorch's LSTM is a tight
+# compiled loop, so on a CPU the ratio printed above is modest and moves with the machine's load: it
+# is not the measurement that settles claim 2.
 # What a GPU does with the parallel form, quoted (not run here): on one H200 in bf16, transformer-base
 # trains at 390k target tokens/s, 63 ms per step, and SDPA's flash kernel runs attention at
 # 310-346 TFLOP/s forward for T = 1k-16k (`python benchmarks/gpu_check.py`, figures from the project's
