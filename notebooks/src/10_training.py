@@ -311,8 +311,10 @@ for s, r, h in list(zip(src, ref, scores[4]["hypotheses"]))[:4]:
 # %% [markdown]
 # **Beam search finds more probable translations.** With no length penalty ($\alpha = 0$) beam search
 # ranks hypotheses by their total log-probability $\log P(y \mid x)$, the quantity greedy decoding
-# approximates one token at a time. On the same sentences, the beam's best translation should score at
-# least as high as greedy's (not a theorem: a beam can prune the greedy path, so we count exceptions).
+# approximates one token at a time. Summed over the same sentences, the beam's translations should be
+# the more probable ones (asserted). Sentence by sentence it is not a theorem: a beam of 4 can prune the
+# greedy path early for prefixes that end up worse, so the cell also counts the sentences where that
+# happened.
 
 # %%
 n_check = 50 if tformer.SMALL else min(n_eval, 200)           # a batch the decoder holds at once
@@ -329,7 +331,7 @@ with torch.no_grad():                                                          #
 worse = int((beam_logp < greedy_logp - 1e-3).sum())
 print(f"total log-probability over {n_check} sentences: beam-4 (alpha 0) {beam_logp.sum():.2f}, "
       f"greedy {greedy_logp.sum():.2f}; sentences where the beam scored lower: {worse}")
-assert beam_logp.sum() >= greedy_logp.sum() - 1e-3 and worse <= n_check // 20
+assert beam_logp.sum() >= greedy_logp.sum()
 
 # %% [markdown]
 # **What to expect at full size.** transformer-base on WMT14 EN-DE: 27.3 tokenized BLEU in the paper
