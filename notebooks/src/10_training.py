@@ -16,13 +16,13 @@
 # to find translations at least as probable as greedy decoding's.
 #
 # **Where the code lives** (each piece is printed once you have written your own):
-# * `tformer/train.py`: `noam_lr`, `InverseSqrtSchedule`, `LinearDecaySchedule`, `label_smoothed_cross_entropy`,
-#   `Trainer`, `TrainConfig`
-# * `tformer/models/transformer.py`: `Transformer`, `TransformerConfig` (`norm_first` for pre-LN)
-# * `tformer/data`: `SharedBPE`, `TokenBatcher`, `generate_pairs`, `read_parallel`
-# * `tformer/decode.py`: `greedy_decode`, `beam_search`, `length_penalty`, `translate`
-# * `tformer/translate/pipeline.py`: `train_run`, `load_run`, `score_lines`, `Seq2SeqLoss`
-# * `tformer/metrics.py`: `sacrebleu_score`, `tokenized_bleu`
+# * `tformer/train.py: noam_lr, InverseSqrtSchedule, LinearDecaySchedule, label_smoothed_cross_entropy, Trainer, TrainConfig`
+# * `tformer/models/transformer.py: Transformer, TransformerConfig` (`norm_first=True` is pre-LN)
+# * `tformer/data/bpe.py: SharedBPE`, `tformer/data/batching.py: TokenBatcher`,
+#   `tformer/data/corpus.py: generate_pairs`, `tformer/data/sources.py: read_parallel`
+# * `tformer/decode.py: greedy_decode, beam_search, length_penalty, translate`
+# * `tformer/translate/pipeline.py: train_run, load_run, score_lines, Seq2SeqLoss`
+# * `tformer/metrics.py: sacrebleu_score, tokenized_bleu`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: PASS, or the smallest failing input with a hint.

@@ -15,11 +15,13 @@
 #   LM trained on the digits' captions.
 #
 # **Where the code lives** (each piece is printed once you have written it):
-# * `tformer/models/vit.py`: `patchify`, `ViT`, `ViTConfig` (`ViT.from_hf_vit`, `ViT.attention_maps`)
-# * `tformer/models/clip.py`: `clip_loss`, `CLIP`, `CLIPConfig` (`CLIP.from_hf_clip`)
-# * `tformer/vision.py`: `load_digits`, `train_classifier`, `digit_captions`, `caption_ids`, `accuracy`,
-#   `recall_at_k`, `random_affine` (and, on a GPU, `load_cifar10`, `load_image_captions`, `train_clip`)
-# * `tformer/models/gpt.py`: `GPT` (the language model of the VLM)
+# * `tformer/models/vit.py: patchify, ViT, ViTConfig` (with `ViT.from_hf_vit`, `ViT.attention_maps`)
+# * `tformer/models/clip.py: clip_loss, CLIP, CLIPConfig` (with `CLIP.from_hf_clip`)
+# * `tformer/images.py: load_digits, load_cifar10, load_image_captions`, `tformer/augment.py: random_affine`
+# * `tformer/captions.py: digit_captions, caption_ids`
+# * `tformer/image_training.py: train_classifier, train_clip, predict`
+# * `tformer/metrics.py: accuracy, recall_at_k, retrieval_recall`
+# * `tformer/models/gpt.py: GPT, GPTConfig` (the language model of the VLM)
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.

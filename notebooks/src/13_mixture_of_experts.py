@@ -17,11 +17,11 @@
 #
 # **Where the code lives** (its router and balancing loss are printed at the end, after you have
 # written them in the exercises):
-# * `tformer/moe.py`: `MoE`, `MoEConfig`, `top_k_route`, `make_plan`, `expert_capacity`,
-#   `load_balancing_loss`, `router_z_loss`, `moe_lm_param_counts` (with `QWEN3_235B_A22B`, `MIXTRAL_8X7B`)
-# * `tformer/models/gpt.py`: `GPT`, `GPTConfig` (`n_experts`, `moe_top_k`, `moe_d_ff`)
-# * `tformer/flash.py`: `force_flash`, `run_with_flash`, `lm_throughput`
-# * `tformer/train.py`: `Trainer`; `tformer/lm_data.py`: `LMBatches`, `lm_loss`, `train_tokenizer`
+# * `tformer/moe.py: MoE, MoEConfig, top_k_route, make_plan, expert_capacity, load_balancing_loss, router_z_loss`
+# * `tformer/moe.py: moe_lm_param_counts, QWEN3_235B_A22B, MIXTRAL_8X7B` (parameter counts of published models)
+# * `tformer/models/gpt.py: GPT, GPTConfig` (`n_experts`, `moe_top_k`, `moe_d_ff` make its FFNs MoE layers)
+# * `tformer/flash.py: force_flash, run_with_flash, lm_throughput`
+# * `tformer/train.py: Trainer, TrainConfig`, `tformer/lm_data.py: LMBatches, train_tokenizer, encode`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a

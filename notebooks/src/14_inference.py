@@ -15,12 +15,13 @@
 #
 # **Where the code lives** (the package runs what this chapter builds; its versions are printed at the end,
 # after the exercises):
-# * `tformer/cache.py`: `KVCache` (`append`, `truncate`, `nbytes`), `make_caches`
-# * `tformer/models/gpt.py`: `GPT`, `GPTConfig` (`n_kv_heads` for GQA/MQA), `GPT.generate`
-# * `tformer/paged_cache.py`: `PagedConfig`, `BlockPool`, `BlockTable`, `generate_paged`, `kv_memory`
-# * `tformer/quantize.py`: `quantize_int8`, `quantize_int4`, `QuantLinear`, `quantize_model`, `model_bytes`
-# * `tformer/speculative.py`: `speculative_accept`, `speculative_generate`
-# * `tformer/train.py`: `Trainer`; `tformer/lm_data.py`: `LMBatches`, `lm_loss`; `tformer/timing.py`: `time_fn`
+# * `tformer/cache.py: KVCache, make_caches` (`KVCache.append`, `truncate`, `nbytes`)
+# * `tformer/models/gpt.py: GPT, GPTConfig` (`n_kv_heads` for GQA/MQA; `GPT.generate`)
+# * `tformer/paged_cache.py: PagedConfig, BlockPool, BlockTable, generate_paged, kv_memory`
+# * `tformer/quantize.py: quantize_int8, quantize_int4, QuantLinear, quantize_model, model_bytes`
+# * `tformer/speculative.py: speculative_accept, speculative_generate`
+# * `tformer/train.py: Trainer, TrainConfig`, `tformer/lm_data.py: LMBatches, train_tokenizer`,
+#   `tformer/timing.py: time_fn`
 #
 # **How to check an exercise.** Write the body of the function in an exercise cell, run it, then run
 # the cell below it: `check("ch14.kv_step", my_kv_step)` prints PASS, or the smallest input where your

@@ -16,10 +16,10 @@
 # One graded exercise: the power-law fit itself.
 #
 # **Where the code lives:**
-# * `tformer/models/gpt.py`: `GPT`, `GPTConfig`; `tformer/models/rnn.py`: `LSTMLM`, `LSTMConfig`
-# * `tformer/timing.py`: `step_time_vs_length`, `format_table`
-# * `tformer/train.py`: `Trainer`, `TrainConfig`; `tformer/lm_data.py`: `LMBatches`, `lm_loss`, `offline_text`
-# * `tformer/metrics.py`: `fit_power_law` (printed after you have written it in the exercise)
+# * `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/models/rnn.py: LSTMLM, LSTMConfig`
+# * `tformer/timing.py: step_time_vs_length, format_table`
+# * `tformer/train.py: Trainer, TrainConfig`, `tformer/lm_data.py: LMBatches, offline_text, split_stream`
+# * `tformer/metrics.py: fit_power_law` (printed after you have written it in the exercise)
 #
 # Set `TFORMER_SMALL=1` for the quick CPU version. Timings on a shared machine are noisy, and on a
 # CPU with two cores there is little parallel hardware for the Transformer to use; full mode on a GPU
