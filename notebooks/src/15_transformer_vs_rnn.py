@@ -13,7 +13,9 @@
 # 3. **Scalability.** Five widths of each family trained on the same number of tokens: validation loss
 #    against parameters, fitted by a power law $L(N) = a N^{-\alpha}$, and the two exponents compared.
 #
-# One graded exercise: the power-law fit itself.
+# One graded exercise: the power-law fit itself. **How to check it:** replace `raise NotImplementedError`
+# in the exercise cell with your code, run it, then run the `check(...)` cell below it: PASS, or the
+# smallest failing input with a hint.
 #
 # **Where the code lives:**
 # * `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/models/rnn.py: LSTMLM, LSTMConfig`
