@@ -1,7 +1,9 @@
 # %% [markdown]
-# # Chapter 11: Transformers in large language models
+# # Chapter 11: Transformers in large language models (1/2: tokens and pretraining)
 #
-# **What this chapter covers.** The two families of pretrained Transformers:
+# **What this chapter covers.** How raw text becomes tokens, and the two families of pretrained Transformers:
+# * **byte-pair encoding (BPE)**: the tokenizer of GPT-2 and most LLMs, built here from scratch and
+#   checked against Hugging Face `tokenizers`;
 # * **decoder-only (GPT)**: a causal stack trained to predict the next token,
 #   $\mathcal{L} = -\frac{1}{T-1}\sum_t \log p(x_{t+1} \mid x_{\le t})$, then used to generate text one
 #   token at a time;
@@ -10,15 +12,23 @@
 #   originals. Every token sees the whole sentence, so BERT cannot generate left to right, but its
 #   representations are good to *adapt*: a small classification head fine-tuned on a few labels.
 #
-# We pretrain both on a real corpus with a BPE tokenizer (offline: Python's own documentation,
-# `pydoc_data.topics`; full mode online: TinyStories through `datasets`), show loss, perplexity and
-# samples, then fine-tune BERT and compare with a model trained from scratch. Finally the course's own
-# GPT loads real GPT-2 weights.
+# We pretrain both on a real corpus (offline: Python's own documentation, `pydoc_data.topics`; full mode
+# online: TinyStories through `datasets`), show loss, perplexity and samples, then fine-tune BERT and
+# compare with a model trained from scratch. Finally the course's own GPT loads real GPT-2 weights.
+# The second notebook of this chapter, `11_post_training`, turns a pretrained GPT into an assistant:
+# decoding, instruction tuning, LoRA, DPO and retrieval.
+#
+# **Where the code lives.**
+# * `tformer/bpe.py: merge, train_bpe, BytePairEncoding` (BPE from scratch)
+# * `tformer/lm_data.py: offline_text, train_tokenizer, encode, LMBatches, lm_loss` (BPE through `tokenizers`, batches)
+# * `tformer/lm.py: causal_lm_loss, apply_mlm_masking, mask_tokens, masked_lm_loss`
+# * `tformer/models/gpt.py: GPT, GPTConfig` (with `GPT.generate`, `GPT.from_hf_gpt2`); `tformer/models/bert.py: BERT, BertClassifier`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
 
 # %%
+import inspect
 import math
 import time
 
@@ -30,7 +40,9 @@ from tqdm.auto import tqdm
 import tformer
 from tformer.grading import check
 from tformer.lm import IGNORE, causal_lm_loss, mask_tokens, masked_lm_loss
-from tformer.lm_data import DataUnavailableError, LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
+from tformer.bpe import tokenizers_merges, train_bpe
+from tformer.lm_data import (DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream,
+                             train_tokenizer)
 from tformer.models import BERT, GPT, BertClassifier, BertConfig, GPTConfig
 
 tformer.seed_everything(0)
@@ -39,12 +51,92 @@ dev = tformer.device()
 print("small mode:", SMALL, "| device:", dev)
 
 # %% [markdown]
-# ## 1. A corpus and a BPE tokenizer
-# Byte-level BPE (GPT-2's scheme) starts from the 256 bytes and merges the most frequent adjacent pair
-# until the vocabulary is full, so it never meets an unknown character.
+# ## 1. Byte-pair encoding from scratch
+# A model reads integers, so text must become a sequence of ids. Characters give short vocabularies but
+# long sequences; whole words give short sequences but an endless vocabulary with unknown words. BPE
+# (Sennrich et al. 2016; byte-level in GPT-2) sits between: start from the 256 bytes, then repeat
+# 1. count every adjacent pair of tokens in the corpus,
+# 2. **merge** the most frequent pair into one new token (its id is the next free one),
+#
+# until the vocabulary has the size asked for. Byte-level BPE never meets an unknown character.
+#
+# ## Exercise: one merge
+# Replace every non-overlapping occurrence of `pair` in `ids`, scanning left to right, by `new_id`:
+# `[1, 1, 1]` with pair `(1, 1)` becomes `[new_id, 1]`.
+
+# %%
+def my_bpe_merge(ids, pair, new_id):
+    ### BEGIN SOLUTION
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+    ### END SOLUTION
+
+
+# %%
+check("ch11.bpe_merge", my_bpe_merge)
+
+# %% [markdown]
+# The training loop around `merge` counts pairs inside words (GPT-2's pre-tokenizer splits the text into
+# words that keep their leading space, written `Ġ`, so merges never cross a space) and, after each merge,
+# updates only the words that held the pair. This is the package's version:
+
+# %%
+print(inspect.getsource(train_bpe))
+
+# %% [markdown]
+# Hugging Face `tokenizers` (Rust) learns BPE with the same rule: most frequent pair first, a tie going to
+# the pair with the smaller ids. On the same text and vocabulary size, the two learn the same merges in
+# the same order, and encode unseen text to the same ids:
 
 # %%
 text = offline_text()
+sample_text, unseen = text[:60_000], text[300_000:303_000]
+t0 = time.perf_counter()
+ours = train_bpe([sample_text], vocab_size=512)
+t_ours = time.perf_counter() - t0
+t0 = time.perf_counter()
+theirs = train_tokenizer([sample_text], vocab_size=512)
+t_theirs = time.perf_counter() - t0
+assert ours.merges == tokenizers_merges(theirs) and ours.vocab == theirs.get_vocab()
+assert ours.encode(unseen) == theirs.encode(unseen).ids
+print(f"{len(ours.merges)} merges, identical to tokenizers'; first ten: {ours.merges[:10]}")
+print(f"train: from scratch {t_ours:.2f} s, tokenizers {t_theirs:.2f} s (Rust, parallel)")
+print([ours.id_to_token[i] for i in ours.encode("The for statement iterates over a sequence.")])
+
+# %% [markdown]
+# **Vocabulary size trades sequence length for table size.** A bigger vocabulary holds longer pieces, so
+# each token covers more characters and a passage needs fewer tokens (cheaper attention, longer reach
+# for the same context), at the price of a larger embedding table and rarer tokens.
+
+# %%
+sizes = [257, 300, 512, 1024, 2048, 4096] if SMALL else [257, 512, 1024, 4096, 8192, 16384]
+fit_text, held_out = text[:200_000], text[400_000:]
+chars_per_token = []
+for v in sizes:
+    n_tokens = len(train_tokenizer([fit_text], vocab_size=v).encode(held_out).ids)
+    chars_per_token.append(len(held_out) / n_tokens)
+fig, ax = plt.subplots(1, 2, figsize=(9, 3))
+ax[0].plot(sizes, chars_per_token, "o-")
+ax[0].set(xscale="log", xlabel="vocabulary size", ylabel="characters per token")
+ax[1].plot(sizes, [len(held_out) / c for c in chars_per_token], "o-")
+ax[1].set(xscale="log", xlabel="vocabulary size", ylabel=f"tokens for {len(held_out):,} characters")
+plt.tight_layout()
+plt.show()
+print({v: round(c, 2) for v, c in zip(sizes, chars_per_token)})
+assert all(a < b for a, b in zip(chars_per_token, chars_per_token[1:]))
+
+# %% [markdown]
+# ## 2. The corpus and the tokenizer the models use
+# From here on the tokenizer is `tokenizers`' (the same algorithm, in Rust, and it runs in parallel).
+
+# %%
 if not SMALL:
     try:
         text = hf_text("tinystories", max_chars=50_000_000)
@@ -61,7 +153,7 @@ sample = "The for statement is used to iterate over the elements of a sequence."
 print([tok.id_to_token(i) for i in tok.encode(sample).ids])
 
 # %% [markdown]
-# ## 2. GPT: pretrain a small decoder-only model
+# ## 3. GPT: pretrain a small decoder-only model
 #
 # ## Exercise: the causal LM loss
 # `logits (B, T, V)` from the model on `idx (B, T)`. Position $t$ predicts token $t+1$: the last position
@@ -94,23 +186,20 @@ tformer.seed_everything(0)
 gpt = GPT(gpt_cfg).to(dev)
 print(f"GPT: {gpt.num_params():,} parameters")
 
+# %% [markdown]
+# `LMBatches` cuts windows of the token stream into inputs `x` and next-token targets `y` (x shifted by
+# one); `lm_loss(model, (x, y))` returns the summed cross-entropy and the number of targets.
 
-
-def windows(batches):
-    """LMBatches gives (x, y = x shifted by one); the whole window of T tokens is x plus y's last token."""
-    for x, y in batches:
-        yield torch.cat([x, y[:, -1:]], dim=1).to(dev)                     # (B, T)
-
-
+# %%
 val_batches = LMBatches(val_ids, 16, T - 1, min(8, (len(val_ids) - 1) // (16 * T)), shuffle=False)
 
 
 @torch.no_grad()
 def val_loss(model):
     model.eval()
-    losses = [causal_lm_loss(model(w), w).item() for w in windows(val_batches)]
+    sums = [lm_loss(model, (x.to(dev), y.to(dev))) for x, y in val_batches]
     model.train()
-    return sum(losses) / len(losses)
+    return sum(s.item() for s, _ in sums) / sum(n for _, n in sums)
 
 
 prompt = torch.tensor([tok.encode("The for statement").ids], device=dev)
@@ -124,8 +213,9 @@ print(f"validation loss before training {before:.2f} (ln V = {math.log(gpt_cfg.v
 opt = torch.optim.AdamW(gpt.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
 gpt_losses, t0 = [], time.perf_counter()
-for w in tqdm(windows(LMBatches(train_ids, batch, T - 1, steps, seed=0)), total=steps, desc="GPT"):
-    loss = causal_lm_loss(gpt(w), w)
+for x, y in tqdm(LMBatches(train_ids, batch, T - 1, steps, seed=0), desc="GPT"):
+    loss_sum, n = lm_loss(gpt, (x.to(dev), y.to(dev)))
+    loss = loss_sum / n
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
@@ -135,6 +225,8 @@ for w in tqdm(windows(LMBatches(train_ids, batch, T - 1, steps, seed=0)), total=
 after = val_loss(gpt)
 print(f"{steps} steps in {(time.perf_counter() - t0) / 60:.2f} min: validation loss {before:.2f} -> {after:.2f}, "
       f"perplexity {math.exp(before):.0f} -> {math.exp(after):.1f}")
+
+# %%
 plt.figure(figsize=(5, 3))
 plt.plot(gpt_losses)
 plt.axhline(math.log(gpt_cfg.vocab_size), color="gray", ls="--", label="ln V (uniform guess)")
@@ -148,19 +240,20 @@ g = torch.Generator(device=dev).manual_seed(0)
 print("after training:", repr(tok.decode(gpt.generate(prompt, 40, temperature=0.8, top_k=20, generator=g)[0].tolist())))
 
 # %% [markdown]
-# The loss the loop uses is exactly "predict the next token" with a causal model: it equals the
-# cross-entropy of the model run on $x_{<T}$ against the shifted targets, because with the causal mask
-# position $t$ never sees anything after $t$.
+# The loss of the loop is the one you wrote: on the whole window $w$ (`x` plus the last target),
+# `causal_lm_loss(model(w), w)` equals the cross-entropy of `model(x)` against `y`, because with the causal
+# mask position $t$ never sees anything after $t$.
 
 # %%
-w = next(windows(val_batches))
+x, y = next(iter(val_batches))
+w = torch.cat([x, y[:, -1:]], dim=1).to(dev)                               # (B, T): x plus the last target
 with torch.no_grad():
-    torch.testing.assert_close(causal_lm_loss(gpt.eval()(w), w), F.cross_entropy(gpt(w[:, :-1]).flatten(0, 1), w[:, 1:].flatten()),
-                               atol=1e-5, rtol=1e-5)
-print("causal_lm_loss(model(x), x) == CE(model(x[:, :-1]), x[:, 1:])")
+    loss_sum, n = lm_loss(gpt.eval(), (x.to(dev), y.to(dev)))
+    torch.testing.assert_close(causal_lm_loss(gpt(w), w), loss_sum / n, atol=1e-5, rtol=1e-5)
+print("causal_lm_loss(model(w), w) == cross-entropy of model(x) against y")
 
 # %% [markdown]
-# ## 3. BERT: masked-language modelling
+# ## 4. BERT: masked-language modelling
 #
 # ## Exercise: BERT's masking rule
 # The randomness is given as inputs (all `(B, T)`): a position is chosen when `u_select < p` and it is not
@@ -220,6 +313,12 @@ def with_cls(x):
 tformer.seed_everything(0)
 bert = BERT(bert_cfg).to(dev)
 print(f"BERT: {bert.num_params():,} parameters")
+
+# %% [markdown]
+# Each step masks a fresh 15% of `[CLS]` + a window of the corpus and scores the predictions at the chosen
+# positions only.
+
+# %%
 opt = torch.optim.AdamW(bert.parameters(), lr=mlm_lr, weight_decay=0.01)
 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=mlm_lr, total_steps=mlm_steps, pct_start=0.1)
 g = torch.Generator().manual_seed(0)
@@ -258,7 +357,7 @@ print(sentence.replace(" statement", " [MASK]"))
 print("top-5 guesses:", [tok.decode([i]) for i in top if i < V])
 
 # %% [markdown]
-# ## 4. Pretrain, then adapt
+# ## 5. Pretrain, then adapt
 # A small labelled task that works offline: is a window of text genuine, or were about a quarter of its
 # tokens replaced by random ones? (A sentence-level cousin of ELECTRA's replaced-token detection: telling
 # them apart needs knowledge of the language, which MLM pretraining provides.) With the same few labelled
@@ -276,6 +375,11 @@ def corruption_task(stream, n, seed):
     return with_cls(torch.where(hit, noise, x)), y
 
 
+# %% [markdown]
+# A few labelled windows for fine-tuning, a held-out set from the validation stream, and one fine-tuning
+# recipe for both encoders: a linear head on `[CLS]`, every weight trained.
+
+# %%
 n_labelled = 256 if SMALL else 1024
 x_ft, y_ft = corruption_task(train_ids, n_labelled, seed=10)
 x_te, y_te = corruption_task(val_ids, 512, seed=11)
@@ -297,6 +401,7 @@ def fine_tune(encoder, steps=60 if SMALL else 300, lr=1e-3, seed=0):
         return (clf(x_te.to(dev)).argmax(-1).cpu() == y_te).float().mean().item()
 
 
+# %%
 import copy
 
 tformer.seed_everything(1)
@@ -313,7 +418,7 @@ plt.show()
 assert acc_pre > acc_scratch, (acc_pre, acc_scratch)
 
 # %% [markdown]
-# ## 5. Real GPT-2 weights in the course's own model
+# ## 6. Real GPT-2 weights in the course's own model
 # `GPT.from_hf_gpt2` reads Hugging Face's `GPT2LMHeadModel`. Offline we prove it on a randomly
 # initialised GPT-2 (same logits); online (full mode) we load the real 124M-parameter `gpt2` and let
 # it write.
