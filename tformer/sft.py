@@ -30,10 +30,8 @@ Turn = tuple[str, str]            # (user, assistant)
 def sft_loss(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of logits[b, t] against targets[b, t] (already aligned) where loss_mask is True.
 
-    It is `causal_lm_loss` with the prompt's labels set to IGNORE: one position of padding at the end of
-    the logits and at the start of the labels undoes the loss's own shift by one."""
-    labels = targets.masked_fill(~loss_mask, IGNORE)
-    return causal_lm_loss(F.pad(logits, (0, 0, 0, 1)), F.pad(labels, (1, 0), value=IGNORE))
+    It is `causal_lm_loss` on already-shifted targets, with the prompt's targets set to IGNORE."""
+    return causal_lm_loss(logits, targets=targets.masked_fill(~loss_mask, IGNORE))
 
 
 def render(turns: list[Turn]) -> list[tuple[str, bool]]:
