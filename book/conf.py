@@ -34,7 +34,8 @@ mathjax_path = "mathjax/tex-svg.js"   # SVG output: no web fonts to load from fi
 nb_execution_mode = os.environ.get("TFORMER_BOOK_EXECUTE", "cache")
 nb_execution_cache_path = os.environ.get("TFORMER_BOOK_CACHE", str(HERE.parent / "book_cache"))
 nb_execution_timeout = 900             # a cell; the chapters take about a minute each in small mode
-nb_execution_raise_on_error = True     # a failing cell fails the build (and is never cached)
+nb_execution_raise_on_error = False    # a failing chapter is shown with its error, never cached;
+                                       # tools/book.py then exits 1 naming it, and pytest reruns it
 nb_execution_show_tb = True
 nb_execution_excludepatterns = ["src/**", "_readme/**"]
 nb_ipywidgets_js = {}                  # no widget scripts from a CDN
