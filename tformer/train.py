@@ -430,7 +430,7 @@ class TrainConfig:
     warmup: int = 4000                 # warmup steps (the paper: 4000)
     betas: tuple[float, float] = (0.9, 0.98)  # Adam betas (the paper)
     adam_eps: float = 1e-9             # Adam epsilon (the paper)
-    weight_decay: float = 0.0          # AdamW-style decoupled decay; 0 = the paper's Adam
+    weight_decay: float = 0.0          # Adam's coupled L2 penalty (for decoupled decay pass optimizer=adamw(...)); 0 = paper
     grad_clip: float | None = 1.0      # max global gradient norm; None = no clipping
     accum_steps: int = 1               # micro-batches per optimizer step
     amp: bool = True                   # CUDA autocast: bf16 on sm80+, fp16 + grad scaler before (ignored on CPU)
