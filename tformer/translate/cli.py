@@ -126,15 +126,9 @@ def _stdin(args) -> int:
         raise UserError("give a run: tformer translate --run RUN < sentences.txt   (or: tformer translate "
                         "train|score ...; see tformer translate --help)")
     raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise UserError(f"standard input is not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); convert "
-                        f"it, e.g. with iconv -f latin1 -t utf-8") from None
-    lines = text.splitlines()
     from ..decode import translate
-    from .pipeline import load_run
+    from .pipeline import decode_utf8, load_run
+    lines = decode_utf8(raw, "standard input").splitlines()
     model, bpe, _ = load_run(args.run)                  # the run is checked even when the input is empty
     if not lines:
         return 0

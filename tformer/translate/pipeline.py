@@ -376,6 +376,16 @@ def load_run(run: str | os.PathLike, weights: str = "auto", device: str | None =
     return model.to(dev).eval(), bpe, info
 
 
+def decode_utf8(raw: bytes, what: str, path: str | os.PathLike = "FILE") -> str:
+    """`raw` as UTF-8 text, or a RunInputError naming `what`, the first bad byte and its line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise RunInputError(f"{what} is not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); convert it, "
+                            f"e.g. `iconv -f latin1 -t utf-8 {path}`") from None
+
+
 def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
     """The lines of a UTF-8 text file (one sentence a line; a final newline does not add a line).
 
@@ -387,13 +397,7 @@ def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
         raise FileNotFoundError(f"{what} {path} does not exist")
     if path.is_dir():
         raise IsADirectoryError(f"{what} {path} is a folder; give a text file, one sentence a line")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise RunInputError(f"{what} {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); convert it, "
-                         f"e.g. `iconv -f latin1 -t utf-8 {path}`") from None
+    text = decode_utf8(path.read_bytes(), f"{what} {path}", path)
     if text.endswith("\n"):
         text = text[:-1]
     if not text.strip():
