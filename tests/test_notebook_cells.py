@@ -10,11 +10,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
 MAX_LINES = 25
 
-# TEMPORARY, for the coordinator to empty: chapters whose sources are still being split by other helpers
-# (issue 15 items 2 and 5). Chapters 01-09 are done and must stay off this list.
-NOT_YET_SPLIT: set[str] = set()
-NOT_YET_MAPPED: set[str] = set()
-
 
 def cells(path: Path) -> list[tuple[int, str, list[str]]]:
     """(first line number, 'code' or 'markdown', body lines) for every `# %%` cell of a jupytext source."""
@@ -34,8 +29,6 @@ def test_cells_are_found():
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.stem)
 def test_code_cells_are_at_most_25_non_blank_lines(path):
-    if path.name[:2] in NOT_YET_SPLIT:
-        pytest.skip(f"{path.name}: on the temporary NOT_YET_SPLIT list")
     long = [(line, n) for line, kind, body in cells(path) if kind == "code"
             and (n := sum(1 for b in body if b.strip())) > MAX_LINES]
     assert not long, (f"{path.name}: code cells longer than {MAX_LINES} non-blank lines (starting line, lines): "
@@ -44,8 +37,6 @@ def test_code_cells_are_at_most_25_non_blank_lines(path):
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.stem)
 def test_chapter_opens_with_the_tformer_code_it_uses(path):
-    if path.name[:2] in NOT_YET_MAPPED:
-        pytest.skip(f"{path.name}: on the temporary NOT_YET_MAPPED list")
     first = "\n".join(cells(path)[0][2])
     refs = re.findall(r"`(tformer/[\w/]+\.py)(?::\s*([\w., ]+))?`", first)
     assert refs, f"{path.name}: the first cell names no tformer code as `tformer/module.py: name`"
