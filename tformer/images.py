@@ -49,7 +49,8 @@ def load_cifar10(max_train: int | None = None, max_test: int | None = None, cach
     """CIFAR-10 through Hugging Face `datasets` ("uoft-cs/cifar10"), as (N, 3, 32, 32) standardised tensors.
 
     Needs the network the first time (then the `datasets` cache). Offline, this raises
-    `DataUnavailableError` saying so: use `load_digits()` instead, or copy a cached dataset into HF_HOME.
+    `DataUnavailableError` saying so: use `load_digits()` instead, or copy a cached dataset into
+    `tformer.data.cache_dir()` / "huggingface" (data/cache/ in a checkout; see data/cifar10/README.md).
     """
     ds = load_hub_dataset("uoft-cs/cifar10", cache_dir=cache_dir, hint=(
         "CIFAR-10 needs the network once (it is cached afterwards). Offline, use tformer.images.load_digits() "
