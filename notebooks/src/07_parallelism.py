@@ -116,7 +116,10 @@ models = {
 }
 for name, make in models.items():
     print(f"{name}: {sum(p.numel() for p in make().parameters()):,} parameters")
-with tformer.runtime.threads(tformer.runtime.ALL_THREADS):   # parallel speed: every core, set explicitly here
+# threads, set explicitly: every core in full mode; one in small mode, where two threads on tiny models
+# thrash as soon as another program shares the cores (a busy laptop), and the chapter must stay quick
+n_threads = tformer.runtime.SMALL_THREADS if tformer.SMALL else tformer.runtime.ALL_THREADS
+with tformer.runtime.threads(n_threads):
     timings = step_time_vs_length(models, lengths, batch, vocab, device=device, warmup=1, repeat=2 if tformer.SMALL else 5)
 print(format_table([{"model": r.name, "T": r.seq_len, "ms / step": 1e3 * r.seconds, "tokens/s": r.tokens_per_s}
                     for r in timings]))

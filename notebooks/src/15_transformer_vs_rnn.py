@@ -194,7 +194,10 @@ assert g_tf[far].mean() / g_tf[-1] > 100 * g_lstm[far].mean() / g_lstm[-1]
 # %%
 lengths = [32, 128, 384] if SMALL else [256, 1024, 2048, 4096]
 batch = 4 if SMALL else 16
-with tformer.runtime.threads(tformer.runtime.ALL_THREADS):   # parallel speed: every core, set explicitly here
+# threads, set explicitly: every core in full mode; one in small mode, where two threads on tiny models
+# thrash as soon as another program shares the cores (a busy laptop), and the chapter must stay quick
+n_threads = tformer.runtime.SMALL_THREADS if tformer.SMALL else tformer.runtime.ALL_THREADS
+with tformer.runtime.threads(n_threads):
     rows = step_time_vs_length({"Transformer": lambda: make_transformer(256, width, max(lengths)),
                                 "LSTM": lambda: make_lstm(256, width)},
                                lengths, batch, 256, device=dev, warmup=1, repeat=2 if SMALL else 5, progress=not SMALL)
