@@ -206,7 +206,7 @@ print(f"{len(train_chats)} training conversations, padded to {X.shape[1]} tokens
       f"{(Y != -100).float().mean():.0%} of the positions carry loss")
 
 
-def accuracy(model):
+def task_accuracy(model):
     """Per task: the share of test conversations whose every answer greedy decoding writes exactly."""
     em = exact_match(model, X_test.to(dev), Y_test.to(dev)).cpu()
     return {k: em[i::len(KINDS)].float().mean().item() for i, k in enumerate(KINDS)}
@@ -224,11 +224,11 @@ def sft_step_loss(model, b):
     return causal_lm_loss(model(ids), labels)
 
 
-acc_base = accuracy(base)
+acc_base = task_accuracy(base)
 tformer.seed_everything(0)
 sft = copy.deepcopy(base)
 sft_losses = fit(sft, sft_step_loss, sft_batches, sft_steps, 3e-3)
-acc_sft = accuracy(sft)
+acc_sft = task_accuracy(sft)
 print("base model :", {k: f"{v:.0%}" for k, v in acc_base.items()})
 print("after SFT  :", {k: f"{v:.0%}" for k, v in acc_sft.items()})
 mean = lambda acc: sum(acc.values()) / len(acc)
@@ -306,7 +306,7 @@ for name, p in lora.named_parameters():
 lora_trainable, total = trainable_params(lora)
 tformer.seed_everything(0)
 lora_losses = fit(lora, sft_step_loss, sft_batches, sft_steps, 1e-2)
-acc_lora = accuracy(lora)
+acc_lora = task_accuracy(lora)
 full_trainable = trainable_params(sft)[0]
 print(f"{'':12}{'trainable':>12}{'share':>8}  accuracy per task")
 print(f"{'full FT':12}{full_trainable:>12,}{1:>8.0%}  {({k: f'{v:.0%}' for k, v in acc_sft.items()})}")
