@@ -190,6 +190,27 @@ def test_linear_schedule_warms_up_then_reaches_zero_at_the_end(tmp_path):
     assert t._progress() == 1.0
 
 
+def test_cosine_schedule_ends_at_zero_when_the_time_budget_runs_out_first(monkeypatch):
+    import itertools
+    from tformer.train import CosineSchedule
+    # by steps alone (no budget) the curve is the textbook one: warmup, then a half cosine to 0 at `total`
+    s = CosineSchedule(warmup=5, total=45)
+    assert [s(i) for i in range(5)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert s(25) == pytest.approx(0.5) and s(45) == pytest.approx(0.0)
+    s.progress = 25 / 45                                      # progress that only restates the step: same value
+    assert s(25) == pytest.approx(0.5)
+    s.progress = 25 / 45                                      # at step 10, time says step 25's share is done:
+    assert s(10) == pytest.approx(0.5)                        # the cosine follows the time
+    # a Trainer whose clock gives 1 s a step, with a 30 s budget and max_steps far away, anneals to ~0 by 30 s
+    ticks = itertools.count()
+    monkeypatch.setattr("tformer.train.time.perf_counter", lambda: float(next(ticks)))
+    t = Trainer(make_model(), mse_sum, Shuffled(), cfg(schedule="cosine", max_steps=1000, warmup=3, lr=1e-2,
+                                                      time_budget=0.5))
+    lrs = lrs_of_run(t)
+    assert t.state.step == 30 and max(lrs) == pytest.approx(1e-2)
+    assert lrs[-1] < 1e-2 * 0.01          # the last step's lr is about 0, not the 0.998 of a 1000-step cosine
+
+
 def test_validation_budget_and_divergence(tmp_path):
     calls = []
     t = Trainer(make_model(), mse_sum, Shuffled(), cfg(eval_every=10), val_data=Shuffled(seed=1),

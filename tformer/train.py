@@ -108,18 +108,26 @@ class LinearDecaySchedule:
 
 
 class CosineSchedule:
-    """Multiplier: linear warmup to 1 over `warmup` steps, then a half cosine down to 0 at step `total`
-    (ViT and CLIP training, chapter 12)."""
+    """Multiplier: linear warmup to 1 over `warmup` steps, then a half cosine down to 0 at the run's end
+    (ViT and CLIP training, chapter 12).
+
+    The end is step `total` or, when the Trainer reports more of the run done (`progress`, as for
+    `LinearDecaySchedule`: a time budget running out first), that point: the cosine reaches 0 either way.
+    """
 
     def __init__(self, warmup: int, total: int):
         if warmup < 1 or total < 1:
             raise ValueError(f"CosineSchedule: expected warmup >= 1 and total >= 1, got warmup={warmup}, total={total}")
         self.warmup, self.total = warmup, total
+        self.progress = 0.0
 
     def __call__(self, i: int) -> float:
         if i < self.warmup:
             return (i + 1) / self.warmup
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (i - self.warmup) / max(1, self.total - self.warmup))))
+        span = max(1, self.total - self.warmup)
+        done = (i - self.warmup) / span                                  # by steps
+        by_time = (self.progress * self.total - self.warmup) / span      # progress, mapped past the warmup
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, max(done, by_time))))
 
 
 SCHEDULES = {"noam": InverseSqrtSchedule, "constant": ConstantSchedule, "linear": LinearDecaySchedule,
@@ -128,7 +136,8 @@ SCHEDULES = {"noam": InverseSqrtSchedule, "constant": ConstantSchedule, "linear"
 
 class RunScheduler(torch.optim.lr_scheduler.LambdaLR):
     """A `LambdaLR` over one of the SCHEDULES. `set_progress(p)` tells a schedule that ends with the run
-    (`LinearDecaySchedule`) the fraction p of the run done; the Trainer calls it before every step."""
+    (`LinearDecaySchedule`, `CosineSchedule`) the fraction p of the run done; the Trainer calls it before
+    every step."""
 
     def set_progress(self, progress: float) -> None:
         for fn in self.lr_lambdas:
