@@ -281,6 +281,24 @@ def test_a_second_job_on_the_same_run_is_refused(capsys, run_copy):
     assert code == 0, err
 
 
+def test_a_save_killed_outright_leaves_no_temporary_behind_after_the_next_start(capsys, run_copy):
+    run, _, _ = run_copy
+    before = (run / "last.pt").read_bytes()
+    saver = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time, tformer.train as tr\n"
+                              "def stuck(obj, f):\n    f.write(b'half a checkpoint'); f.flush(); print('writing', flush=True); time.sleep(600)\n"
+                              "tr.checkpoint_writer = stuck\ntr.atomic_save({}, sys.argv[1] + '/last.pt')", str(run)],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert saver.stdout.readline().strip() == "writing"
+    saver.send_signal(signal.SIGKILL)                            # no Python cleanup runs
+    saver.wait()
+    stale = run / f".last.pt.tmp{saver.pid}"
+    assert stale.exists() and (run / "last.pt").read_bytes() == before
+    code, _, err = run_cli(capsys, "translate", "train", "--out", run, "--no-progress")
+    assert code == 0, err
+    assert not stale.exists() and not list(run.glob(".*.tmp*"))
+
+
 # -- the rules for every subcommand ---------------------------------------------------------------------
 def test_no_traceback_from_the_real_command_and_debug_shows_it(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -315,6 +315,30 @@ def load_checkpoint(path: str | os.PathLike, weights_only: bool = False) -> Any:
         raise CheckpointError(f"{path} is unreadable (truncated or corrupt: {first[:120]})") from e
 
 
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files (`.NAME.tmpPID`) that a save killed outright (SIGKILL, power loss) left in
+    `folder`, when process PID no longer runs; returns what it removed. `atomic_save` cleans up after itself
+    whenever Python still runs; the run lock calls this once it holds the folder."""
+    removed = []
+    for tmp in Path(folder).glob(".*.tmp*"):
+        pid = tmp.name.rpartition(".tmp")[2]
+        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                             # alive, someone else's
+        return True
+    return True
+
+
 class RunLock:
     """An exclusive lock on a run folder (`fcntl.flock` on RUN/.lock), so that two jobs never train into
     the same folder at once. The kernel releases it when the process dies, however it dies. Under
@@ -345,6 +369,7 @@ class RunLock:
         f.write(f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
         f.flush()
         self._f = f
+        remove_stale_temporaries(self.path.parent)
         return self
 
     def release(self) -> None:
@@ -772,5 +797,5 @@ class Trainer:
 
 __all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "CosineSchedule", "RunScheduler", "make_scheduler", "adamw", "label_smoothed_cross_entropy",
            "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints", "setup_distributed",
-           "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock", "acquire_run_lock", "load_checkpoint",
+           "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock", "acquire_run_lock", "remove_stale_temporaries", "load_checkpoint",
            "atomic_write_text", "previous_path", "checkpoint_writer"]
