@@ -87,6 +87,17 @@ def test_train_data_missing(capsys, tmp_path):
     assert not (tmp_path / "r").exists()                        # nothing written for a bad call
 
 
+def test_train_offline_dataset_leaves_no_run_folder(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("TFORMER_CACHE", str(tmp_path / "cache"))
+    code, _, err = run_cli(capsys, "translate", "train", "--dataset", "wmt14", "--out", tmp_path / "r")
+    assert code != 0 and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "r").exists()                        # not a folder holding only .lock
+    (tmp_path / "mine").mkdir()                                 # a folder the user made is left alone
+    code, _, _ = run_cli(capsys, "translate", "train", "--dataset", "wmt14", "--out", tmp_path / "mine")
+    assert code != 0 and (tmp_path / "mine").is_dir()
+
+
 def test_score_run_that_is_not_a_run(capsys, base_run, tmp_path):
     _, src, ref = base_run
     (tmp_path / "notarun").mkdir()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -197,11 +198,18 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
                 raise RunInputError(f"source and target language are both {src!r}; give different --src and --tgt")
             if data is not None and dataset is None:
                 _check_data(Path(data), src, tgt)       # before anything is written into the run folder
+            fresh = not out.exists()
             if rank == 0:
                 out.mkdir(parents=True, exist_ok=True)
             lock = acquire_run_lock(out)
-            folder = _resolve_data(out, data, dataset, pair, p, rank)
-            _check_data(folder, src, tgt)
+            try:
+                folder = _resolve_data(out, data, dataset, pair, p, rank)
+                _check_data(folder, src, tgt)
+            except BaseException:                       # e.g. offline --dataset wmt14: leave no half-made run
+                if fresh and rank == 0:
+                    lock.release()
+                    shutil.rmtree(out, ignore_errors=True)
+                raise
             info = {"preset_name": preset, "preset": p.to_dict(), "src": src, "tgt": tgt, "data": str(folder),
                     "dataset": dataset, "pair": pair}
             if rank == 0:
