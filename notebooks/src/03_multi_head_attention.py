@@ -33,6 +33,7 @@ from tqdm.auto import trange
 
 import tformer
 from tformer.grading import check
+from tformer.lm import causal_lm_loss
 from tformer.models import GPT, GPTConfig
 from tformer.plot import curves, heads_grid
 
@@ -149,7 +150,7 @@ def train_task(n_heads: int) -> tuple[GPT, list[float], float]:
     losses = []
     for step in trange(steps, desc=f"training, {n_heads} head(s)"):
         xb, yb = (t.to(dev) for t in make_batch(64))
-        loss = F.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), ignore_index=-100)
+        loss = causal_lm_loss(model(xb), targets=yb)          # positions labelled -100 carry no loss
         opt.zero_grad()
         loss.backward()
         opt.step()

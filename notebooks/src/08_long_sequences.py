@@ -27,12 +27,12 @@ import math
 
 import matplotlib.pyplot as plt
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 import tformer
 from tformer.efficient import orthogonal_gaussian, performer_attention
 from tformer.grading import check
+from tformer.lm import causal_lm_loss
 from tformer.lm_data import DataUnavailableError, LMBatches, hf_text, offline_text, split_stream
 from tformer.models import GPT, GPTConfig
 from tformer.positional import RotaryEmbedding, rope_frequencies, rotate_half
@@ -263,7 +263,7 @@ def train_model(seed: int) -> GPT:
                           positional="rope")).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3 if tformer.SMALL else 1e-3)
     for x, y in tqdm(LMBatches(train_data, batch_size, L, steps, seed=seed), desc=f"seed {seed}, L={L}"):
-        loss = F.cross_entropy(model(x.to(device)).flatten(0, 1), y.to(device).flatten())
+        loss = causal_lm_loss(model(x.to(device)), targets=y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -290,7 +290,7 @@ def tail_losses(model: GPT) -> dict:
                                          factor, original_max_len=L).to(device)
             with torch.no_grad():
                 logits = model(x.to(device))
-            out[sch].append(F.cross_entropy(logits[:, -L:].flatten(0, 1), y[:, -L:].to(device).flatten()).item())
+            out[sch].append(causal_lm_loss(logits[:, -L:], targets=y[:, -L:].to(device)).item())
     model.rope = trained_rope
     return out
 
