@@ -31,6 +31,25 @@ def test_cpu_means_fp32_and_the_cpu_flash_kernel():
     assert gpu.attention_backend("cpu") == SDPBackend.FLASH_ATTENTION and gpu.why_no_flash("cpu") is None
 
 
+@pytest.mark.parametrize("cap,fast", [(T4, False), (V100, False), (A100, False), ((8, 6), False), (H200, True),
+                                      ((10, 0), True), ((12, 0), False)])
+def test_grouped_matmul_counts_as_one_kernel_only_on_sm90_and_sm100(cap, fast):
+    assert gpu.grouped_mm_fast("cuda", capability=cap) is fast
+    assert gpu.grouped_mm_fast("cpu") is True
+
+
+def test_moe_auto_dispatch_pads_where_grouped_matmul_would_loop_with_a_sync(monkeypatch):
+    from tformer.moe import MoE, MoEConfig, grouped_mm_available
+    m = MoE(MoEConfig(d_model=16, d_ff=32, n_experts=4, top_k=2))
+    x = torch.randn(8, 16)
+    if not grouped_mm_available(x, 16, 32):
+        pytest.skip("no grouped_mm in this PyTorch")
+    assert m.choose_dispatch(x) == "grouped"                                 # a CPU: grouped_mm_fast
+    seen = []
+    monkeypatch.setattr(gpu, "grouped_mm_fast", lambda device: seen.append(device) or False)   # as an A100
+    assert m.choose_dispatch(x) == "padded" and seen == [x.device]
+
+
 def test_peak_flops_table():
     assert gpu.peak_flops(name="NVIDIA H200", dtype=torch.bfloat16) == 989e12
     assert gpu.peak_flops(name="NVIDIA H100 80GB HBM3") == 989e12

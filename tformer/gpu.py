@@ -5,6 +5,7 @@
     attention_backend   SDPA's flash kernel on sm80+ (and the CPU's flash kernel); the memory-efficient
                         kernel on older GPUs (FlashAttention-2 needs sm80; the memory-efficient kernel also
                         never builds the T x T score matrix, it is just slower)
+    grouped_mm_fast     whether `F.grouped_mm` is one kernel here (sm90/sm100, or a CPU): MoE's "auto" dispatch
     dist_plan           process-group backend and device for a run under torchrun: from the run's device,
                         not from whether a GPU happens to be present
 
@@ -76,6 +77,23 @@ def why_no_flash(device: torch.device | str | None = None, capability: tuple[int
         return f"SDPA has no flash kernel on {device.type}"
     return (f"this GPU is sm{cap[0]}{cap[1]}; the flash kernel needs sm80 or newer (Ampere), so SDPA's "
             f"memory-efficient kernel runs instead: also O(T) memory, without the T x T score matrix, but slower")
+
+
+# Compute capabilities (majors) where PyTorch's grouped matmul (`F.grouped_mm`, bf16) runs its CUTLASS kernel:
+# Hopper (sm90) and datacenter Blackwell (sm100). Elsewhere `_grouped_mm_cuda` takes `_grouped_mm_fallback`
+# (aten/src/ATen/native/cuda/GroupedBlas.cpp, as of PyTorch 2.10): the group offsets are copied to the host
+# and the experts run one `mm` each, a device-to-host sync per matmul. (Builds on CUDA >= 13.3 may also route
+# some shapes through cuBLASLt's grouped GEMM; this rule does not count on it.)
+GROUPED_MM_KERNEL_MAJORS = (9, 10)
+
+
+def grouped_mm_fast(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> bool:
+    """True where `F.grouped_mm` is a single kernel with no host sync: an sm90/sm100 GPU, or a CPU (whose
+    loop over experts needs no sync). An A100 (sm80) or a T4 gets False: MoE "auto" dispatch pads instead."""
+    device, cap = _cap(device, capability)
+    if device.type == "cpu":
+        return True
+    return device.type == "cuda" and cap[0] in GROUPED_MM_KERNEL_MAJORS
 
 
 @dataclass

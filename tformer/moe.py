@@ -26,8 +26,9 @@ Dispatch paths, all computing the same function (tests prove it, forward and gra
     "grouped"  sorts assignments by expert and runs each expert on its contiguous block with one
                grouped matmul (`torch.nn.functional.grouped_mm`: bf16 on an sm80+ GPU, fp32/bf16 on a
                CPU; PyTorch >= 2.8); no padding beyond rounding each block up to GROUP_ALIGN rows on a GPU.
-    "auto"     "grouped" where the kernel exists (it is the faster one on an H200 and on a CPU, and needs
-               no host sync), else "padded".
+    "auto"     "grouped" where it is one kernel with no host sync (an sm90/sm100 GPU, `gpu.grouped_mm_fast`)
+               and on a CPU (where it measured faster), else "padded" (an A100's or T4's grouped_mm loops
+               over the experts after copying their offsets to the host).
 
 How the fast paths move rows (MegaBlocks / ScatterMoE / torchtitan do the same in spirit): the (token,
 choice) pairs are sorted by expert once, and every buffer row knows which pair it holds (`src`) and every
@@ -46,6 +47,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import gpu
 from ._checks import check_dim, check_float, check_rank
 from .blocks import ACTIVATIONS
 
@@ -395,8 +397,9 @@ class MoE(nn.Module):
         c = self.cfg
         if c.dispatch != "auto":
             return c.dispatch
-        # grouped: no padding and no host sync; measured faster than padded on a CPU (benchmarks/bench_moe.py)
-        if grouped_mm_available(x, c.d_model, c.d_ff):                         # autocast included
+        # grouped: no padding and no host sync where grouped_mm is one kernel (sm90/sm100) and on a CPU
+        # (measured faster than padded there: benchmarks/bench_moe.py); on other GPUs it loops with a sync
+        if grouped_mm_available(x, c.d_model, c.d_ff) and gpu.grouped_mm_fast(x.device):   # autocast included
             return "grouped"
         return "padded"
 

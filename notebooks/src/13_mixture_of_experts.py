@@ -85,9 +85,12 @@ print("gates:", gates.detach().numpy().round(2).tolist())
 # Looping over tokens is far too slow for a real model. `tformer.moe` turns the $N\times k$ choices into a
 # *plan*: sort the (token, choice) pairs by expert, so each expert's tokens form one contiguous block.
 # Then either scatter the blocks into an $(E, C, d)$ buffer and run all experts with one batched matmul
-# (`"padded"`), or, on a GPU in bf16, run one *grouped* matmul over the jagged blocks (`"grouped"`,
-# `torch.nn.functional.grouped_mm`). Every path computes the same function as the per-token loop,
-# gradients included (`tests/test_moe.py` checks them all).
+# (`"padded"`), or run one *grouped* matmul over the jagged blocks (`"grouped"`,
+# `torch.nn.functional.grouped_mm`: fp32 or bf16 on a CPU, bf16 on a GPU). Every path computes the same
+# function as the per-token loop, gradients included (`tests/test_moe.py` checks them all). `"auto"`
+# takes `"grouped"` only where that is one kernel with no host sync: a CPU, or an sm90/sm100 GPU
+# (`tformer.gpu.grouped_mm_fast`); on an A100 or a T4, PyTorch's grouped matmul copies the block
+# offsets to the host and loops over the experts, so `"auto"` pads instead.
 
 # %%
 plan = make_plan(gates, chosen, E, capacity=None)
