@@ -364,6 +364,17 @@ def test_grouped_dispatch_on_cuda_bf16_equals_padded():
 
 
 @pytest.mark.skipif(not grouped_mm_available(torch.zeros(1), 16, 32), reason="no grouped_mm in this PyTorch")
+def test_auto_dispatch_pads_fp32_under_torch_compile(monkeypatch):
+    # torch.compile's shape rule for grouped_mm takes bf16 only: an fp32 MoE compiled on a CPU must pad
+    m = MoE(MoEConfig(d_model=16, d_ff=32, n_experts=4, top_k=2))
+    x = torch.randn(8, 16)
+    assert m.choose_dispatch(x) == "grouped"
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert m.choose_dispatch(x) == "padded"
+    assert grouped_mm_available(x.bfloat16(), 16, 32)                       # bf16 compiles
+
+
+@pytest.mark.skipif(not grouped_mm_available(torch.zeros(1), 16, 32), reason="no grouped_mm in this PyTorch")
 def test_grouped_dispatch_under_cpu_bf16_autocast():
     torch.manual_seed(0)
     m = MoE(MoEConfig(d_model=16, d_ff=32, n_experts=4, top_k=2, bias=True, activation="swiglu"))

@@ -343,7 +343,8 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 def grouped_mm_available(x: torch.Tensor, *dims: int) -> bool:
     """True when `F.grouped_mm` exists and can multiply x (in its compute dtype, autocast included) with
-    rows of these widths: bf16 on an sm80+ CUDA GPU, or fp32/bf16 on a CPU; rows 16-byte aligned."""
+    rows of these widths: bf16 on an sm80+ CUDA GPU, or fp32/bf16 on a CPU (bf16 only under torch.compile);
+    rows 16-byte aligned."""
     dt = compute_dtype(x)
     if _grouped_mm is None:
         return False
@@ -351,6 +352,8 @@ def grouped_mm_available(x: torch.Tensor, *dims: int) -> bool:
         if dt != torch.bfloat16 or torch.cuda.get_device_capability(x.device)[0] < 8:
             return False
     elif x.device.type != "cpu" or dt not in (torch.float32, torch.bfloat16):
+        return False
+    elif dt != torch.bfloat16 and torch.compiler.is_compiling():   # torch.compile knows grouped_mm in bf16 only
         return False
     return all((d * dt.itemsize) % 16 == 0 for d in dims)
 
