@@ -12,6 +12,7 @@ from tformer import gpu
 from tformer.attention import capture_attention
 from tformer.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
+from tformer.timing import profiled
 from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity,
                          grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,
                          top_k_route)
@@ -314,11 +315,13 @@ def test_qwen3_235b_a22b_and_mixtral_total_and_active():
     assert round(c["total"] / 1e9, 1) == 46.7 and round(c["active"] / 1e9, 1) == 12.9   # Mistral's figures
 
 
-def test_flash_path_on_cpu_reports_the_kernel_and_fails_loudly():
+def test_flash_path_on_cpu_reports_the_kernel_and_fails_loudly(capfd):
     model = _tiny(n_experts=4, moe_top_k=2)
     idx = torch.randint(0, 64, (2, 8))
+    capfd.readouterr()
     _, used = run_with_flash(lambda: model(idx))
     assert used == ["flash (cpu)"]
+    assert capfd.readouterr() == ("", "")          # the profiler's start/stop lines stay out of notebooks
     with capture_attention(model), pytest.raises(RuntimeError, match="no flash-attention kernel ran"):
         run_with_flash(lambda: model(idx))                                  # bypasses SDPA: must be caught
     q = torch.randn(1, 2, 4, 8)
@@ -409,9 +412,7 @@ _SYNC_OPS = {"aten::bincount", "aten::_local_scalar_dense", "aten::item", "aten:
 def _ops_of(fn):
     """Names of the aten ops fn() runs, leaving out those inside the CPU's grouped_mm kernel (a loop over
     the groups that reads each offset on the host; the CUDA kernel reads them on the device)."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
+    _, prof = profiled(fn)
 
     def inside_cpu_grouped_mm(e):
         e = e.cpu_parent

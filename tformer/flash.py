@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, grad_scaler, peak_flops
 from .lm import causal_lm_loss
-from .timing import time_fn
+from .timing import profiled, time_fn
 
 # the aten operator each SDPA backend runs (the profiler records it), and a short name for it
 _KERNELS = {
@@ -55,10 +55,7 @@ def force_flash():
 
 def sdpa_backends_used(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run fn() under `torch.profiler`; return (fn's result, the SDPA kernels it ran, e.g. ["flash"])."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:   # aten calls are recorded on the CPU side
-        out = fn()
+    out, prof = profiled(fn)
     names = {e.name for e in prof.events()}
     return out, sorted({short for op, short in _KERNELS.items() if op in names})
 

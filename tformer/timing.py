@@ -98,17 +98,25 @@ def _quiet_fd2():
         os.close(devnull)
 
 
-def _cpu_peak(fn: Callable[[], object]) -> int:
+def profiled(fn: Callable[[], object], profile_memory: bool = False):
+    """Run fn() under `torch.profiler` (CPU activity: aten calls are recorded on the CPU side, also for CUDA
+    ops); return (fn's result, the profiler). The profiler library's start/stop lines are kept out of the
+    output (and out of notebooks)."""
     from torch.profiler import ProfilerActivity, profile
 
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=profile_memory)
     with _quiet_fd2():
         prof.start()
     try:
-        fn()
+        out = fn()
     finally:
         with _quiet_fd2():
             prof.stop()
+    return out, prof
+
+
+def _cpu_peak(fn: Callable[[], object]) -> int:
+    _, prof = profiled(fn, profile_memory=True)
     cpu = torch._C._autograd.DeviceType.CPU           # a CUDA build may also report device allocations
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == cpu]
     events.sort(key=lambda e: e.start_ns())
@@ -145,16 +153,7 @@ MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_s
 
 def count_ops(fn: Callable[[], object], names: Sequence[str] = MATMUL_OPS) -> int:
     """How many times fn() calls the named aten operators (by default: matrix products and fused attention)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    prof = profile(activities=[ProfilerActivity.CPU])
-    with _quiet_fd2():
-        prof.start()
-    try:
-        fn()
-    finally:
-        with _quiet_fd2():
-            prof.stop()
+    _, prof = profiled(fn)
     wanted = set(names)
     return sum(1 for e in prof.events() if e.name in wanted)
 
