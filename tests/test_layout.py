@@ -35,3 +35,12 @@ def test_downloads_are_cached_in_data_cache_ignored_by_git(monkeypatch):
     assert ignored.returncode == 0, "data/cache/ must be ignored by git"
     monkeypatch.setenv("TFORMER_CACHE", "/tmp/elsewhere")
     assert cache_dir() == Path("/tmp/elsewhere")
+
+
+def test_progress_bars_are_plain_tqdm():
+    # tqdm.auto prints "TqdmWarning: IProgress not found. Please update jupyter and ipywidgets" at the top
+    # of a chapter when ipywidgets is missing, and its widget bars ignore TQDM_DISABLE (the site's switch)
+    sources = [*(ROOT / "tformer").rglob("*.py"), *(ROOT / "notebooks" / "src").glob("*.py")]
+    offenders = [str(p.relative_to(ROOT)) for p in sources
+                 if any(m in p.read_text(encoding="utf-8") for m in ("tqdm.auto", "tqdm.notebook", "tqdm.autonotebook"))]
+    assert offenders == [], f"use `from tqdm import tqdm` (text bars), not tqdm.auto, in {offenders}"

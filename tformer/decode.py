@@ -147,7 +147,7 @@ def translate(model, bpe, lines: Sequence[str], *, beam: int = 4, alpha: float =
               max_tokens: int = 4000, device: torch.device | str | None = None, progress: bool = False) -> list[str]:
     """Translate sentences: BPE-encode, batch by length (about `max_tokens` source tokens a batch),
     decode (beam 1 = greedy), BPE-decode, and return them in the input order."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     device = torch.device(device) if device is not None else next(model.parameters()).device
     ids = bpe.encode(list(lines))

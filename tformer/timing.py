@@ -199,7 +199,7 @@ def step_time_vs_length(models: dict[str, Callable[[], nn.Module]], lengths: Seq
     `models` maps a name to a function building a fresh model (built once, moved to `device`).
     Returns one `StepTiming` per (model, length).
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     device = torch.device(device)
     g = torch.Generator().manual_seed(seed)

@@ -724,7 +724,7 @@ class Trainer:
 
         Returns the last log record. Writes last.pt (and validates) at the end.
         """
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         cfg, st = self.cfg, self.state
         if st.step == 0 and not self._resumed and cfg.seed is not None:

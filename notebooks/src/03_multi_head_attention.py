@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
-from tqdm.auto import trange
+from tqdm import trange
 
 import tformer
 from tformer.grading import check

@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import trange
+from tqdm import trange
 
 import tformer
 from tformer.grading import check

@@ -27,7 +27,7 @@ import inspect
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from tqdm.auto import trange
+from tqdm import trange
 
 import tformer
 from tformer.grading import check

@@ -27,7 +27,7 @@ import math
 
 import matplotlib.pyplot as plt
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import tformer
 from tformer.efficient import orthogonal_gaussian, performer_attention

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from tqdm.auto import trange
+from tqdm import trange
 
 import tformer
 from tformer.efficient import LinformerAttention, PerformerAttention, online_softmax_step, tiled_attention

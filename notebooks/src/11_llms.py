@@ -35,7 +35,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import tformer
 from tformer.grading import check
@@ -426,8 +426,9 @@ assert acc_pre > acc_scratch, (acc_pre, acc_scratch)
 # %%
 import transformers
 
-hf_small = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_positions=64, n_embd=64, n_layer=2,
-                                                                n_head=4)).eval()
+hf_cfg = transformers.GPT2Config(vocab_size=V, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+                                 bos_token_id=None, eos_token_id=None)    # GPT-2's 50256 is outside our vocabulary
+hf_small = transformers.GPT2LMHeadModel(hf_cfg).eval()
 ours = GPT.from_hf_gpt2(hf_small).eval()
 w = torch.tensor([s_ids])
 with torch.no_grad():

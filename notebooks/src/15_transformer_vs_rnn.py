@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import tformer
 from tformer.grading import check
