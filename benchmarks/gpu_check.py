@@ -472,11 +472,11 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.empty_cache()
         rows += part
         print(fmt(part).split("\n", 2)[2], f"   [{time.perf_counter() - t0:.0f} s]", flush=True)
+        if args.json:                                # after every part: a run cut off by a time limit keeps them
+            args.json.write_text(json.dumps(rows, indent=1))
     print()
     print(fmt(rows))
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
     bad_tests = any(r["part"] == "tests" and not r["extra"].startswith("failed 0, errors 0") for r in rows)
     return 1 if bad_tests or any(r["what"] == "FAILED" for r in rows) else 0
 

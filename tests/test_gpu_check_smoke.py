@@ -55,3 +55,18 @@ def test_only_and_a_translate_part_without_data(tmp_path, capsys):
 def test_without_a_gpu_it_says_to_use_smoke(capsys):
     assert _load().main([]) == 2
     assert "--smoke" in capsys.readouterr().out
+
+
+def test_rows_are_written_after_every_part_so_a_run_cut_off_keeps_them(tmp_path, monkeypatch):
+    gpu_check = _load()
+    out = tmp_path / "rows.json"
+    real = gpu_check.plan_for
+
+    def cut_after_vit(smoke, data):
+        dev, plan = real(smoke, data)
+        plan["attention"] = lambda: (_ for _ in ()).throw(KeyboardInterrupt())   # the time limit strikes here
+        return dev, plan
+    monkeypatch.setattr(gpu_check, "plan_for", cut_after_vit)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main(["--smoke", "--only", "vit", "attention", "--json", str(out)])
+    assert [r["part"] for r in json.loads(out.read_text())] == ["vit"]
