@@ -18,8 +18,11 @@ def test_every_config_uses_the_papers_names(cls):
 
 
 def test_gpt_config_old_names_warn_and_map_to_the_new_ones():
-    with pytest.warns(FutureWarning, match="n_embd is deprecated.*d_model"):
+    with pytest.warns(FutureWarning) as seen:
         cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_kv_head=1, n_embd=16)
+    said = " | ".join(str(w.message) for w in seen)
+    for old, new in (("n_embd", "d_model"), ("n_layer", "n_layers"), ("n_head", "n_heads"), ("n_kv_head", "n_kv_heads")):
+        assert f"GPTConfig.{old} is deprecated" in said and f"use {new}" in said, said   # one warning per old name
     assert (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_model) == (1, 2, 1, 16)
     with pytest.warns(FutureWarning, match="n_layer"):
         assert cfg.n_layer == 1
@@ -36,8 +39,11 @@ def test_lstm_and_clip_old_names():
     assert (c.d_model, c.n_layers) == (12, 3)
     with pytest.warns(FutureWarning):
         assert LSTMEncoder(4, 5, n_layer=2).n_layers == 2
-    with pytest.warns(FutureWarning, match="text_width"):
+    with pytest.warns(FutureWarning) as seen:
         c = CLIPConfig(text_width=16, text_heads=2, text_layers=1, vision_width=8, vision_heads=2, vision_layers=1)
+    said = " | ".join(str(w.message) for w in seen)
+    assert all(f"CLIPConfig.{old} is deprecated" in said for old in
+               ("text_width", "text_heads", "text_layers", "vision_width", "vision_heads", "vision_layers")), said
     assert (c.text_d_model, c.text_n_heads, c.text_n_layers) == (16, 2, 1)
     assert (c.vision_d_model, c.vision_n_heads, c.vision_n_layers) == (8, 2, 1)
 

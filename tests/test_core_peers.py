@@ -60,6 +60,7 @@ def copy_layers(ours: Transformer, theirs: nn.Transformer) -> None:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning")   # torch's own, for norm_first
 def test_encoder_decoder_equals_torch_transformer(norm_first):
     """Post-LN (the paper) and pre-LN stacks vs torch.nn.Transformer, with source padding."""
     torch.manual_seed(0)
