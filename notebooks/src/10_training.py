@@ -122,22 +122,24 @@ print(inspect.getsource(noam_lr))
 # In the paper's post-LN layers, $x \leftarrow \mathrm{LN}(x + \mathrm{Sublayer}(x))$, every residual
 # branch passes through a LayerNorm, and at initialization the gradients of the last layers are large
 # (Xiong et al. 2020). Adam's first steps, with no history to scale them, then move those weights by
-# the full learning rate. Warmup keeps the first steps small. We train the same 6+6-layer model
-# three ways at the same peak rate on the built-in corpus: post-LN with warmup, post-LN without,
-# and pre-LN without (pre-LN keeps an identity path, so it does not need warmup).
+# the full learning rate. Warmup keeps the first steps small. We train the same 4+4-layer model
+# three ways at the same constant rate on the built-in corpus: post-LN with a linear warmup, post-LN
+# without, and pre-LN without (pre-LN keeps an identity path, so it does not need warmup). The only
+# difference between the two post-LN runs is the warmup.
 
 # %%
 en, de = generate_pairs(3000, seed=0)
 bpe = SharedBPE.train(en + de, vocab_size=600)
-batches = TokenBatcher(bpe.encode(en), bpe.encode(de), max_tokens=800 if tformer.SMALL else 1200, seed=0)
-WARM_STEPS, PEAK_LR = (50, 1e-3) if tformer.SMALL else (400, 1e-3)
+batches = TokenBatcher(bpe.encode(en), bpe.encode(de), max_tokens=800, seed=0)
+PEAK_LR, LAYERS = 3e-3, 4
+WARM_STEPS, WARMUP = (100, 30) if tformer.SMALL else (400, 100)
 
 
 def train_curve(norm_first: bool, warmup: int) -> list[float]:
     torch.manual_seed(0)
-    cfg = TransformerConfig(src_vocab_size=bpe.vocab_size, d_model=64, n_heads=4, d_ff=256, n_encoder_layers=6,
-                            n_decoder_layers=6, dropout=0.1, norm_first=norm_first, max_len=128)
-    tc = TrainConfig(max_steps=WARM_STEPS, lr=PEAK_LR, schedule="noam" if warmup else "constant",
+    cfg = TransformerConfig(src_vocab_size=bpe.vocab_size, d_model=64, n_heads=4, d_ff=256, n_encoder_layers=LAYERS,
+                            n_decoder_layers=LAYERS, dropout=0.1, norm_first=norm_first, max_len=128)
+    tc = TrainConfig(max_steps=WARM_STEPS, lr=PEAK_LR, schedule="constant",   # lr ramps 0 -> PEAK_LR over `warmup`
                      warmup=warmup, grad_clip=None, log_every=10, progress=False)
     trainer = Trainer(Transformer(cfg), Seq2SeqLoss(0.1, bpe.pad_id), batches, tc, device=device)
     trainer.fit()
@@ -147,28 +149,32 @@ def train_curve(norm_first: bool, warmup: int) -> list[float]:
 # Three runs of the same model and batches, differing only in the LayerNorm's place and the warmup:
 
 # %%
-runs = {"post-LN, warmup": train_curve(False, WARM_STEPS // 2), "post-LN, no warmup": train_curve(False, 0),
+runs = {f"post-LN, warmup {WARMUP}": train_curve(False, WARMUP), "post-LN, no warmup": train_curve(False, 0),
         "pre-LN, no warmup": train_curve(True, 0)}
 x = [10 * (i + 1) for i in range(len(next(iter(runs.values()))))]
-curves(x, runs, xlabel="step", ylabel="training loss (10-step mean)", title=f"peak lr {PEAK_LR:g}, 6+6 layers")
+curves(x, runs, xlabel="step", ylabel="training loss (10-step mean)",
+       title=f"constant lr {PEAK_LR:g}, {LAYERS}+{LAYERS} layers")
 plt.show()
 for name, losses in runs.items():
-    print(f"{name:>20}: loss at step {x[-1]}: {losses[-1]:.3f}   (last three logs: {[round(v, 2) for v in losses[-3:]]})")
-assert runs["pre-LN, no warmup"][-1] < min(runs["post-LN, no warmup"][-1], runs["post-LN, warmup"][-1])
-gap = runs["post-LN, no warmup"][-1] - runs["post-LN, warmup"][-1]
-print(f"post-LN, warmup minus no warmup at step {x[-1]}: {-gap:+.3f} "
-      f"({'warmup ahead' if gap > 0 else 'warmup NOT ahead'} at this budget)")
+    print(f"{name:>20}: loss at step {x[-1]}: {losses[-1]:.3f}   (logs: {[round(v, 2) for v in losses]})")
+warm, cold, pre = (runs[k][-1] for k in runs)
+print(f"post-LN at step {x[-1]}: warmup {warm:.2f} vs no warmup {cold:.2f} nats; pre-LN without warmup {pre:.2f}")
+assert warm < cold - 0.2, "warmup should take post-LN off the plateau"     # seeds 0, 1, 2: ahead by 0.48-1.06
+assert pre < cold, "pre-LN trains without warmup"
 
 # %% [markdown]
-# **What this shows, and what it does not.** Both post-LN runs sit near the plateau where a model that
-# only knows word frequencies sits, while pre-LN, whose residual path skips every LayerNorm, trains at
-# the same rate with no warmup at all (asserted above): that is why GPT-2 and later models moved the
-# LayerNorm. Whether warmup rescues post-LN is *not* shown at this scale: the line above says which of
-# the two post-LN runs is ahead after this budget, and warmup's deliberately tiny first steps cost it
-# time that so short a run cannot win back. In our trials, 80-step runs and higher peak rates (try
-# `PEAK_LR = 3e-3`, where both post-LN runs stay on the plateau) gave the same picture, so this
-# chapter asserts no warmup effect. The paper's 4,000 warmup steps protect width-512 models over
-# 100,000 steps, a regime a CPU minute cannot reach; Xiong et al. (2020) measure it there.
+# **What this shows.** Without warmup, post-LN drops fast for a few steps, then sits on a plateau: the
+# loss of a model that has learned which words are frequent and nothing about the source. Its first
+# full-size Adam steps pushed it where every LayerNorm'd residual branch amplifies each update (Liu et
+# al. 2020), and it needs many steps to find its way out. With the rate ramped up over the first
+# steps, the same model, batches and peak rate leave that plateau early (the line above, and the
+# assertion under it, which held for seeds 0, 1 and 2 when the chapter was written; in full mode, 400
+# steps with a 100-step ramp, the unwarmed run is still far behind at the end). Pre-LN, whose
+# residual path skips every LayerNorm, needs no warmup at all: that is why GPT-2 and later models moved
+# the LayerNorm. The effect grows with depth: with 3+3 layers post-LN also trained without warmup in our
+# trials, and with 5+5 or 6+6 layers the unwarmed run stayed on the plateau even longer. The paper's
+# 4,000 warmup steps protect 6+6-layer, width-512 models over 100,000 steps (Xiong et al. 2020 measure
+# that regime); at this size a 30-step ramp is enough to see the same mechanism.
 
 # %% [markdown]
 # ## 3. Label smoothing
