@@ -331,11 +331,11 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
 
 def _pid_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)                                 # signal 0: only asks whether the process exists
     except ProcessLookupError:
         return False
-    except PermissionError:                             # alive, someone else's
-        return True
+    except PermissionError:                             # it exists, and belongs to another user
+        pass
     return True
 
 
