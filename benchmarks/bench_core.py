@@ -1,4 +1,4 @@
-"""tformer's core against its peers, side by side in one run (issue 2).
+"""tformer's core against its peers, side by side in one run.
 
     .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--quick]
 
@@ -19,11 +19,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tformer.runtime
+import tformer.utils.runtime
 from tformer import MultiHeadAttention, causal_mask
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
 from tformer.positional import sinusoidal_table
-from tformer.timing import time_interleaved
+from tformer.utils.timing import time_interleaved
 
 
 
@@ -118,7 +118,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
     args = p.parse_args()
-    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
+    tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     rows = [("MultiHeadAttention fwd+bwd", "nn.MultiheadAttention", bench_mha, "tokens/s"),
             ("GPT train step 6L/384d T=256", "transformers GPT2LMHeadModel", bench_gpt, "tokens/s"),
             ("enc-dec train step 6+6 d512", "nn.Transformer", bench_seq2seq, "tgt tokens/s"),

@@ -5,9 +5,9 @@
 Rows:
   * greedy decoding with a KV cache: tformer's GPT vs Hugging Face's GPT2LMHeadModel.generate (random
     GPT-2 config, same weights loaded with `GPT.from_hf_gpt2`): same tokens, tokens/s, ratio.
-  * paged vs contiguous KV cache: the same decoding through `tformer.paged_cache` (gathering the blocks
+  * paged vs contiguous KV cache: the same decoding through `tformer.inference.paged_cache` (gathering the blocks
     each step) vs `KVCache`: same tokens, tokens/s, ratio.
-  * int8 weights: `tformer.quantize.QuantLinear` (weight-only) vs PyTorch's dynamic int8 Linear
+  * int8 weights: `tformer.inference.quantize.QuantLinear` (weight-only) vs PyTorch's dynamic int8 Linear
     (`torch.ao.quantization.quantize_dynamic`, int8 activations too) vs float nn.Linear: time of a
     (tokens x d) @ (d x 4d) layer and the error against the float layer.
 
@@ -25,11 +25,11 @@ import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tformer.runtime  # noqa: E402
+import tformer.utils.runtime  # noqa: E402
 from tformer.models import GPT  # noqa: E402
-from tformer.paged_cache import BlockPool, PagedConfig, generate_paged  # noqa: E402
-from tformer.quantize import QuantLinear  # noqa: E402
-from tformer.timing import time_interleaved  # noqa: E402
+from tformer.inference.paged_cache import BlockPool, PagedConfig, generate_paged  # noqa: E402
+from tformer.inference.quantize import QuantLinear  # noqa: E402
+from tformer.utils.timing import time_interleaved  # noqa: E402
 
 
 
@@ -92,7 +92,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (1 on a shared machine)")
     args = p.parse_args()
-    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
+    tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     bench_decoding(args.repeats)
     bench_int8(args.repeats)

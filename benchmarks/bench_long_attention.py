@@ -10,7 +10,7 @@
 All bidirectional (no causal mask), one batch of B=1, H heads of d=64, float32. Time: median of
 `--repeat` runs after a warm-up. Peak memory: bytes allocated above what was live before the call, in
 a separate run: `torch.cuda.max_memory_allocated` on a GPU; on a CPU, the allocation/free events of
-PyTorch's CPU allocator recorded by `torch.profiler(profile_memory=True)` (tformer.timing.peak_memory).
+PyTorch's CPU allocator recorded by `torch.profiler(profile_memory=True)` (tformer.utils.timing.peak_memory).
 Inputs (q, k, v) are allocated before, so they are not counted; the output is.
 
     python benchmarks/bench_long_attention.py                 # T = 512 ... 8192
@@ -27,11 +27,11 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import tformer.runtime
+import tformer.utils.runtime
 from tformer.attention import scaled_dot_product_attention
 from tformer.efficient import orthogonal_gaussian, performer_attention, tiled_attention
 from tformer.sparse import sliding_window_attention
-from tformer.timing import format_table, peak_memory, time_fn
+from tformer.utils.timing import format_table, peak_memory, time_fn
 
 
 def methods(t: int, d: int, k_rows: int, n_features: int, window: int, block: int, device):
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=256, help="tiled attention key block")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
-    tformer.runtime.set_threads(None)   # explicit: every core, whatever small mode chose
+    tformer.utils.runtime.set_threads(None)   # explicit: every core, whatever small mode chose
     device = torch.device(args.device)
     torch.manual_seed(0)
     rows = []

@@ -1,17 +1,17 @@
-"""Mixture of experts, side by side in one run (issue 7).
+"""Mixture of experts, side by side in one run.
 
     .venv/bin/python benchmarks/bench_moe.py [--repeats 5] [--threads 1]
     python benchmarks/bench_moe.py --gpu          # on a CUDA GPU: bf16, flash forced, tokens/s and MFU
 
 Rows (CPU):
   * one MoE layer, forward + backward, E=8 top-2, d=128, expert width 256, 512 tokens: tformer's
-    "padded" and "grouped" dispatch vs the same dispatch as it was before issue 12 (`OldMoE`: advanced-
+    "padded" and "grouped" dispatch vs the same dispatch as it was earlier (`OldMoE`: advanced-
     indexing gathers whose backward is an accumulating index_put_), vs the naive per-token loop (the
     reference) and vs Hugging Face's Qwen3-MoE block (a loop over experts), same weights; ratios = other's
     time / tformer's time, and what `auto` picks now against what it picked before (target: <= 1.05).
   * language-model training step (forward, loss + aux, backward, AdamW): MoE GPT (8 experts, top-2,
     expert width 2d) vs a dense GPT with the same active parameters (FFN width 4d): tokens/s.
-On a GPU (--gpu): the same LM pair at a larger size through `tformer.flash.lm_throughput` (bf16
+On a GPU (--gpu): the same LM pair at a larger size through `tformer.utils.flash.lm_throughput` (bf16
 autocast, flash attention forced and checked), tokens/s and MFU; grouped vs padded dispatch.
 
 Pairs run interleaved after a warm-up so they see the same machine load; medians are reported.
@@ -22,15 +22,15 @@ import argparse
 
 import torch
 
-import tformer.runtime
-from tformer.flash import lm_throughput
+import tformer.utils.runtime
+from tformer.utils.flash import lm_throughput
 from tformer.models import GPT, GPTConfig
-from tformer.timing import time_interleaved
+from tformer.utils.timing import time_interleaved
 from tformer.moe import GROUP_ALIGN, MoE, MoEConfig, compute_dtype, grouped_mm_available, make_plan
 
 
 class OldMoE(MoE):
-    """The dispatch as it was before issue 12, kept to time it side by side with the current one: advanced-
+    """The dispatch as it was earlier, kept to time it side by side with the current one: advanced-
     indexing gathers (`xf[token_sorted]`, `[slot]`, `[rows]`, whose backward is an accumulating
     `index_put_`), an `index_add` combine, and `bincount` (a host sync on CUDA) in `make_plan`."""
 
@@ -89,9 +89,9 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
     fns = {"padded": run("padded")}
     if grouped_mm_available(x, d, ff):
         fns["grouped"] = run("grouped")
-    fns["old padded (before issue 12)"] = run_old("padded")
+    fns["old padded (earlier)"] = run_old("padded")
     if grouped_mm_available(x, d, ff):
-        fns["old grouped (before issue 12)"] = run_old("grouped")
+        fns["old grouped (earlier)"] = run_old("grouped")
     for path in fns.keys() & {"padded", "grouped"}:
         torch.testing.assert_close(old(x, dispatch=path), layer(x, dispatch=path))      # same function
     if naive:
@@ -123,9 +123,9 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
     print(f"\nMoE layer fwd+bwd, {n_tokens} tokens, d={d}, E={e}, top-{k}, SwiGLU width {ff}, {dtype}, {device}")
     for name, sec in t.items():
         print(f"  {name:>34}: {sec * 1e3:8.2f} ms   ratio vs best tformer path: {sec / ref:6.2f}x")
-    old_auto = f"old {old.choose_dispatch(x)} (before issue 12)"
+    old_auto = f"old {old.choose_dispatch(x)} (earlier)"
     print(f"  auto now picks {auto!r}, before it picked {old.choose_dispatch(x)!r}: now / before = "
-          f"{t[auto] / t[old_auto]:.3f} (issue 12: <= 1.05 on a CPU)")
+          f"{t[auto] / t[old_auto]:.3f} (target: <= 1.05 on a CPU)")
     return t
 
 
@@ -177,7 +177,7 @@ def main():
     p.add_argument("--gpu", action="store_true", help="CUDA: bf16, flash forced, tokens/s and MFU")
     p.add_argument("--compile", action="store_true", help="with --gpu: torch.compile the models")
     args = p.parse_args()
-    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
+    tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     if args.gpu:
         if not torch.cuda.is_available():
             raise SystemExit("--gpu needs a CUDA GPU")

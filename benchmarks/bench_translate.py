@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tformer.runtime
-from tformer.timing import time_interleaved
+import tformer.utils.runtime
+from tformer.utils.timing import time_interleaved
 from tformer.translate.pipeline import Seq2SeqLoss, build_model
 from tformer.translate.presets import get_preset
 
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
+    tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     dev = torch.device(args.device)
     p = get_preset(args.preset)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""tformer's ViT against transformers' ViTForImageClassification, same config and weights (issue 6).
+"""tformer's ViT against transformers' ViTForImageClassification, same config and weights.
 
     .venv/bin/python benchmarks/bench_vit.py [--repeats 7] [--config digits|small|base] [--batch 64]
 
@@ -15,9 +15,9 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-import tformer.runtime
+import tformer.utils.runtime
 from tformer.models import ViT
-from tformer.timing import time_interleaved
+from tformer.utils.timing import time_interleaved
 
 CONFIGS = {
     "digits": dict(image_size=8, patch_size=2, num_channels=1, hidden_size=64, num_hidden_layers=2,
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
-    tformer.runtime.set_threads(None)   # explicit: every core, whatever small mode chose
+    tformer.utils.runtime.set_threads(None)   # explicit: every core, whatever small mode chose
     import transformers
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,4 +1,4 @@
-"""The course's GPU check: one script, one table of JSON rows, under 6 minutes on one H200 (issue 12).
+"""The course's GPU check: one script, one table of JSON rows, under 6 minutes on one H200.
 
     python benchmarks/gpu_check.py --data DIR --json out.json   # on a CUDA GPU; DIR holds Multi30k
     python benchmarks/gpu_check.py --only moe gpt2-vs-hf        # rerun some parts
@@ -13,7 +13,7 @@ Each row is {part, what, value, unit, extra}; parts:
   transformer-base    `TransformerConfig.base` training, B384 x 64+64 tokens: target tokens/s (the paper:
                       100k steps in 12 h on 8 P100, 0.43 s per step)
   moe                 MoE GPT 8 experts top-2 vs the dense GPT of equal active parameters, at d768/L12/T1024/B16
-                      and d2048/L8/T2048/B8: tokens/s, MFU, MoE/dense (issue 12's targets: >= 0.7 and >= 0.8)
+                      and d2048/L8/T2048/B8: tokens/s, MFU, MoE/dense (targets: >= 0.7 and >= 0.8)
   gpt2-vs-hf          GPT-2 124M train step (B16, T1024) vs `GPT2LMHeadModel` (sdpa) with the same weights,
                       and tformer's MFU with `torch.compile` (target >= 35%)
   seq2seq-vs-torch    encoder-decoder base vs `nn.Transformer` (same embeddings and generator), B256 x T64, padding
@@ -23,8 +23,8 @@ Each row is {part, what, value, unit, extra}; parts:
   vit                 ViT-B/16 training at 224 x 224: images/s
 
 MFU everywhere: (6 N + 12 L d T) FLOPs per token, N the active non-embedding parameters, against the
-datasheet's dense 16-bit peak (`tformer.gpu.peak_flops`: 989 TFLOP/s for H100/H200 SXM). Precision and
-attention kernel follow the GPU (`tformer.gpu`: bf16 + flash on sm80+, fp16 + memory-efficient before).
+datasheet's dense 16-bit peak (`tformer.utils.gpu.peak_flops`: 989 TFLOP/s for H100/H200 SXM). Precision and
+attention kernel follow the GPU (`tformer.utils.gpu`: bf16 + flash on sm80+, fp16 + memory-efficient before).
 Everything but `translate` runs on random inputs: nothing is downloaded. Timings are medians after warm-up.
 """
 from __future__ import annotations
@@ -49,9 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))                          # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))           # the peers of bench_core
 
-from tformer import gpu  # noqa: E402
+from tformer.utils import gpu  # noqa: E402
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig  # noqa: E402
-from tformer.timing import synchronize, time_interleaved  # noqa: E402
+from tformer.utils.timing import synchronize, time_interleaved  # noqa: E402
 
 PARTS = ("tests", "attention", "transformer-base", "moe", "gpt2-vs-hf", "seq2seq-vs-torch", "rnn-vs-transformer",
          "translate", "vit")
@@ -163,7 +163,7 @@ def attention_rows(dev, dtype, lengths, tokens, heads=16, head_dim=128, repeat=1
 
 
 def transformer_rows(dev, dtype, vocab, batch, src_len, tgt_len, steps, **cfg_kw) -> list[dict]:
-    from tformer.train import label_smoothed_cross_entropy
+    from tformer.training import label_smoothed_cross_entropy
 
     torch.manual_seed(0)
     cfg = TransformerConfig.base(vocab, max_len=max(src_len, tgt_len) + 1, **cfg_kw)
@@ -195,7 +195,7 @@ def transformer_rows(dev, dtype, vocab, batch, src_len, tgt_len, steps, **cfg_kw
 
 
 def moe_rows(dev, dtype, sizes, vocab, steps) -> list[dict]:
-    from tformer.flash import lm_throughput
+    from tformer.utils.flash import lm_throughput
 
     rows = []
     for width, layers, heads, block, batch in sizes:
@@ -233,7 +233,7 @@ def moe_rows(dev, dtype, sizes, vocab, steps) -> list[dict]:
 def gpt2_rows(dev, dtype, hf_kw, batch, block, steps, compile: bool) -> list[dict]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from tformer.flash import lm_flops_per_token, lm_throughput
+    from tformer.utils.flash import lm_flops_per_token, lm_throughput
     torch.manual_seed(0)
     cfg = GPT2Config(n_positions=block, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **hf_kw)
     cfg._attn_implementation = "sdpa"                           # F.scaled_dot_product_attention, as tformer
@@ -273,7 +273,7 @@ def gpt2_rows(dev, dtype, hf_kw, batch, block, steps, compile: bool) -> list[dic
         r = lm_throughput(ours, batch_size=batch, seq_len=block, steps=steps, warmup=3, dtype=dtype, compile=True)
         mfu = f"MFU {r['mfu']:.1%}" if r["mfu"] is not None else "MFU n/a"
         rows.append(row("gpt2-vs-hf", f"tformer + torch.compile B={batch} T={block}", r["tokens_per_s"], "tokens/s",
-                        f"{mfu} (issue 12 target >= 35%), kernels {r['backends']}"))
+                        f"{mfu} (target >= 35%), kernels {r['backends']}"))
     else:
         rows.append(row("gpt2-vs-hf", "tformer + torch.compile", None, "tokens/s", "skipped (--smoke: compiling is slow on a CPU)"))
     del ours
@@ -326,7 +326,7 @@ def seq2seq_rows(dev, dtype, vocab, batch, length, steps, **cfg_kw) -> list[dict
 
 def rnn_rows(dev, width, layers, lengths, batch, vocab, steps) -> list[dict]:
     from tformer.models import LSTMConfig, LSTMLM
-    from tformer.timing import step_time_vs_length
+    from tformer.utils.timing import step_time_vs_length
 
     models = {"LSTM": lambda: LSTMLM(LSTMConfig(vocab_size=vocab, d_model=width, n_layers=layers)),
               "GPT": lambda: GPT(GPTConfig(vocab_size=vocab, block_size=max(lengths), n_layers=layers,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-import tformer.runtime
+import tformer.utils.runtime
 from tformer.translate import load_run, score_lines
 
 
@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    tformer.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
+    tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     run = Path(args.run)
     src = Path(args.src).read_text(encoding="utf-8").rstrip("\n").split("\n")
     ref = Path(args.ref).read_text(encoding="utf-8").rstrip("\n").split("\n")

@@ -1,4 +1,4 @@
-"""Issue 15: one naming scheme across the configs, deprecated aliases, capture_attention."""
+"""One naming scheme across the configs (the old names are gone, not aliased), capture_attention, one LM loss."""
 import dataclasses
 
 import pytest
@@ -17,43 +17,18 @@ def test_every_config_uses_the_papers_names(cls):
     assert not names & {"n_embd", "n_layer", "n_head", "n_kv_head", "width", "heads"}
 
 
-def test_gpt_config_old_names_warn_and_map_to_the_new_ones():
-    with pytest.warns(FutureWarning) as seen:
-        cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_kv_head=1, n_embd=16)
-    said = " | ".join(str(w.message) for w in seen)
-    for old, new in (("n_embd", "d_model"), ("n_layer", "n_layers"), ("n_head", "n_heads"), ("n_kv_head", "n_kv_heads")):
-        assert f"GPTConfig.{old} is deprecated" in said and f"use {new}" in said, said   # one warning per old name
-    assert (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_model) == (1, 2, 1, 16)
-    with pytest.warns(FutureWarning, match="n_layer"):
-        assert cfg.n_layer == 1
-    assert dataclasses.replace(cfg, n_heads=1).n_heads == 1
-    with pytest.raises(TypeError, match="both n_head"):
-        GPTConfig(n_head=2, n_heads=2)
-    assert GPT(cfg).num_params() == GPT(GPTConfig(vocab_size=11, block_size=8, n_layers=1, n_heads=2, n_kv_heads=1,
-                                                  d_model=16)).num_params()
-
-
-def test_lstm_and_clip_old_names():
-    with pytest.warns(FutureWarning):
-        c = LSTMConfig(n_embd=12, n_layer=3)
-    assert (c.d_model, c.n_layers) == (12, 3)
-    with pytest.warns(FutureWarning):
-        assert LSTMEncoder(4, 5, n_layer=2).n_layers == 2
-    with pytest.warns(FutureWarning) as seen:
-        c = CLIPConfig(text_width=16, text_heads=2, text_layers=1, vision_width=8, vision_heads=2, vision_layers=1)
-    said = " | ".join(str(w.message) for w in seen)
-    assert all(f"CLIPConfig.{old} is deprecated" in said for old in
-               ("text_width", "text_heads", "text_layers", "vision_width", "vision_heads", "vision_layers")), said
-    assert (c.text_d_model, c.text_n_heads, c.text_n_layers) == (16, 2, 1)
-    assert (c.vision_d_model, c.vision_n_heads, c.vision_n_layers) == (8, 2, 1)
-
-
-def test_encoder_layer_is_a_deprecated_alias_of_transformer_block():
-    with pytest.warns(FutureWarning, match="TransformerBlock"):
-        assert tformer.EncoderLayer is TransformerBlock
-    with pytest.warns(FutureWarning):
-        from tformer.blocks import EncoderLayer
-    assert EncoderLayer is TransformerBlock
+def test_the_old_names_are_gone():
+    with pytest.raises(TypeError, match="n_layer"):
+        GPTConfig(n_layer=1)
+    with pytest.raises(TypeError, match="n_layer"):
+        LSTMEncoder(4, 5, n_layer=2)
+    with pytest.raises(TypeError, match="text_width"):
+        CLIPConfig(text_width=16)
+    assert not hasattr(tformer, "EncoderLayer")
+    import importlib
+    for old in ("vision", "train", "lm", "lm_data", "gpu", "runtime", "_compat", "images", "decode"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"tformer.{old}")
 
 
 def test_capture_attention_collects_weights_in_call_order_and_restores_the_fast_path():
@@ -81,11 +56,11 @@ def test_capture_attention_collects_weights_in_call_order_and_restores_the_fast_
             pass
 
 
-# -- issue 15 item 3: one loss, one loop, one schedule family, one timer ---------------------------------
+# -- one loss, one loop, one schedule family, one timer -------------------------------------------------
 def test_causal_lm_loss_is_the_one_next_token_loss():
     import torch.nn.functional as F
-    from tformer.lm import causal_lm_loss
-    from tformer.lm_data import lm_loss
+    from tformer.training.losses import causal_lm_loss
+    from tformer.data.text import lm_loss
     g = torch.Generator().manual_seed(0)
     logits, idx = torch.randn(2, 5, 7, generator=g, dtype=torch.float64), torch.randint(0, 7, (2, 5), generator=g)
     ref = F.cross_entropy(logits[:, :-1].reshape(-1, 7), idx[:, 1:].reshape(-1))
@@ -103,7 +78,7 @@ def test_causal_lm_loss_is_the_one_next_token_loss():
 
 def test_cosine_schedule_warms_up_then_follows_a_half_cosine_to_zero():
     import math
-    from tformer.train import CosineSchedule
+    from tformer.training import CosineSchedule
     s = CosineSchedule(warmup=4, total=20)
     assert [s(i) for i in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert s(12) == pytest.approx(0.5 * (1 + math.cos(math.pi * 8 / 16)))
@@ -111,8 +86,8 @@ def test_cosine_schedule_warms_up_then_follows_a_half_cosine_to_zero():
 
 
 def test_image_training_runs_on_the_trainer_and_leaves_the_global_rng_alone():
-    from tformer.image_training import train_classifier
-    from tformer.images import ImageSplit
+    from tformer.training.vision import train_classifier
+    from tformer.data.images import ImageSplit
     g = torch.Generator().manual_seed(0)
     data = ImageSplit(torch.randn(20, 1, 8, 8, generator=g), torch.randint(0, 3, (20,), generator=g),
                       torch.randn(6, 1, 8, 8, generator=g), torch.randint(0, 3, (6,), generator=g))
@@ -124,13 +99,3 @@ def test_image_training_runs_on_the_trainer_and_leaves_the_global_rng_alone():
     hist = train_classifier(vit, data, epochs=2, batch_size=8, progress=False)
     assert len(hist.loss) == 6 and len(hist.test_acc) == 2                  # 3 steps an epoch, 2 epochs
     assert torch.equal(torch.rand(3), expected)                             # the Trainer did not reseed
-
-
-def test_vision_module_is_a_deprecated_re_export():
-    import importlib
-    import sys
-    sys.modules.pop("tformer.vision", None)
-    with pytest.warns(FutureWarning, match="tformer.vision is deprecated"):
-        vision = importlib.import_module("tformer.vision")
-    from tformer.image_training import train_clip
-    assert vision.train_clip is train_clip

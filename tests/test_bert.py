@@ -3,7 +3,8 @@ objective; a few-step pretrain + fine-tune smoke test."""
 import pytest
 import torch
 
-from tformer.lm import IGNORE, apply_mlm_masking, causal_lm_loss, mask_tokens, masked_lm_loss
+from tformer.training.losses import IGNORE, causal_lm_loss, masked_lm_loss
+from tformer.data.text import apply_mlm_masking, mask_tokens
 from tformer.models import BERT, BertClassifier, BertConfig
 
 transformers = pytest.importorskip("transformers")

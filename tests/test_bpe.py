@@ -1,8 +1,8 @@
-"""tformer.bpe against Hugging Face `tokenizers`: the same merges, the same vocabulary, the same ids."""
+"""tformer.data.bpe against Hugging Face `tokenizers`: the same merges, the same vocabulary, the same ids."""
 import pytest
 
-from tformer.bpe import merge, train_bpe, tokenizers_merges
-from tformer.lm_data import offline_text, train_tokenizer
+from tformer.data.bpe import merge, train_bpe, tokenizers_merges
+from tformer.data.text import offline_text, train_tokenizer
 
 
 @pytest.mark.parametrize("ids, pair, new_id, expected", [

@@ -1,4 +1,4 @@
-"""`tformer translate` under the inputs people really pass, faults and concurrency (issue 16).
+"""`tformer translate` under the inputs people really pass, faults and concurrency.
 
 Every case goes through the real entry point (`tformer.cli.main`, and `python -m tformer` where the
 exit status and the absence of a traceback matter) and checks: one line on stderr saying what was
@@ -244,10 +244,10 @@ def half_writer(exc):
 
 
 def test_an_interrupted_save_leaves_the_previous_checkpoint(capsys, run_copy, monkeypatch):
-    import tformer.train
+    import tformer.training.checkpoint
     run, _, _ = run_copy
     before = (run / "last.pt").read_bytes()
-    monkeypatch.setattr(tformer.train, "checkpoint_writer", half_writer(KeyboardInterrupt()))
+    monkeypatch.setattr(tformer.training.checkpoint, "checkpoint_writer", half_writer(KeyboardInterrupt()))
     code, _, err = run_cli(capsys, "translate", "train", "--out", run, "--max-steps", "6", "--no-progress")
     assert code == 130 and "interrupted" in err and "Traceback" not in err
     assert (run / "last.pt").read_bytes() == before              # untouched, and no half-written files left
@@ -259,10 +259,10 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint(capsys, run_copy, mo
 
 
 def test_disk_full_while_saving(capsys, run_copy, monkeypatch):
-    import tformer.train
+    import tformer.training.checkpoint
     run, _, _ = run_copy
     before = (run / "last.pt").read_bytes()
-    monkeypatch.setattr(tformer.train, "checkpoint_writer",
+    monkeypatch.setattr(tformer.training.checkpoint, "checkpoint_writer",
                         half_writer(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
     code, _, err = run_cli(capsys, "translate", "train", "--out", run, "--max-steps", "6", "--set", "snapshot_every=0",
                            "--no-progress")
@@ -275,7 +275,7 @@ def test_disk_full_while_saving(capsys, run_copy, monkeypatch):
 # -- one job per run folder -------------------------------------------------------------------------------
 def test_a_second_job_on_the_same_run_is_refused(capsys, run_copy):
     run, _, _ = run_copy
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from tformer.train import RunLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from tformer.training import RunLock; "
                                "lock = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)", str(run)],
                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -296,7 +296,7 @@ def test_a_save_killed_outright_leaves_no_temporary_behind_after_the_next_start(
     run, _, _ = run_copy
     before = (run / "last.pt").read_bytes()
     saver = subprocess.Popen([sys.executable, "-c",
-                              "import sys, time, tformer.train as tr\n"
+                              "import sys, time, tformer.training.checkpoint as tr\n"
                               "def stuck(obj, f):\n    f.write(b'half a checkpoint'); f.flush(); print('writing', flush=True); time.sleep(600)\n"
                               "tr.checkpoint_writer = stuck\ntr.atomic_save({}, sys.argv[1] + '/last.pt')", str(run)],
                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -351,7 +351,7 @@ def test_stdin_translation_and_bad_stdin(capsys, base_run, monkeypatch):
 LOCK_WORKER = """
 import sys
 import torch.distributed as dist
-from tformer.train import RunInUseError, acquire_run_lock, setup_distributed
+from tformer.training import RunInUseError, acquire_run_lock, setup_distributed
 rank, world, _ = setup_distributed()
 try:
     lock = acquire_run_lock(sys.argv[1])
@@ -384,7 +384,7 @@ def test_the_ranks_of_one_torchrun_job_share_the_lock(tmp_path):
         return [(tmp_path / f"{tag}.rank{i}").read_text() for i in (0, 1)]
 
     assert torchrun("free") == ["ok", "ok"]
-    from tformer.train import RunLock
+    from tformer.training import RunLock
     with RunLock(run):
         assert torchrun("held") == ["refused", "refused"]
 

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from tformer.models import CLIP, CLIPConfig, ViT, ViTConfig
 from tformer.models.clip import clip_loss, contrastive_logits_loss
-from tformer.captions import caption_ids, digit_captions
-from tformer.images import load_digits
+from tformer.data.captions import caption_ids, digit_captions
+from tformer.data.images import load_digits
 
 transformers = pytest.importorskip("transformers")
 
@@ -157,9 +157,9 @@ def write_caption_folder(folder, per_colour=6):
 
 
 def test_image_captions_load_through_datasets_and_a_clip_learns_them(tmp_path):
-    from tformer.image_training import train_clip
-    from tformer.images import load_image_captions
-    from tformer.metrics import retrieval_recall
+    from tformer.training.vision import train_clip
+    from tformer.data.images import load_image_captions
+    from tformer.training.metrics import retrieval_recall
     write_caption_folder(tmp_path / "caps" / "train")
     data = load_image_captions(str(tmp_path / "caps"), split="train", image_size=8)
     assert data.images.shape == (24, 3, 8, 8) and data.images.dtype == torch.float32
@@ -184,7 +184,7 @@ def test_image_captions_load_through_datasets_and_a_clip_learns_them(tmp_path):
 
 def test_image_captions_say_what_to_do_offline(tmp_path, monkeypatch):
     from tformer.data import DataUnavailableError
-    from tformer.images import load_image_captions
+    from tformer.data.images import load_image_captions
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(DataUnavailableError, match="digit_captions"):
         load_image_captions("tformer-tests/no-such-caption-set")

@@ -17,7 +17,7 @@ WORKER = textwrap.dedent("""
     import sys
     import torch
     torch.set_num_threads(1)
-    from tformer.train import Trainer, TrainConfig, setup_distributed
+    from tformer.training import Trainer, TrainConfig, setup_distributed
     from tformer.data import TokenBatcher
     from tformer.models import Transformer, TransformerConfig
     from tformer.translate.pipeline import Seq2SeqLoss

@@ -1,9 +1,9 @@
-"""tformer.metrics.fit_power_law (chapter 15's reference): it recovers a known law and names bad input.
+"""tformer.training.metrics.fit_power_law (chapter 15's reference): it recovers a known law and names bad input.
 The exercise itself runs in tests/test_exercises.py with the solution in tests/exercise_solutions/ch15.py."""
 import pytest
 import torch
 
-from tformer.metrics import fit_power_law
+from tformer.training.metrics import fit_power_law
 
 
 def test_fit_recovers_chinchilla_like_law():

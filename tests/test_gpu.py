@@ -1,11 +1,11 @@
-"""tformer.gpu: precision, attention kernel and distributed backend chosen from the device, tested on the CPU
+"""tformer.utils.gpu: precision, attention kernel and distributed backend chosen from the device, tested on the CPU
 with the GPU's compute capability (or GPU count) injected. Tests marked `gpu` run only on a CUDA machine."""
 import pytest
 import torch
 from torch.nn.attention import SDPBackend
 
-from tformer import gpu
-from tformer.train import TrainConfig, Trainer, setup_distributed
+from tformer.utils import gpu
+from tformer.training import TrainConfig, Trainer, setup_distributed
 
 T4, V100, A100, H200 = (7, 5), (7, 0), (8, 0), (9, 0)
 
@@ -119,7 +119,7 @@ def test_this_gpu_gets_a_kernel_that_runs():
 
 
 def test_gpu_translation_preset_is_the_measured_hand_made_recipe():
-    # issue 12 measured `--preset base` with these `--set`s on one H200: 40.4 greedy sacreBLEU in 2.5 minutes
+    # a development run measured `--preset base` with these `--set`s on one H200: 40.4 greedy sacreBLEU in 2.5 minutes
     from tformer.translate.presets import get_preset
     hand = get_preset("base", n_layers=3, dropout=0.3, vocab_size=8000, max_tokens=8000, warmup=400,
                       schedule="linear", lr=1e-3, grad_clip=1.0).to_dict()

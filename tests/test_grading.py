@@ -334,7 +334,7 @@ def test_each_notebook_owes_its_own_exercises(temp_exercise, tmp_path):
     assert exercises_of(tmp_path / "01_attention.ipynb") == ["ch01.attention", "ch01.softmax"]
 
 
-# --- issue 17: no correct answer rejected, no wrong one accepted, messages that do not mislead ------------------
+# --- no correct answer rejected, no wrong one accepted, messages that do not mislead ------------------
 
 def test_a_rounding_tie_does_not_decide_a_grade():
     """0.01 / (0.02 / 127) = 63.5 exactly: a float64 or multiply-by-reciprocal answer rounds it the other way

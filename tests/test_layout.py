@@ -1,5 +1,6 @@
 """The repository's map of itself stays true: the module map in tformer/__init__.py names every module,
 data/ has a README per dataset, and downloads are cached in data/cache/ (ignored by git) by default."""
+import importlib
 import pkgutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,18 @@ def test_module_map_names_every_module_and_subpackage():
     missing = [n for n in names if f"{n}/" not in doc and f" {n} " not in doc and f" {n}," not in doc
                and f", {n} " not in doc]
     assert not missing, f"tformer/__init__.py's module map does not mention: {missing}"
+
+
+def test_the_top_level_is_small_and_every_folder_lists_its_modules():
+    top = [m.name for m in pkgutil.iter_modules(tformer.__path__) if not m.name.startswith("_")]
+    assert len(top) <= 16, f"tformer/ has {len(top)} entries at the top; group them into its folders: {top}"
+    for m in pkgutil.iter_modules(tformer.__path__):
+        if not m.ispkg or m.name == "grading":
+            continue
+        pkg = importlib.import_module(f"tformer.{m.name}")
+        inner = [s.name for s in pkgutil.iter_modules(pkg.__path__) if not s.name.startswith("_")]
+        unnamed = [s for s in inner if not any(w in (pkg.__doc__ or "") for w in (f" {s} ", f" {s},", f", {s} ", f"{s}/"))]
+        assert not unnamed, f"tformer/{m.name}/__init__.py's docstring does not mention: {unnamed}"
 
 
 def test_data_has_a_readme_per_dataset_with_source_license_and_offline_fallback():

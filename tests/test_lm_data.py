@@ -1,10 +1,10 @@
-"""Text for small LMs (tformer.lm_data): offline corpus, tokenizer, batches, loss; no downloads."""
+"""Text for small LMs (tformer.data.text): offline corpus, tokenizer, batches, loss; no downloads."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tformer.data.sources import DataUnavailableError
-from tformer.lm_data import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.data.text import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
 
 
@@ -82,7 +82,7 @@ def test_hf_text_reads_a_local_file_through_datasets(tmp_path):
 
 
 def test_hf_text_offline_says_what_to_do(monkeypatch):
-    import tformer.lm_data as lm_data
+    import tformer.data.text as lm_data
     monkeypatch.setitem(lm_data.CORPORA, "missing", ("tformer-tests/no-such-dataset", None, "text"))
     with pytest.raises(DataUnavailableError, match="offline_text"):   # HF_DATASETS_OFFLINE=1 (conftest)
         hf_text("missing")

@@ -1,11 +1,11 @@
-"""tformer.lora: the adapter formula in float64, merged == unmerged, what is frozen, the trainable share."""
+"""tformer.training.lora: the adapter formula in float64, merged == unmerged, what is frozen, the trainable share."""
 import copy
 
 import pytest
 import torch
 import torch.nn as nn
 
-from tformer.lora import LoRALinear, add_lora, lora_forward, merge_lora, trainable_params
+from tformer.training.lora import LoRALinear, add_lora, lora_forward, merge_lora, trainable_params
 from tformer.models import GPT, GPTConfig
 
 

@@ -1,4 +1,4 @@
-"""Mixture of experts (tformer.moe, GPT's MoE layers) and the flash-attention path (tformer.flash).
+"""Mixture of experts (tformer.moe, GPT's MoE layers) and the flash-attention path (tformer.utils.flash).
 
 References: the naive per-token loop, Hugging Face's Qwen3-MoE block and Mixtral balancing loss (random
 init, no download), hand-made routings with hand-computed answers, float64.
@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from tformer import gpu
+from tformer.utils import gpu
 from tformer.attention import capture_attention
-from tformer.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
+from tformer.utils.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
-from tformer.timing import profiled
+from tformer.utils.timing import profiled
 from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity,
                          grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,
                          top_k_route)

@@ -15,9 +15,9 @@ WORKER = textwrap.dedent("""
     import sys
     import torch
     torch.set_num_threads(1)
-    from tformer.lm_data import LMBatches, lm_loss
+    from tformer.data.text import LMBatches, lm_loss
     from tformer.models import GPT, GPTConfig
-    from tformer.train import Trainer, TrainConfig, setup_distributed
+    from tformer.training import Trainer, TrainConfig, setup_distributed
 
     rank, world, _ = setup_distributed("cpu")          # gloo even on a machine with a GPU
     torch.manual_seed(0)

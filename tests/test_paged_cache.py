@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from tformer.cache import make_caches
+from tformer.inference.cache import make_caches
 from tformer.models import GPT, GPTConfig
-from tformer.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
+from tformer.inference.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
 
 
 def _model(n_kv_heads=2, seed=0):

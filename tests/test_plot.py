@@ -1,4 +1,4 @@
-"""tformer.plot: the heat-map and curve helpers draw what they are given and reject wrong shapes."""
+"""tformer.utils.plot: the heat-map and curve helpers draw what they are given and reject wrong shapes."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -7,7 +7,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tformer.plot import curves, heads_grid, heatmap  # noqa: E402
+from tformer.utils.plot import curves, heads_grid, heatmap  # noqa: E402
 
 
 def test_heatmap_draws_the_matrix_and_rejects_other_ranks():

@@ -1,4 +1,4 @@
-"""tformer.sft, tformer.dpo, tformer.rag: prompt-masked labels, the SFT loss on causal_lm_loss, DPO's loss
+"""tformer.training.sft, tformer.training.dpo, tformer.inference.rag: prompt-masked labels, the SFT loss on causal_lm_loss, DPO's loss
 against its formula in float64, the retriever."""
 import math
 
@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.dpo import dpo_loss, preference_pairs
-from tformer.lm import IGNORE
-from tformer.lm_data import offline_text, train_tokenizer
+from tformer.training.dpo import dpo_loss, preference_pairs
+from tformer.training.losses import IGNORE
+from tformer.data.text import offline_text, train_tokenizer
 from tformer.models import GPT, GPTConfig
-from tformer.rag import TfidfRetriever
-from tformer.sft import (END, encode_chat, encode_chats, exact_match, instruction_set, prompt_ids, sequence_logprob,
+from tformer.inference.rag import TfidfRetriever
+from tformer.training.sft import (END, encode_chat, encode_chats, exact_match, instruction_set, prompt_ids, sequence_logprob,
                          sft_loss)
 
 

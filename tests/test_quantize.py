@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 from tformer.models import GPT, GPTConfig
-from tformer.quantize import (QuantLinear, dequantize_int4, dequantize_int8, model_bytes, pack_int4,
+from tformer.inference.quantize import (QuantLinear, dequantize_int4, dequantize_int8, model_bytes, pack_int4,
                               quantize_int4, quantize_int8, quantize_model, unpack_int4)
 
 

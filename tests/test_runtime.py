@@ -1,4 +1,4 @@
-"""tformer.runtime: the one thread switch of small mode."""
+"""tformer.utils.runtime: the one thread switch of small mode."""
 import os
 import re
 import subprocess
@@ -14,7 +14,7 @@ def _threads(**env) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if k not in ("TFORMER_SMALL", "TFORMER_THREADS")}
     e.update(env, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", "import torch, tformer; print(torch.get_num_threads(), "
-                        "tformer.runtime.ALL_THREADS)"], env=e, capture_output=True, text=True)
+                        "tformer.utils.runtime.ALL_THREADS)"], env=e, capture_output=True, text=True)
     return r
 
 
@@ -32,7 +32,7 @@ def test_small_mode_uses_one_thread_and_an_override():
 
 def test_threads_context_restores():
     import torch
-    from tformer.runtime import set_threads, threads
+    from tformer.utils.runtime import set_threads, threads
     before = torch.get_num_threads()
     with threads(1) as n:
         assert n == 1 == torch.get_num_threads()
@@ -42,11 +42,11 @@ def test_threads_context_restores():
 
 
 def test_notebooks_do_not_set_threads_themselves():
-    """Small mode's thread count is chosen in one place (tformer.runtime); chapters that time parallel
-    code ask for theirs explicitly with tformer.runtime.threads(...)."""
+    """Small mode's thread count is chosen in one place (tformer.utils.runtime); chapters that time parallel
+    code ask for theirs explicitly with tformer.utils.runtime.threads(...)."""
     offenders = [p.name for p in sorted((ROOT / "notebooks" / "src").glob("*.py"))
                  if re.search(r"torch\.set_num_threads\(", p.read_text(encoding="utf-8"))]
     assert offenders == []
     for ch in ("07_", "15_"):
         src = next((ROOT / "notebooks" / "src").glob(f"{ch}*.py")).read_text(encoding="utf-8")
-        assert "tformer.runtime.threads(" in src, ch
+        assert "tformer.utils.runtime.threads(" in src, ch

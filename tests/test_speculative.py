@@ -6,7 +6,7 @@ import torch
 from scipy.stats import chisquare
 
 from tformer.models import GPT, GPTConfig
-from tformer.speculative import speculative_accept, speculative_generate
+from tformer.inference.speculative import speculative_accept, speculative_generate
 
 
 def _models(vocab=20, seed=0, n_layers=3):

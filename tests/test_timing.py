@@ -1,11 +1,11 @@
-"""tformer.timing: peak memory counts what was allocated; fits recover known exponents; a step trains."""
+"""tformer.utils.timing: peak memory counts what was allocated; fits recover known exponents; a step trains."""
 import copy
 
 import pytest
 import torch
 
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
-from tformer.timing import count_ops, fit_power, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
+from tformer.utils.timing import count_ops, fit_power, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
 
 
 def test_peak_memory_sees_temporaries_and_frees():

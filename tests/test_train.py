@@ -1,4 +1,4 @@
-"""tformer.train: schedule, label smoothing, Trainer (exact resume, accumulation, averaging)."""
+"""tformer.training: schedule, label smoothing, Trainer (exact resume, accumulation, averaging)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tformer.train import (InverseSqrtSchedule, Trainer, TrainConfig, atomic_save, average_checkpoints,
+from tformer.training import (InverseSqrtSchedule, Trainer, TrainConfig, atomic_save, average_checkpoints,
                            label_smoothed_cross_entropy, make_scheduler, noam_lr)
 
 
@@ -192,7 +192,7 @@ def test_linear_schedule_warms_up_then_reaches_zero_at_the_end(tmp_path):
 
 def test_cosine_schedule_ends_at_zero_when_the_time_budget_runs_out_first(monkeypatch):
     import itertools
-    from tformer.train import CosineSchedule
+    from tformer.training import CosineSchedule
     # by steps alone (no budget) the curve is the textbook one: warmup, then a half cosine to 0 at `total`
     s = CosineSchedule(warmup=5, total=45)
     assert [s(i) for i in range(5)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
@@ -203,7 +203,7 @@ def test_cosine_schedule_ends_at_zero_when_the_time_budget_runs_out_first(monkey
     assert s(10) == pytest.approx(0.5)                        # the cosine follows the time
     # a Trainer whose clock gives 1 s a step, with a 30 s budget and max_steps far away, anneals to ~0 by 30 s
     ticks = itertools.count()
-    monkeypatch.setattr("tformer.train.time.perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr("tformer.training.trainer.time.perf_counter", lambda: float(next(ticks)))
     t = Trainer(make_model(), mse_sum, Shuffled(), cfg(schedule="cosine", max_steps=1000, warmup=3, lr=1e-2,
                                                       time_budget=0.5))
     lrs = lrs_of_run(t)

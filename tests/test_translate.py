@@ -12,8 +12,8 @@ import torch
 from tformer.data import (DataUnavailableError, SharedBPE, TokenBatcher, collate, generate_pairs, multi30k,
                           read_parallel, wmt14, write_offline_corpus)
 from tformer.data.corpus import NounPhrase
-from tformer.decode import beam_search, greedy_decode, length_penalty
-from tformer.metrics import sacrebleu_score, split_compounds, tokenized_bleu
+from tformer.inference.decode import beam_search, greedy_decode, length_penalty
+from tformer.training.metrics import sacrebleu_score, split_compounds, tokenized_bleu
 from tformer.models import Transformer, TransformerConfig
 
 

@@ -5,10 +5,10 @@ import torch
 
 from tformer.models import ViT, ViTConfig
 from tformer.models.vit import patchify
-from tformer.augment import random_affine, random_shift
-from tformer.image_training import train_classifier
-from tformer.images import load_digits
-from tformer.metrics import recall_at_k
+from tformer.data.augment import random_affine, random_shift
+from tformer.training.vision import train_classifier
+from tformer.data.images import load_digits
+from tformer.training.metrics import recall_at_k
 
 transformers = pytest.importorskip("transformers")
 

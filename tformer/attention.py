@@ -20,8 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_dim, check_float, check_mask, check_rank
-from .cache import KVCache
+from .utils.checks import check_dim, check_float, check_mask, check_rank
+from .inference.cache import KVCache
 from .masks import causal_mask, combine_masks
 
 _TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])

@@ -9,7 +9,6 @@ post-LN needs the warmup the paper uses (chapter 10 shows both).
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass
 
 import torch
@@ -17,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import MultiHeadAttention
-from .cache import KVCache
+from .inference.cache import KVCache
 
 
 def quick_gelu(x: torch.Tensor) -> torch.Tensor:
@@ -152,12 +151,3 @@ class DecoderLayer(nn.Module):
         x = self.norm1(x + self_attend(x))
         x = self.norm2(x + cross_attend(x))
         return self.norm3(x + self.drop3(self.ffn(x)))
-
-
-
-def __getattr__(name: str):
-    if name == "EncoderLayer":                                   # the name before issue 15
-        warnings.warn("tformer.blocks.EncoderLayer is deprecated (issue 15); use TransformerBlock", FutureWarning,
-                      stacklevel=2)
-        return TransformerBlock
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

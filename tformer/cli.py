@@ -102,7 +102,7 @@ def _one_line(e: BaseException) -> str:
 
 def classify(e: BaseException) -> tuple[int, str]:
     """(exit status, message) for an exception that reached `main`."""
-    from .train import CheckpointError, CheckpointWriteError, RunInUseError
+    from .training.checkpoint import CheckpointError, CheckpointWriteError, RunInUseError
     if isinstance(e, (UserError, JobFailed)):
         return e.exit_code, _one_line(e)
     if isinstance(e, (CheckpointError, RunInUseError)):          # the run folder given is unusable now

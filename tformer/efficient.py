@@ -18,7 +18,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_float, check_mask, check_rank
+from .utils.checks import check_float, check_mask, check_rank
 from .attention import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = ["online_softmax_step", "tiled_attention", "TiledAttention", "LinformerAttention",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_rank
+from .utils.checks import check_rank
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:

@@ -47,8 +47,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import gpu
-from ._checks import check_dim, check_float, check_rank
+from .utils import gpu
+from .utils.checks import check_dim, check_float, check_rank
 from .blocks import ACTIVATIONS
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)

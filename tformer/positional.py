@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_rank
+from .utils.checks import check_rank
 
 
 def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_float, check_rank
+from .utils.checks import check_float, check_rank
 from .attention import MultiHeadAttention, merge_heads, split_heads
 from .masks import causal_mask, combine_masks, sliding_window_mask
 

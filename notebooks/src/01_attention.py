@@ -12,7 +12,7 @@
 # softmax saturates and its gradient vanishes.
 #
 # **The tformer code it uses**: `tformer/attention.py: scaled_dot_product_attention`,
-# `tformer/plot.py: curves, heatmap`.
+# `tformer/utils/plot.py: curves, heatmap`.
 #
 # **How to check an exercise.** Write the body of the function in an exercise cell (replace
 # `raise NotImplementedError`), run it, then run the cell below it: `check("ch01.attention", my_attention)`
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 import tformer
 from tformer.grading import check
-from tformer.plot import curves, heatmap
+from tformer.utils.plot import curves, heatmap
 
 tformer.seed_everything(0)
 print("small mode:", tformer.SMALL)

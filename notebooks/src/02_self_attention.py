@@ -16,7 +16,7 @@
 # every $i$; through an RNN it decays with the distance.
 #
 # **The tformer code it uses**: `tformer/attention.py: scaled_dot_product_attention, MultiHeadAttention`,
-# `tformer/plot.py: curves, heatmap`.
+# `tformer/utils/plot.py: curves, heatmap`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
@@ -32,7 +32,7 @@ import torch.nn as nn
 
 import tformer
 from tformer.grading import check
-from tformer.plot import curves, heatmap
+from tformer.utils.plot import curves, heatmap
 
 tformer.seed_everything(0)
 print("small mode:", tformer.SMALL)

@@ -14,7 +14,7 @@
 # cannot.
 #
 # **The tformer code it uses**: `tformer/attention.py: split_heads, merge_heads, MultiHeadAttention,
-# scaled_dot_product_attention`, `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/plot.py: heads_grid`.
+# scaled_dot_product_attention`, `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/utils/plot.py: heads_grid`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
@@ -33,9 +33,9 @@ from tqdm import trange
 
 import tformer
 from tformer.grading import check
-from tformer.lm import causal_lm_loss
+from tformer.training.losses import causal_lm_loss
 from tformer.models import GPT, GPTConfig
-from tformer.plot import curves, heads_grid
+from tformer.utils.plot import curves, heads_grid
 
 tformer.seed_everything(0)
 print("small mode:", tformer.SMALL)

@@ -32,7 +32,7 @@ from tqdm import trange
 
 import tformer
 from tformer.grading import check
-from tformer.plot import heatmap
+from tformer.utils.plot import heatmap
 
 tformer.seed_everything(0)
 print("small mode:", tformer.SMALL)

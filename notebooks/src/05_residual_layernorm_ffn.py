@@ -13,7 +13,7 @@
 # weights at every position. Each claim is measured below.
 #
 # **The tformer code it uses**: `tformer/blocks.py: FeedForward, TransformerBlock`,
-# `tformer/attention.py: MultiHeadAttention`, `tformer/plot.py: curves`.
+# `tformer/attention.py: MultiHeadAttention`, `tformer/utils/plot.py: curves`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 import tformer
 from tformer.grading import check
-from tformer.plot import curves
+from tformer.utils.plot import curves
 
 tformer.seed_everything(0)
 print("small mode:", tformer.SMALL)

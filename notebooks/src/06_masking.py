@@ -32,7 +32,7 @@ from tqdm import trange
 import tformer
 from tformer.grading import check
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
-from tformer.plot import curves, heads_grid, heatmap
+from tformer.utils.plot import curves, heads_grid, heatmap
 
 tformer.seed_everything(0)
 print("small mode:", tformer.SMALL)

@@ -11,7 +11,7 @@
 # 2. show that a Transformer's outputs for all positions, computed at once, equal the outputs computed
 #    one position at a time (nothing waits for anything);
 # 3. time a training step of an LSTM language model and of a Transformer (GPT) of similar size as the
-#    sequence grows (`tformer.timing`), on a GPU when there is one;
+#    sequence grows (`tformer.utils.timing`), on a GPU when there is one;
 # 4. put the paper's training cost (41.8 BLEU on WMT14 EN-FR, 3.5 days on 8 P100) in FLOPs and GPU-days
 #    and compare it with the recurrent and convolutional models of its Table 2.
 #
@@ -20,7 +20,7 @@
 #
 # **The tformer code it uses**: `tformer/models/rnn.py: LSTMLM, lstm_reference`,
 # `tformer/models/gpt.py: GPT`, `tformer/blocks.py: TransformerBlock`,
-# `tformer/timing.py: count_ops, step_time_vs_length, training_flops`.
+# `tformer/utils/timing.py: count_ops, step_time_vs_length, training_flops`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in the exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
@@ -37,7 +37,7 @@ import tformer
 from tformer.grading import check
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
 from tformer.models.rnn import lstm_reference
-from tformer.timing import count_ops, format_table, step_time_vs_length, training_flops
+from tformer.utils.timing import count_ops, format_table, step_time_vs_length, training_flops
 
 tformer.seed_everything(0)
 device = tformer.device()
@@ -48,7 +48,7 @@ print("small mode:", tformer.SMALL, "| device:", device)
 #
 # `lstm_reference` writes the LSTM equations out, one loop iteration per time step, with the weights
 # of an `nn.LSTM`. First we check that it *is* the LSTM, then we count the matrix products each model
-# runs (`tformer.timing.count_ops` runs a function under `torch.profiler` and counts them) and how many
+# runs (`tformer.utils.timing.count_ops` runs a function under `torch.profiler` and counts them) and how many
 # of them must wait for the previous one.
 
 # %%
@@ -118,8 +118,8 @@ for name, make in models.items():
     print(f"{name}: {sum(p.numel() for p in make().parameters()):,} parameters")
 # threads, set explicitly: every core in full mode; one in small mode, where two threads on tiny models
 # thrash as soon as another program shares the cores (a busy laptop), and the chapter must stay quick
-n_threads = tformer.runtime.SMALL_THREADS if tformer.SMALL else tformer.runtime.ALL_THREADS
-with tformer.runtime.threads(n_threads):
+n_threads = tformer.utils.runtime.SMALL_THREADS if tformer.SMALL else tformer.utils.runtime.ALL_THREADS
+with tformer.utils.runtime.threads(n_threads):
     timings = step_time_vs_length(models, lengths, batch, vocab, device=device, warmup=1, repeat=2 if tformer.SMALL else 5)
 print(format_table([{"model": r.name, "T": r.seq_len, "ms / step": 1e3 * r.seconds, "tokens/s": r.tokens_per_s}
                     for r in timings]))
@@ -154,7 +154,7 @@ for r in timings:
 # not been run against an LSTM on a GPU; run it in full mode on one to see the two curves there. For
 # scale, one H200 in bf16 trains transformer-base at about 390k target tokens/s, 63 ms per step, and
 # its flash attention kernel sustains 310-346 TFLOP/s forward at $T$ = 1k-16k (measured by
-# `python benchmarks/gpu_check.py`, quoted from issue 14 of this project, not from this run).
+# `python benchmarks/gpu_check.py`, quoted from the project's GPU measurements, not from this run).
 #
 # ## 4. The paper's training cost, in FLOPs and GPU-days
 #
@@ -246,7 +246,7 @@ print(f"our Transformer ({n / 1e6:.2f} M params) at T={last.seq_len}: about {ach
 # The paper's 8 P100s ran **data parallelism**: every GPU holds a full copy of the model, takes its own
 # share of each batch, and the gradients are averaged across GPUs (an all-reduce) before each update.
 # `tformer translate train` does the same under `torchrun --nproc-per-node N` (PyTorch's
-# `DistributedDataParallel`, `tformer/train.py`). When a model no longer fits on one GPU, the other
+# `DistributedDataParallel`, `tformer/training/trainer.py`). When a model no longer fits on one GPU, the other
 # axes join in: **ZeRO / FSDP** shards the optimizer state, gradients and weights across the
 # data-parallel GPUs (Rajbhandari et al., 2020); **tensor parallelism** splits each matrix product of a
 # layer across GPUs (Megatron-LM, Shoeybi et al., 2019); **pipeline parallelism** puts consecutive

@@ -15,10 +15,10 @@
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint. Exercises here: a sliding-window mask, and NTK-scaled RoPE frequencies.
 #
-# **The tformer code it uses**: `tformer/timing.py: time_fn, peak_memory, fit_power`,
+# **The tformer code it uses**: `tformer/utils/timing.py: time_fn, peak_memory, fit_power`,
 # `tformer/sparse.py: sliding_window_attention`, `tformer/masks.py: sliding_window_mask`,
 # `tformer/efficient.py: performer_attention, orthogonal_gaussian`,
-# `tformer/positional.py: rope_frequencies, RotaryEmbedding`, `tformer/lm_data.py: offline_text, LMBatches`,
+# `tformer/positional.py: rope_frequencies, RotaryEmbedding`, `tformer/data/text.py: offline_text, LMBatches`,
 # `tformer/models/gpt.py: GPT`.
 
 # %%
@@ -32,12 +32,12 @@ from tqdm import tqdm
 import tformer
 from tformer.efficient import orthogonal_gaussian, performer_attention
 from tformer.grading import check
-from tformer.lm import causal_lm_loss
-from tformer.lm_data import DataUnavailableError, LMBatches, hf_text, offline_text, split_stream
+from tformer.training.losses import causal_lm_loss
+from tformer.data.text import DataUnavailableError, LMBatches, hf_text, offline_text, split_stream
 from tformer.models import GPT, GPTConfig
 from tformer.positional import RotaryEmbedding, rope_frequencies, rotate_half
 from tformer.sparse import sliding_window_attention
-from tformer.timing import fit_power, format_table, peak_memory, time_fn
+from tformer.utils.timing import fit_power, format_table, peak_memory, time_fn
 
 tformer.seed_everything(0)
 device = tformer.device()
@@ -48,7 +48,7 @@ print("small mode:", tformer.SMALL, "| device:", device)
 #
 # Explicit attention, $\mathrm{softmax}(QK^\top/\sqrt d)V$ (`tformer.scaled_dot_product_attention`),
 # materialises the $n \times n$ weights. We time it and measure its peak memory
-# (`tformer.timing.peak_memory`: on a GPU `torch.cuda.max_memory_allocated`, on a CPU the allocation
+# (`tformer.utils.timing.peak_memory`: on a GPU `torch.cuda.max_memory_allocated`, on a CPU the allocation
 # events of PyTorch's allocator recorded by `torch.profiler`), then fit $y = c\,n^p$ in log-log space.
 
 # %%

@@ -16,13 +16,14 @@
 # to find translations at least as probable as greedy decoding's.
 #
 # **Where the code lives** (each piece is printed once you have written your own):
-# * `tformer/train.py: noam_lr, InverseSqrtSchedule, LinearDecaySchedule, label_smoothed_cross_entropy, Trainer, TrainConfig`
+# * `tformer/training/schedules.py: noam_lr, InverseSqrtSchedule, LinearDecaySchedule`, `tformer/training/losses.py: label_smoothed_cross_entropy`,
+#   `tformer/training/trainer.py: Trainer, TrainConfig`
 # * `tformer/models/transformer.py: Transformer, TransformerConfig` (`norm_first=True` is pre-LN)
-# * `tformer/data/bpe.py: SharedBPE`, `tformer/data/batching.py: TokenBatcher`,
+# * `tformer/data/tokenizer.py: SharedBPE`, `tformer/data/batching.py: TokenBatcher`,
 #   `tformer/data/corpus.py: generate_pairs`, `tformer/data/sources.py: read_parallel`
-# * `tformer/decode.py: greedy_decode, beam_search, length_penalty, translate`
+# * `tformer/inference/decode.py: greedy_decode, beam_search, length_penalty, translate`
 # * `tformer/translate/pipeline.py: train_run, load_run, score_lines, Seq2SeqLoss`
-# * `tformer/metrics.py: sacrebleu_score, tokenized_bleu`
+# * `tformer/training/metrics.py: sacrebleu_score, tokenized_bleu`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
@@ -41,11 +42,11 @@ import torch
 
 import tformer
 from tformer.data import SharedBPE, TokenBatcher, generate_pairs
-from tformer.decode import beam_search, greedy_decode
+from tformer.inference.decode import beam_search, greedy_decode
 from tformer.grading import check
 from tformer.models import Transformer, TransformerConfig
-from tformer.plot import curves
-from tformer.train import Trainer, TrainConfig, label_smoothed_cross_entropy, noam_lr
+from tformer.utils.plot import curves
+from tformer.training import Trainer, TrainConfig, label_smoothed_cross_entropy, noam_lr
 from tformer.translate import load_run, score_lines, train_run
 from tformer.translate.pipeline import Seq2SeqLoss
 
@@ -79,7 +80,7 @@ assert peak == 4000
 # weights, where most of the loss drop of a short run happens. The `small` preset uses it.
 
 # %%
-from tformer.train import InverseSqrtSchedule, LinearDecaySchedule
+from tformer.training import InverseSqrtSchedule, LinearDecaySchedule
 
 budget_steps, w, peak_lr = 1200, 300, 1.5e-3
 lin, rsqrt = LinearDecaySchedule(w), InverseSqrtSchedule(w)
@@ -347,4 +348,4 @@ assert beam_logp.sum() >= greedy_logp.sum()
 # 37.0 greedy / 38.3 beam-4 sacreBLEU after 30 minutes on an idle 2-core CPU, against 32.5 / 33.5 for
 # the same model with 5,000-token batches and the paper's $1/\sqrt{s}$ schedule (see the README's results table).
 # On one GPU use `--preset gpu` instead (`--time-budget 5`): the same recipe set by hand reached 40.4 greedy
-# sacreBLEU in 2.5 minutes on an H200 (issue 12's run; the preset's own figures are not yet measured).
+# sacreBLEU in 2.5 minutes on an H200 (a development run; the preset's own figures are not yet measured).

@@ -19,9 +19,9 @@
 # decoding, instruction tuning, LoRA, DPO and retrieval.
 #
 # **Where the code lives.**
-# * `tformer/bpe.py: merge, train_bpe, BytePairEncoding` (BPE from scratch)
-# * `tformer/lm_data.py: offline_text, train_tokenizer, encode, LMBatches, lm_loss` (BPE through `tokenizers`, batches)
-# * `tformer/lm.py: causal_lm_loss, apply_mlm_masking, mask_tokens, masked_lm_loss`
+# * `tformer/data/bpe.py: merge, train_bpe, BytePairEncoding` (BPE from scratch)
+# * `tformer/data/text.py: offline_text, train_tokenizer, encode, LMBatches, lm_loss` (BPE through `tokenizers`, batches)
+# * `tformer/training/losses.py: causal_lm_loss, masked_lm_loss`, `tformer/data/text.py: apply_mlm_masking, mask_tokens`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (with `GPT.generate`, `GPT.from_hf_gpt2`); `tformer/models/bert.py: BERT, BertClassifier`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
@@ -39,9 +39,10 @@ from tqdm import tqdm
 
 import tformer
 from tformer.grading import check
-from tformer.lm import IGNORE, causal_lm_loss, mask_tokens, masked_lm_loss
-from tformer.bpe import tokenizers_merges, train_bpe
-from tformer.lm_data import (DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream,
+from tformer.training.losses import IGNORE, causal_lm_loss, masked_lm_loss
+from tformer.data.text import mask_tokens
+from tformer.data.bpe import tokenizers_merges, train_bpe
+from tformer.data.text import (DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream,
                              train_tokenizer)
 from tformer.models import BERT, GPT, BertClassifier, BertConfig, GPTConfig
 

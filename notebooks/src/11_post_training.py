@@ -13,12 +13,12 @@
 # Everything is built on the GPT of the first notebook (`11_llms`), offline, on generated data.
 #
 # **Where the code lives.**
-# * `tformer/decode.py: sample_next, top_k_filter, top_p_filter, apply_repetition_penalty`; `tformer/metrics.py: distinct_n`
-# * `tformer/sft.py: render, encode_chats, sft_loss, exact_match, sequence_logprob, instruction_set` (chat template, SFT)
-# * `tformer/lm.py: causal_lm_loss` (the SFT loss is this loss with the prompt's labels ignored)
-# * `tformer/lora.py: lora_forward, LoRALinear, add_lora, merge_lora, trainable_params`
-# * `tformer/dpo.py: dpo_loss, preference_pairs`; `tformer/rag.py: TfidfRetriever`
-# * `tformer/train.py: Trainer`, the one training loop every step below uses
+# * `tformer/inference/decode.py: sample_next, top_k_filter, top_p_filter, apply_repetition_penalty`; `tformer/training/metrics.py: distinct_n`
+# * `tformer/training/sft.py: render, encode_chats, sft_loss, exact_match, sequence_logprob, instruction_set` (chat template, SFT)
+# * `tformer/training/losses.py: causal_lm_loss` (the SFT loss is this loss with the prompt's labels ignored)
+# * `tformer/training/lora.py: lora_forward, LoRALinear, add_lora, merge_lora, trainable_params`
+# * `tformer/training/dpo.py: dpo_loss, preference_pairs`; `tformer/inference/rag.py: TfidfRetriever`
+# * `tformer/training/trainer.py: Trainer`, the one training loop every step below uses
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
@@ -33,18 +33,18 @@ import torch
 import torch.nn.functional as F
 
 import tformer
-from tformer import decode
-from tformer.dpo import dpo_loss, preference_pairs
+from tformer.inference import decode
+from tformer.training.dpo import dpo_loss, preference_pairs
 from tformer.grading import check
-from tformer.lm import causal_lm_loss
-from tformer.lm_data import LMBatches, encode, lm_loss, offline_text, split_stream, train_tokenizer
-from tformer.lora import LoRALinear, add_lora, merge_lora, trainable_params
-from tformer.metrics import distinct_n
+from tformer.training.losses import causal_lm_loss
+from tformer.data.text import LMBatches, encode, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.training.lora import LoRALinear, add_lora, merge_lora, trainable_params
+from tformer.training.metrics import distinct_n
 from tformer.models import GPT, GPTConfig
-from tformer.rag import TfidfRetriever
-from tformer.sft import (KINDS, NAMES, PLACES, encode_chat, encode_chats, exact_match, fact, instruction_set, prompt_ids,
+from tformer.inference.rag import TfidfRetriever
+from tformer.training.sft import (KINDS, NAMES, PLACES, encode_chat, encode_chats, exact_match, fact, instruction_set, prompt_ids,
                          sequence_logprob)
-from tformer.train import TrainConfig, Trainer
+from tformer.training import TrainConfig, Trainer
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
@@ -54,7 +54,7 @@ print("small mode:", SMALL, "| device:", dev)
 # %% [markdown]
 # ## 1. The base model
 # The first notebook's recipe: byte-level BPE on Python's documentation, a small GPT, next-token
-# pretraining. Every training run in this notebook goes through `tformer.train.Trainer` (AdamW, warmup
+# pretraining. Every training run in this notebook goes through `tformer.training.Trainer` (AdamW, warmup
 # then linear decay); `fit` only picks the trainable parameters and the settings.
 
 # %%

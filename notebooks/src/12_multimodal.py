@@ -17,10 +17,10 @@
 # **Where the code lives** (each piece is printed once you have written it):
 # * `tformer/models/vit.py: patchify, ViT, ViTConfig` (with `ViT.from_hf_vit`, `ViT.attention_maps`)
 # * `tformer/models/clip.py: clip_loss, CLIP, CLIPConfig` (with `CLIP.from_hf_clip`)
-# * `tformer/images.py: load_digits, load_cifar10, load_image_captions`, `tformer/augment.py: random_affine`
-# * `tformer/captions.py: digit_captions, caption_ids`
-# * `tformer/image_training.py: train_classifier, train_clip, predict`
-# * `tformer/metrics.py: accuracy, recall_at_k, retrieval_recall`
+# * `tformer/data/images.py: load_digits, load_cifar10, load_image_captions`, `tformer/data/augment.py: random_affine`
+# * `tformer/data/captions.py: digit_captions, caption_ids`
+# * `tformer/training/vision.py: train_classifier, train_clip, predict`
+# * `tformer/training/metrics.py: accuracy, recall_at_k, retrieval_recall`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (the language model of the VLM)
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
@@ -46,11 +46,11 @@ from tformer.grading import check
 from tformer.models import CLIP, GPT, CLIPConfig, GPTConfig, ViT, ViTConfig
 from tformer.models.clip import clip_loss
 from tformer.models.vit import patchify
-from tformer.augment import random_affine
-from tformer.captions import CAPTION_VOCAB, TRAIN_TEMPLATES, ZERO_SHOT_TEMPLATES, caption_ids, digit_captions
-from tformer.image_training import predict, train_classifier
-from tformer.images import CIFAR10_NAMES, load_digits
-from tformer.metrics import accuracy, recall_at_k
+from tformer.data.augment import random_affine
+from tformer.data.captions import CAPTION_VOCAB, TRAIN_TEMPLATES, ZERO_SHOT_TEMPLATES, caption_ids, digit_captions
+from tformer.training.vision import predict, train_classifier
+from tformer.data.images import CIFAR10_NAMES, load_digits
+from tformer.training.metrics import accuracy, recall_at_k
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
@@ -189,7 +189,7 @@ if SMALL or dev.type != "cuda":
     print("CIFAR-10 run skipped: it needs full mode (TFORMER_SMALL=0) and a CUDA GPU. "
           "It downloads CIFAR-10 through `datasets` the first time.")
 else:
-    from tformer.images import load_cifar10
+    from tformer.data.images import load_cifar10
     try:
         cifar = load_cifar10()
     except RuntimeError as e:
@@ -366,9 +366,9 @@ if SMALL or dev.type != "cuda":
     print("Flickr8k CLIP run skipped: it needs full mode (TFORMER_SMALL=0), a CUDA GPU, and the network once "
           "(then the `datasets` cache).")
 else:
-    from tformer.image_training import train_clip
-    from tformer.images import load_image_captions
-    from tformer.metrics import retrieval_recall
+    from tformer.training.vision import train_clip
+    from tformer.data.images import load_image_captions
+    from tformer.training.metrics import retrieval_recall
     try:
         f8k_train = load_image_captions(split="train", image_size=64)
         f8k_test = load_image_captions(split="test", image_size=64)

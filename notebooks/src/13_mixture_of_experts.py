@@ -20,8 +20,8 @@
 # * `tformer/moe.py: MoE, MoEConfig, top_k_route, make_plan, expert_capacity, load_balancing_loss, router_z_loss`
 # * `tformer/moe.py: moe_lm_param_counts, QWEN3_235B_A22B, MIXTRAL_8X7B` (parameter counts of published models)
 # * `tformer/models/gpt.py: GPT, GPTConfig` (`n_experts`, `moe_top_k`, `moe_d_ff` make its FFNs MoE layers)
-# * `tformer/flash.py: force_flash, run_with_flash, lm_throughput`
-# * `tformer/train.py: Trainer, TrainConfig`, `tformer/lm_data.py: LMBatches, train_tokenizer, encode`
+# * `tformer/utils/flash.py: force_flash, run_with_flash, lm_throughput`
+# * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, train_tokenizer, encode`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
@@ -42,16 +42,16 @@ from torch.nn.attention import sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import tformer
-from tformer import gpu
-from tformer.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
+from tformer.utils import gpu
+from tformer.utils.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.grading import check
-from tformer.lm_data import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.data.text import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
 from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, expert_capacity, grouped_mm_available,
                          load_balancing_loss, make_plan, moe_lm_param_counts, top_k_route)
-from tformer.plot import curves, heatmap
-from tformer.timing import time_fn
-from tformer.train import TrainConfig, Trainer
+from tformer.utils.plot import curves, heatmap
+from tformer.utils.timing import time_fn
+from tformer.training import TrainConfig, Trainer
 
 SMALL = tformer.SMALL
 tformer.seed_everything(0)
@@ -89,7 +89,7 @@ print("gates:", gates.detach().numpy().round(2).tolist())
 # `torch.nn.functional.grouped_mm`: fp32 or bf16 on a CPU, bf16 on a GPU). Every path computes the same
 # function as the per-token loop, gradients included (`tests/test_moe.py` checks them all). `"auto"`
 # takes `"grouped"` only where that is one kernel with no host sync: a CPU, or an sm90/sm100 GPU
-# (`tformer.gpu.grouped_mm_fast`); on an A100 or a T4, PyTorch's grouped matmul copies the block
+# (`tformer.utils.gpu.grouped_mm_fast`); on an A100 or a T4, PyTorch's grouped matmul copies the block
 # offsets to the host and loops over the experts, so `"auto"` pads instead.
 
 # %%
@@ -430,14 +430,14 @@ plt.show()
 # ## 6. Flash attention on the GPU: forced, checked, measured
 #
 # `F.scaled_dot_product_attention` chooses a kernel by itself and quietly falls back to a slower one
-# when the fast one cannot take the input. `tformer.flash.force_flash()` allows only the flash kernel
+# when the fast one cannot take the input. `tformer.utils.flash.force_flash()` allows only the flash kernel
 # (anything it cannot run raises an error), and `run_with_flash(fn)` profiles fn and raises unless a
 # flash kernel actually ran. On a CUDA GPU the capstone trained under `force_flash()` in bf16. Here we
 # prove which kernel runs and measure tokens/s and MFU (model FLOPs utilisation: 6 x active parameters
 # + attention FLOPs per token, over the GPU's datasheet peak). On a CPU the same check finds PyTorch's
 # CPU flash kernel. A GPU older than sm80 (a free Colab T4 is sm75) has no flash kernel and no bf16:
 # there the cell says so and checks the kernel that runs instead, SDPA's memory-efficient one, in fp16
-# (`tformer.gpu` decides by compute capability; `lm_throughput` adds a gradient scaler).
+# (`tformer.utils.gpu` decides by compute capability; `lm_throughput` adds a gradient scaler).
 
 # %%
 model = runs["MoE 8x top-2"][0].train()

@@ -15,13 +15,13 @@
 #
 # **Where the code lives** (the package runs what this chapter builds; its versions are printed at the end,
 # after the exercises):
-# * `tformer/cache.py: KVCache, make_caches` (`KVCache.append`, `truncate`, `nbytes`)
+# * `tformer/inference/cache.py: KVCache, make_caches` (`KVCache.append`, `truncate`, `nbytes`)
 # * `tformer/models/gpt.py: GPT, GPTConfig` (`n_kv_heads` for GQA/MQA; `GPT.generate`)
-# * `tformer/paged_cache.py: PagedConfig, BlockPool, BlockTable, generate_paged, kv_memory`
-# * `tformer/quantize.py: quantize_int8, quantize_int4, QuantLinear, quantize_model, model_bytes`
-# * `tformer/speculative.py: speculative_accept, speculative_generate`
-# * `tformer/train.py: Trainer, TrainConfig`, `tformer/lm_data.py: LMBatches, train_tokenizer`,
-#   `tformer/timing.py: time_fn`
+# * `tformer/inference/paged_cache.py: PagedConfig, BlockPool, BlockTable, generate_paged, kv_memory`
+# * `tformer/inference/quantize.py: quantize_int8, quantize_int4, QuantLinear, quantize_model, model_bytes`
+# * `tformer/inference/speculative.py: speculative_accept, speculative_generate`
+# * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, train_tokenizer`,
+#   `tformer/utils/timing.py: time_fn`
 #
 # **How to check an exercise.** Write the body of the function in an exercise cell, run it, then run
 # the cell below it: `check("ch14.kv_step", my_kv_step)` prints PASS, or the smallest input where your
@@ -40,16 +40,16 @@ import torch
 import torch.nn.functional as F
 
 import tformer
-from tformer.cache import KVCache, make_caches
+from tformer.inference.cache import KVCache, make_caches
 from tformer.grading import check
-from tformer.lm_data import DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
-from tformer.metrics import perplexity
+from tformer.data.text import DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.training.metrics import perplexity
 from tformer.models import GPT, GPTConfig
-from tformer.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
-from tformer.quantize import QuantLinear, model_bytes, quantize_int4, quantize_int8, quantize_model
-from tformer.speculative import speculative_accept, speculative_generate
-from tformer.timing import time_fn
-from tformer.train import TrainConfig, Trainer
+from tformer.inference.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
+from tformer.inference.quantize import QuantLinear, model_bytes, quantize_int4, quantize_int8, quantize_model
+from tformer.inference.speculative import speculative_accept, speculative_generate
+from tformer.utils.timing import time_fn
+from tformer.training import TrainConfig, Trainer
 
 tformer.seed_everything(0)
 dev = tformer.device()
@@ -245,7 +245,7 @@ p4, s4 = quantize_int4(w, group_size=32)
 print(f"weight {tuple(w.shape)} float32 {w.numel() * 4:,} bytes | int8 {q8.numel() + s8.numel() * 4:,} bytes | "
       f"int4 {p4.numel() + s4.numel() * 4:,} bytes (packed {tuple(p4.shape)} uint8)")
 err8 = (q8.float() * s8[:, None] - w).abs().mean() / w.abs().mean()
-err4 = (tformer.quantize.dequantize_int4(p4, s4) - w).abs().mean() / w.abs().mean()
+err4 = (tformer.inference.quantize.dequantize_int4(p4, s4) - w).abs().mean() / w.abs().mean()
 print(f"mean relative weight error: int8 {err8:.4f}, int4 {err4:.4f}")
 
 # %% [markdown]

@@ -19,9 +19,9 @@
 #
 # **Where the code lives:**
 # * `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/models/rnn.py: LSTMLM, LSTMConfig`
-# * `tformer/timing.py: step_time_vs_length, format_table`
-# * `tformer/train.py: Trainer, TrainConfig`, `tformer/lm_data.py: LMBatches, offline_text, split_stream`
-# * `tformer/metrics.py: fit_power_law` (printed after you have written it in the exercise)
+# * `tformer/utils/timing.py: step_time_vs_length, format_table`
+# * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, offline_text, split_stream`
+# * `tformer/training/metrics.py: fit_power_law` (printed after you have written it in the exercise)
 #
 # Set `TFORMER_SMALL=1` for the quick CPU version. Timings on a shared machine are noisy, and on a
 # CPU with two cores there is little parallel hardware for the Transformer to use; full mode on a GPU
@@ -39,11 +39,11 @@ from tqdm import tqdm
 
 import tformer
 from tformer.grading import check
-from tformer.lm_data import LMBatches, lm_loss, offline_text, split_stream
-from tformer.metrics import fit_power_law
+from tformer.data.text import LMBatches, lm_loss, offline_text, split_stream
+from tformer.training.metrics import fit_power_law
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
-from tformer.timing import format_table, step_time_vs_length
-from tformer.train import TrainConfig, Trainer
+from tformer.utils.timing import format_table, step_time_vs_length
+from tformer.training import TrainConfig, Trainer
 
 tformer.seed_everything(0)
 dev = tformer.device()
@@ -189,15 +189,15 @@ assert g_tf[far].mean() / g_tf[-1] > 100 * g_lstm[far].mean() / g_lstm[-1]
 #
 # ## 2. Parallelism: training-step time vs sequence length
 # Same batch, growing T, a full training step (forward, loss, backward, AdamW) through
-# `tformer.timing.step_time_vs_length`.
+# `tformer.utils.timing.step_time_vs_length`.
 
 # %%
 lengths = [32, 128, 384] if SMALL else [256, 1024, 2048, 4096]
 batch = 4 if SMALL else 16
 # threads, set explicitly: every core in full mode; one in small mode, where two threads on tiny models
 # thrash as soon as another program shares the cores (a busy laptop), and the chapter must stay quick
-n_threads = tformer.runtime.SMALL_THREADS if tformer.SMALL else tformer.runtime.ALL_THREADS
-with tformer.runtime.threads(n_threads):
+n_threads = tformer.utils.runtime.SMALL_THREADS if tformer.SMALL else tformer.utils.runtime.ALL_THREADS
+with tformer.utils.runtime.threads(n_threads):
     rows = step_time_vs_length({"Transformer": lambda: make_transformer(256, width, max(lengths)),
                                 "LSTM": lambda: make_lstm(256, width)},
                                lengths, batch, 256, device=dev, warmup=1, repeat=2 if SMALL else 5, progress=not SMALL)

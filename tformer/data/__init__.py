@@ -1,12 +1,18 @@
-"""Data for the translation chapter and capstone (and the LM chapters).
+"""Every loader and tokenizer of the course (the same calls on small local files in the tests).
 
-    bpe        SharedBPE: one byte-level BPE vocabulary for both languages (`tokenizers`)
-    batching   TokenBatcher: batches by token count, reshuffled per epoch, split across DDP ranks
-    sources    read_parallel (a folder of train/val/test.{lang}), multi30k(), wmt14() through `datasets`
+    sources    read_parallel (a folder of train/val/test.{lang}), multi30k(), wmt14() through `datasets`;
+               cache_dir() (data/cache); DataUnavailableError, the one error of every loader
     corpus     write_offline_corpus: a built-in English-German phrase grammar (agreement, reordering)
+    tokenizer  SharedBPE: one byte-level BPE vocabulary for both languages (`tokenizers`)
+    batching   TokenBatcher: batches by token count, reshuffled per epoch, split across DDP ranks
+    bpe        byte-pair encoding from scratch (chapter 11; learns the merges of `tokenizers`)
+    text       LM text: the offline corpus, `datasets` corpora, a BPE tokenizer, LMBatches; MLM masking
+    images     digits, CIFAR-10, image-caption sets (Flickr8k)
+    captions   template captions and byte-level caption ids for CLIP
+    augment    batched random affine transforms and pixel shifts
 """
 from .batching import Seq2SeqBatch, TokenBatcher, collate
-from .bpe import SharedBPE
+from .tokenizer import SharedBPE
 from .corpus import generate_pairs, sentence_pair, write_offline_corpus
 from .sources import DataUnavailableError, cache_dir, multi30k, read_parallel, wmt14
 

@@ -1,4 +1,12 @@
-"""Models built from tformer's blocks."""
+"""Models built from tformer's blocks, one file each (nanoGPT's model.py style: a config, then the model).
+
+    transformer  the encoder-decoder of "Attention Is All You Need" (TransformerConfig, Transformer)
+    gpt          decoder-only LM (GPTConfig, GPT), from_hf_gpt2; optional MoE layers
+    bert         encoder with masked-LM pretraining and a classifier head
+    vit          Vision Transformer (patches, class token)
+    clip         CLIP-style image and text towers with a contrastive loss
+    rnn          LSTM baselines (LSTMEncoder, LSTMLM) for chapters 7 and 15
+"""
 from .gpt import GPT, GPTConfig
 from .rnn import LSTMConfig, LSTMEncoder, LSTMLM
 from .transformer import Transformer, TransformerConfig

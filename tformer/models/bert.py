@@ -6,7 +6,7 @@
          -> pooler: tanh(dense(hidden[:, 0]))  ([CLS])    -> classifier -> (B, n_classes)
 
 Every token sees every other token (no causal mask), so BERT cannot be trained to predict the next token;
-it is pretrained with masked-language modelling instead (`tformer.lm.mask_tokens`: 15% of the tokens
+it is pretrained with masked-language modelling instead (`tformer.data.text.mask_tokens`: 15% of the tokens
 are chosen, 80% of those become [MASK], 10% a random token, 10% stay) and then adapted with a small head
 (`BertClassifier`). `BERT.from_hf_bert` loads weights named as in Hugging Face's `BertModel` /
 `BertForMaskedLM` / `BertForSequenceClassification`.
@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._checks import check_tokens
+from ..utils.checks import check_tokens
 from ..blocks import ACTIVATIONS, TransformerBlock
 from ..masks import padding_mask
 

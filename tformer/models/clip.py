@@ -18,14 +18,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._compat import renamed_fields
-from .._checks import check_rank, check_tokens
+from ..utils.checks import check_rank, check_tokens
 from ..blocks import TransformerBlock
 from .vit import ViT, ViTConfig
 
 
-@renamed_fields(vision_width="vision_d_model", vision_layers="vision_n_layers", vision_heads="vision_n_heads",
-                text_width="text_d_model", text_layers="text_n_layers", text_heads="text_n_heads")
 @dataclass
 class CLIPConfig:
     # image tower (ViT-B/32)

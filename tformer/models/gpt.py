@@ -17,16 +17,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._checks import check_tokens
+from ..utils.checks import check_tokens
 from ..blocks import TransformerBlock
-from .._compat import renamed_fields, renamed_kwargs
-from ..cache import KVCache, make_caches
-from ..decode import sample_next  # noqa: F401  (decoding lives in tformer.decode)
+from ..inference.cache import KVCache, make_caches
+from ..inference.decode import sample_next  # noqa: F401  (decoding lives in tformer.inference.decode)
 from ..moe import Experts, MoE, MoEConfig
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 
 
-@renamed_fields(n_layer="n_layers", n_head="n_heads", n_kv_head="n_kv_heads", n_embd="d_model")
 @dataclass
 class GPTConfig:
     vocab_size: int = 50257            # GPT-2's byte-level BPE vocabulary
@@ -159,7 +157,7 @@ class GPT(nn.Module):
                  repetition_penalty: float = 1.0) -> torch.Tensor:
         """Append `max_new_tokens` tokens to idx (B, T); returns (B, T + max_new_tokens).
 
-        temperature=0 is greedy decoding; top_k, top_p and repetition_penalty as in `tformer.decode.sample_next`.
+        temperature=0 is greedy decoding; top_k, top_p and repetition_penalty as in `tformer.inference.decode.sample_next`.
         With the cache each step feeds only the newest token; once the sequence outgrows block_size the model slides a window over the last block_size tokens (no cache),
         the same as use_cache=False.
         """
@@ -181,16 +179,11 @@ class GPT(nn.Module):
         return idx
 
     @classmethod
-    def from_hf_gpt2(cls, model_or_state_dict, n_heads: int | None = None, **deprecated) -> "GPT":
+    def from_hf_gpt2(cls, model_or_state_dict, n_heads: int | None = None) -> "GPT":
         """Build a GPT from a Hugging Face `GPT2LMHeadModel` / `GPT2Model` or its state_dict.
 
         A state_dict does not record the number of heads: pass `n_heads` with it.
         """
-        if deprecated:                                               # n_head= (before issue 15)
-            if set(deprecated) != {"n_head"}:
-                raise TypeError(f"GPT.from_hf_gpt2: unexpected arguments {sorted(deprecated)}")
-            given = {"n_heads": n_heads} if n_heads is not None else {}
-            n_heads = renamed_kwargs("GPT.from_hf_gpt2", {**given, **deprecated}, {"n_head": "n_heads"})["n_heads"]
         if isinstance(model_or_state_dict, nn.Module):
             hf_cfg = model_or_state_dict.config
             sd = model_or_state_dict.state_dict()

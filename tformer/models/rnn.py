@@ -5,7 +5,7 @@
 An LSTM reads a sequence one step at a time: h_t = f(h_{t-1}, x_t), so step t cannot start before
 step t-1 has finished, however many cores there are. A Transformer layer computes every position at
 once. `LSTMLM` has the call shape of `tformer.models.GPT` (`logits = model(idx)`), so the same
-training loop, loss and timing helper (`tformer.timing`) run either model.
+training loop, loss and timing helper (`tformer.utils.timing`) run either model.
 
 `LSTMEncoder` is the sequence encoder on its own: embeddings (B, T, d) in, hidden states out, optionally
 bidirectional (the encoder of an RNN seq2seq model).
@@ -17,11 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .._compat import renamed_fields, renamed_kwargs
-from .._checks import check_dim, check_rank, check_tokens
+from ..utils.checks import check_dim, check_rank, check_tokens
 
 
-@renamed_fields(n_embd="d_model", n_layer="n_layers")
 @dataclass
 class LSTMConfig:
     vocab_size: int = 256              # byte-level by default
@@ -40,12 +38,8 @@ class LSTMEncoder(nn.Module):
     """
 
     def __init__(self, d_in: int, hidden: int, n_layers: int = 1, dropout: float = 0.0,
-                 bidirectional: bool = False, **deprecated):
+                 bidirectional: bool = False):
         super().__init__()
-        if deprecated:                                               # n_layer= (before issue 15)
-            if set(deprecated) != {"n_layer"}:
-                raise TypeError(f"LSTMEncoder: unexpected arguments {sorted(deprecated)}")
-            n_layers = renamed_kwargs("LSTMEncoder", dict(deprecated), {"n_layer": "n_layers"})["n_layers"]
         self.d_in, self.hidden, self.n_layers = d_in, hidden, n_layers
         self.bidirectional = bidirectional
         self.lstm = nn.LSTM(d_in, hidden, n_layers, batch_first=True, bidirectional=bidirectional,
@@ -109,7 +103,7 @@ class LSTMLM(nn.Module):
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Append `max_new_tokens` tokens to idx (B, T); the state carries the whole past (no window)."""
-        from ..decode import sample_next
+        from ..inference.decode import sample_next
 
         check_tokens(idx, "idx")
         was_training = self.training

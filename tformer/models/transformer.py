@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
-from .._checks import check_tokens
+from ..utils.checks import check_tokens
 from ..blocks import BlockConfig, DecoderLayer, TransformerBlock
-from ..cache import KVCache
+from ..inference.cache import KVCache
 from ..masks import padding_mask
 from ..positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .._checks import check_float, check_rank
+from ..utils.checks import check_float, check_rank
 from ..attention import capture_attention
 from ..blocks import TransformerBlock
 

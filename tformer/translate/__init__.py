@@ -1,4 +1,9 @@
-"""The translation capstone (chapter 10): presets, the train/score pipeline and the `tformer translate` CLI."""
+"""The translation capstone (chapter 10).
+
+    presets   TranslatePreset: small (a CPU), gpu (one GPU), base and big (WMT14, the paper)
+    pipeline  build_model, train_run (BPE, batches, Trainer, run folder), load_run, score_files (sacreBLEU)
+    cli       `tformer translate train | score | translate`
+"""
 from .pipeline import Seq2SeqLoss, build_model, load_run, score_files, score_lines, train_run
 from .presets import PRESETS, TranslatePreset, get_preset
 

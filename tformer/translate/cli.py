@@ -89,7 +89,7 @@ def _train(args) -> int:
             raise UserError(f"--max-steps {max_steps} and --set max_steps={overrides['max_steps']} disagree; give one")
         max_steps = overrides.pop("max_steps")
     if args.threads:
-        from ..runtime import set_threads
+        from ..utils.runtime import set_threads
         set_threads(args.threads)
     res = train_run(args.out, args.preset, data=args.data, dataset=args.dataset, pair=args.pair, src=args.src,
                     tgt=args.tgt, time_budget=args.time_budget, max_steps=max_steps, device=args.device,
@@ -126,7 +126,7 @@ def _stdin(args) -> int:
         raise UserError("give a run: tformer translate --run RUN < sentences.txt   (or: tformer translate "
                         "train|score ...; see tformer translate --help)")
     raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
-    from ..decode import translate
+    from ..inference.decode import translate
     from .pipeline import decode_utf8, load_run
     lines = decode_utf8(raw, "standard input").splitlines()
     model, bpe, _ = load_run(args.run)                  # the run is checked even when the input is empty

@@ -31,12 +31,14 @@ import torch.distributed as dist
 
 from ..cli import UserError
 from ..data import SharedBPE, TokenBatcher, multi30k, read_parallel, wmt14, write_offline_corpus
-from ..decode import translate
-from ..metrics import sacrebleu_score, tokenized_bleu
+from ..inference.decode import translate
+from ..training.metrics import sacrebleu_score, tokenized_bleu
 from ..models.transformer import Transformer, TransformerConfig
-from ..train import (CheckpointError, Trainer, TrainConfig, acquire_run_lock, atomic_save, atomic_write_text,
-                     average_checkpoints, label_smoothed_cross_entropy, load_checkpoint, previous_path,
-                     setup_distributed)
+from ..training.checkpoint import (CheckpointError, acquire_run_lock, atomic_save, atomic_write_text,
+                                   average_checkpoints, load_checkpoint, previous_path)
+from ..training.trainer import Trainer, TrainConfig
+from ..training.losses import label_smoothed_cross_entropy
+from ..training.distributed import setup_distributed
 from .presets import RESUMABLE, TranslatePreset, get_preset, validate
 
 

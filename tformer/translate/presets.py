@@ -8,7 +8,7 @@
            beam-4 sacreBLEU on test_2016_flickr (5,000-token batches + inverse-sqrt: 32.5 / 33.5).
     gpu    Multi30k on one GPU in 2.5-5 minutes: base's width (d=512, 8 heads, d_ff 2048) with 3+3 layers,
            dropout 0.3, an 8k vocabulary, 8,000-token batches, lr 1e-3 with 400 warm-up steps and the
-           linear schedule, gradients clipped at 1. This is issue 12's hand-made recipe, measured there on
+           linear schedule, gradients clipped at 1. This is a recipe first set by hand, measured on
            one H200 (`--preset base --set n_layers=3 --set dropout=0.3 ... --time-budget 2.5`): 4,449
            steps, 259k tokens/s, 40.4 greedy sacreBLEU on test_2016_flickr. As a preset it adds snapshots
            every 30 s for averaging; its 5-minute figure (target >= 42) is not yet measured.
@@ -148,7 +148,7 @@ def parse_field(name: str, text: str):
 
 def check_field(name: str, value, prefix: str = "") -> None:
     """Range of one field: ValueError naming it and the accepted range."""
-    from ..train import SCHEDULES
+    from ..training.schedules import SCHEDULES
     if value is None:
         if not _kind(name)[1]:
             raise ValueError(f"{prefix}{name} cannot be None")

@@ -1,7 +1,7 @@
 """Chapter 7: the paper's training cost in FLOPs (time x GPUs x FLOP/s), compared by relative error."""
 import torch
 
-from ... import timing
+from ...utils import timing
 from ..core import Case, Exercise, register
 
 P100, V100, A100, H100 = 9.5e12, 15.7e12, 312e12, 989e12        # sustained FP32 (P100, V100) / dense bf16 FLOP/s

@@ -2,8 +2,9 @@
 import torch
 import torch.nn.functional as F
 
-from ... import train
-from ...train import label_smoothed_cross_entropy, noam_lr
+from ...training import losses, schedules
+from ...training.losses import label_smoothed_cross_entropy
+from ...training.schedules import noam_lr
 from ..core import Case, Exercise, register
 
 
@@ -60,7 +61,7 @@ register(Exercise(
     mistakes={"no warmup (only step^-0.5)": _no_warmup,
               "warmup^-0.5 instead of warmup^-1.5": _wrong_warmup_power,
               "missing the d_model^-0.5 factor": _no_d_model},
-    forbidden=[(train, "noam_lr")],
+    forbidden=[(schedules, "noam_lr")],
 ))
 
 
@@ -147,5 +148,5 @@ register(Exercise(
               "padding tokens counted in the mean": _pads_counted,
               "no smoothing applied": _no_smoothing,
               "sum instead of mean": _sum_not_mean},
-    forbidden=[(train, "label_smoothed_cross_entropy"), (F, "cross_entropy")],
+    forbidden=[(losses, "label_smoothed_cross_entropy"), (F, "cross_entropy")],
 ))

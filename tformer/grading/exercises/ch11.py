@@ -4,8 +4,13 @@
 import torch
 import torch.nn.functional as F
 
-from ... import bpe, decode, dpo, lm, lora, sft
-from ...lm import IGNORE, apply_mlm_masking, causal_lm_loss
+from ...data import bpe
+from ...inference import decode
+from ...training import dpo, lora, sft
+from ...data import text
+from ...training import losses
+from ...training.losses import IGNORE, causal_lm_loss
+from ...data.text import apply_mlm_masking
 from ..core import Case, Exercise, register
 
 # --- BPE: one merge ---------------------------------------------------------------------------------
@@ -118,7 +123,7 @@ register(Exercise(
     mistakes={"no shift (each position predicts itself)": _no_shift,
               "shifted the wrong way (logits[:, 1:] vs idx[:, :-1])": _shift_wrong_way,
               "summed instead of averaged": _sum_not_mean},
-    forbidden=[(lm, "causal_lm_loss")],
+    forbidden=[(losses, "causal_lm_loss")],
     notebook="11_llms",
 ))
 
@@ -199,7 +204,7 @@ register(Exercise(
               "every chosen token replaced by [MASK] (no 10% random / 10% kept)": _mask_all_chosen,
               "special tokens were chosen": _ignore_special,
               "labels taken from the corrupted inputs instead of the original ids": _labels_from_inputs},
-    forbidden=[(lm, "apply_mlm_masking"), (lm, "mask_tokens")],
+    forbidden=[(text, "apply_mlm_masking"), (text, "mask_tokens")],
     notebook="11_llms",
 ))
 

@@ -4,12 +4,13 @@ import math
 
 import torch
 
-from ... import attention, quantize, speculative
+from ... import attention
+from ...inference import quantize, speculative
 from ...attention import scaled_dot_product_attention
-from ...cache import KVCache
+from ...inference.cache import KVCache
 from ...masks import causal_mask
-from ...quantize import quantize_int8
-from ...speculative import speculative_accept
+from ...inference.quantize import quantize_int8
+from ...inference.speculative import speculative_accept
 from ..core import Case, Exercise, compare, register
 
 # ---------------------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from ... import metrics
-from ...metrics import fit_power_law
+from ...training import metrics
+from ...training.metrics import fit_power_law
 from ..core import Case, Exercise, register
 
 

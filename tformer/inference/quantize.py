@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_float, check_rank
+from ..utils.checks import check_float, check_rank
 
 
 @dataclass

@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_rank
+from ..utils.checks import check_rank
 
 
 def random_affine(images: torch.Tensor, shift: float = 1.0, degrees: float = 10.0, scale: float = 0.1,

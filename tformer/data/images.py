@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data.sources import load_hub_dataset
+from .sources import load_hub_dataset
 
 DIGIT_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -53,7 +53,7 @@ def load_cifar10(max_train: int | None = None, max_test: int | None = None, cach
     `tformer.data.cache_dir()` / "huggingface" (data/cache/ in a checkout; see data/cifar10/README.md).
     """
     ds = load_hub_dataset("uoft-cs/cifar10", cache_dir=cache_dir, hint=(
-        "CIFAR-10 needs the network once (it is cached afterwards). Offline, use tformer.images.load_digits() "
+        "CIFAR-10 needs the network once (it is cached afterwards). Offline, use tformer.data.images.load_digits() "
         "(bundled with scikit-learn)."))
 
     def to_tensors(split, limit):
@@ -106,7 +106,7 @@ def load_image_captions(source: str = FLICKR8K, split: str = "train", image_size
     args = ("imagefolder",) if local else (source,)
     ds = load_hub_dataset(*args, split=split, local=local, **({"data_dir": source} if local else {}), hint=(
         "An image-caption set needs the network once (it is cached afterwards). Offline, the chapter's CLIP "
-        "capstone uses the digits and their template captions (tformer.captions.digit_captions)."))
+        "capstone uses the digits and their template captions (tformer.data.captions.digit_captions)."))
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
     if image_column not in ds.column_names:

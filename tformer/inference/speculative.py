@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_rank, check_tokens
+from ..utils.checks import check_rank, check_tokens
 from .cache import make_caches
 
 

@@ -19,8 +19,9 @@ from typing import Iterable, Iterator
 import torch
 import torch.nn as nn
 
-from .data.sources import DataUnavailableError, load_hub_dataset  # one error type for every loader
-from .lm import causal_lm_loss
+from .sources import DataUnavailableError, load_hub_dataset  # one error type for every loader
+from ..training.losses import IGNORE, causal_lm_loss
+from ..utils.checks import check_tokens
 
 # name -> (datasets path, config, text column)
 CORPORA = {
@@ -52,7 +53,7 @@ def hf_text(name: str = "wikitext", split: str = "train", max_chars: int | None 
         raise ValueError(f"hf_text: name must be one of {sorted(CORPORA)} or a local .txt file, got {name!r}")
     ds = load_hub_dataset(path, config, split=split, local=path == "text", **kwargs, hint=(
         "Run once with a network connection (it is then cached under tformer.data.cache_dir(), data/cache/ "
-        "in a checkout), or use the offline corpus: tformer.lm_data.offline_text() (set TFORMER_SMALL=1 in "
+        "in a checkout), or use the offline corpus: tformer.data.text.offline_text() (set TFORMER_SMALL=1 in "
         "the notebooks)."))
     parts, n = [], 0
     for row in ds:
@@ -155,7 +156,7 @@ def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
     """The Trainer's loss_fn for (x, y) batches: (sum of `lm.causal_lm_loss` over the tokens, token count);
     in training mode plus the model's auxiliary loss (MoE load balancing, z-loss) weighted per token.
     Validation reports pure cross-entropy."""
-    from .moe import collect_aux_loss
+    from ..moe import collect_aux_loss
 
     x, y = batch
     logits = model(x)                                                  # (B, T, V)
@@ -164,3 +165,40 @@ def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
     if model.training:
         loss = loss + collect_aux_loss(model) * n
     return loss, n
+
+
+# ----------------------------------------------------------------------------------------------------
+# Masked-LM inputs (BERT, chapter 11): choose 15% of the tokens; of those 80% -> [MASK], 10% -> a random
+# token, 10% unchanged; the loss (`tformer.training.losses.masked_lm_loss`) counts the chosen positions only.
+
+
+def apply_mlm_masking(ids: torch.Tensor, u_select: torch.Tensor, u_action: torch.Tensor, random_ids: torch.Tensor,
+                      mask_id: int, p: float = 0.15, special: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking rule with its randomness given as inputs (all (B, T)).
+
+    A position is chosen when u_select < p (and it is not `special`). A chosen position becomes
+    `mask_id` when u_action < 0.8, `random_ids` when 0.8 <= u_action < 0.9, and stays as it is otherwise.
+    Returns (inputs (B, T), labels (B, T)): labels hold the original id at chosen positions, IGNORE elsewhere.
+    """
+    check_tokens(ids, "ids")
+    chosen = u_select < p
+    if special is not None:
+        chosen = chosen & ~special
+    labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE))
+    inputs = torch.where(chosen & (u_action < 0.8), torch.full_like(ids, mask_id), ids)
+    inputs = torch.where(chosen & (u_action >= 0.8) & (u_action < 0.9), random_ids.to(ids.dtype), inputs)
+    return inputs, labels
+
+
+def mask_tokens(ids: torch.Tensor, vocab_size: int, mask_id: int, p: float = 0.15, special_ids: tuple[int, ...] = (),
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked-LM inputs and labels for ids (B, T): draws the randomness and calls `apply_mlm_masking`.
+    Tokens in `special_ids` ([CLS], [SEP], [PAD], ...) are never chosen."""
+    check_tokens(ids, "ids")
+    shape, dev = ids.shape, ids.device
+    u_select = torch.rand(shape, generator=generator).to(dev)
+    u_action = torch.rand(shape, generator=generator).to(dev)
+    random_ids = torch.randint(0, vocab_size, shape, generator=generator).to(dev)
+    special = torch.isin(ids, torch.tensor(list(special_ids), dtype=ids.dtype, device=dev)) if special_ids else None
+    return apply_mlm_masking(ids, u_select, u_action, random_ids, mask_id, p, special)

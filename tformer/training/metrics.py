@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-from ._checks import check_rank
+from ..utils.checks import check_rank
 
 
 @dataclass
@@ -142,10 +142,10 @@ def recall_at_k(sim: torch.Tensor, k: int, query_labels: torch.Tensor | None = N
 @torch.no_grad()
 def retrieval_recall(model: nn.Module, data, ks: tuple[int, ...] = (1, 5, 10),
                      batch_size: int = 256) -> dict[str, float]:
-    """The standard image-caption retrieval protocol on `data` (a `tformer.images.ImageCaptions`): every
+    """The standard image-caption retrieval protocol on `data` (a `tformer.data.images.ImageCaptions`): every
     image against every caption of the set. image->text R@k: one of the image's own captions is in its
     top k; text->image R@k: the caption's image is in its top k. Returns {"i2t@k": ..., "t2i@k": ...}."""
-    from .captions import caption_ids
+    from ..data.captions import caption_ids
 
     was = model.training
     model.eval()

@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from .gpu import amp_dtype
-from .lm import causal_lm_loss
+from ..training.losses import causal_lm_loss
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
@@ -165,7 +165,7 @@ def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat
 
     A step is forward, loss, backward and an AdamW update, as in training. The model's parameters do
     change; pass a copy if that matters. amp=None: autocast on CUDA (bf16 on sm80+, fp16 before:
-    `tformer.gpu.amp_dtype`), off on CPU.
+    `tformer.utils.gpu.amp_dtype`), off on CPU.
     """
     device = idx.device
     amp = device.type == "cuda" if amp is None else amp

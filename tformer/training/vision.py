@@ -1,4 +1,4 @@
-"""Training an image classifier (ViT) and a CLIP-style aligner (chapter 12) with `tformer.train.Trainer`.
+"""Training an image classifier (ViT) and a CLIP-style aligner (chapter 12) with `tformer.training.Trainer`.
 
 Both use the ViT/CLIP recipe: AdamW without decay on biases, norms, positions and the class token
 (`train.adamw`), linear warmup then a half cosine to 0 (`train.CosineSchedule`), no gradient clipping,
@@ -15,10 +15,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .captions import caption_ids
-from .images import ImageCaptions, ImageSplit
+from ..data.captions import caption_ids
+from ..data.images import ImageCaptions, ImageSplit
 from .metrics import accuracy
-from .train import Trainer, TrainConfig, adamw
+from .trainer import Trainer, TrainConfig, adamw
 
 
 @dataclass

@@ -9,7 +9,7 @@ mode sets torch to SMALL_THREADS threads (1; TFORMER_THREADS=N overrides it). Th
 that chooses it: notebooks do not call `torch.set_num_threads` themselves. Code that measures
 parallel speed-ups (chapters 7 and 15, benchmarks/) asks for its thread count explicitly:
 
-    with tformer.runtime.threads(ALL_THREADS):      # every core torch would use by default
+    with tformer.utils.runtime.threads(ALL_THREADS):      # every core torch would use by default
         ... time it ...
 """
 from __future__ import annotations

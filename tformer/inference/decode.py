@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_tokens
+from ..utils.checks import check_tokens
 
 NEG_INF = float("-inf")
 

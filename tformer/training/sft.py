@@ -7,7 +7,7 @@ A conversation is a list of turns (user text, assistant text). The chat template
 
 and only the assistant's tokens (and the end token that closes each answer) carry loss: the prompt is
 given, not predicted. Labels are the token ids with IGNORE (-100) at every other position, and the loss
-is the ordinary next-token loss `tformer.lm.causal_lm_loss(model(ids), labels)`.
+is the ordinary next-token loss `tformer.training.losses.causal_lm_loss(model(ids), labels)`.
 
     data = instruction_set(500, seed=0)               # list of conversations (add, code, recall, read)
     ids, labels = encode_chats(tok, data)             # (N, T) each, padded
@@ -20,7 +20,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from .lm import IGNORE, causal_lm_loss
+from .losses import IGNORE, causal_lm_loss
 
 USER, ASSISTANT, END = "User: ", "\nAssistant: ", "<|endoftext|>"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_float, check_rank
+from ..utils.checks import check_float, check_rank
 
 
 @dataclass
@@ -182,7 +182,7 @@ class PagedKVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Beam search would make rows share blocks (copy-on-write, as vLLM does); not built here."""
         raise NotImplementedError("PagedKVCache.reorder: beam search over a paged cache needs shared blocks with "
-                                  "copy-on-write; use the contiguous KVCache (tformer.cache) for beam search")
+                                  "copy-on-write; use the contiguous KVCache (tformer.inference.cache) for beam search")
 
     def nbytes(self) -> int:
         """Bytes of this layer's blocks held by the table (whole blocks: the unfilled tail counts)."""

@@ -11,10 +11,10 @@ MFU (model FLOPs utilisation) = achieved model FLOP/s / the chip's peak, counted
 training FLOPs per token follow the PaLM / nanoGPT estimate, 6 N + 12 L d T: N the non-embedding
 parameters used per token (for an MoE, the active ones), and attention scores and values over T
 positions in L layers of width d; the peak is the datasheet's dense bf16 figure (989 TFLOP/s for an
-H100/H200 SXM; a T4, which has no bf16, its fp16 65 TFLOP/s), from `tformer.gpu.peak_flops`.
+H100/H200 SXM; a T4, which has no bf16, its fp16 65 TFLOP/s), from `tformer.utils.gpu.peak_flops`.
 
 On a GPU older than sm80 (a T4 is sm75) there is no flash kernel: `lm_throughput` then uses fp16 with a
-gradient scaler and SDPA's memory-efficient kernel (`tformer.gpu` decides, by compute capability).
+gradient scaler and SDPA's memory-efficient kernel (`tformer.utils.gpu` decides, by compute capability).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, grad_scaler, peak_flops
-from .lm import causal_lm_loss
+from ..training.losses import causal_lm_loss
 from .timing import profiled, time_fn
 
 # the aten operator each SDPA backend runs (the profiler records it), and a short name for it
@@ -39,7 +39,7 @@ _KERNELS = {
     "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
 }
 
-PEAK_BF16_FLOPS = PEAK_FLOPS   # the table lives in tformer.gpu (one place)
+PEAK_BF16_FLOPS = PEAK_FLOPS   # the table lives in tformer.utils.gpu (one place)
 
 
 @contextlib.contextmanager
@@ -88,7 +88,7 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
     """Train a `tformer.models.GPT` on random tokens for a few steps; measure tokens/s and MFU.
 
     On CUDA: bf16 autocast and (by default) the flash kernel forced, after proving once that it runs; on a
-    GPU older than sm80, fp16 with a gradient scaler and the memory-efficient kernel (`tformer.gpu`).
+    GPU older than sm80, fp16 with a gradient scaler and the memory-efficient kernel (`tformer.utils.gpu`).
     `compile=True` runs the model through `torch.compile` (the first steps compile; warmup covers them).
     Each step: forward, cross-entropy + MoE aux loss, backward, AdamW. Returns a dict: tokens_per_s,
     step_s (median), flops_per_token, mfu (None without a known peak), backends (SDPA kernels seen),

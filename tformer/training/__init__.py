@@ -1,0 +1,28 @@
+"""Training (chapter 10, reused by chapters 11-13).
+
+    schedules    the paper's warmup then 1/sqrt(step) (`noam_lr`), constant, linear and cosine decay
+    losses       label-smoothed cross-entropy; causal_lm_loss (the one next-token loss) and the masked-LM loss
+    checkpoint   run folders: atomic save and load, the run lock, RNG state, checkpoint averaging
+    distributed  joining the process group torchrun describes
+    trainer      TrainConfig and the Trainer: accumulation, clipping, autocast, validation, exact resume
+    metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity, recall@k, power-law fits
+    sft, lora, dpo   chat template and prompt-masked labels; low-rank adapters; preference optimisation
+    vision       train_classifier (ViT) and train_clip: the Trainer with the ViT / CLIP recipe
+
+`from tformer.training import Trainer, TrainConfig, noam_lr, ...` takes the first five's public names;
+import the recipes (`tformer.training.sft`, ...) by their module.
+"""
+from .checkpoint import (CheckpointError, CheckpointWriteError, RunInUseError, RunLock, acquire_run_lock,
+                         atomic_save, atomic_write_text, average_checkpoints, load_checkpoint, previous_path,
+                         remove_stale_temporaries)
+from .distributed import setup_distributed
+from .losses import IGNORE, causal_lm_loss, label_smoothed_cross_entropy, masked_lm_loss
+from .schedules import (ConstantSchedule, CosineSchedule, InverseSqrtSchedule, LinearDecaySchedule, RunScheduler,
+                        make_scheduler, noam_lr)
+from .trainer import TrainConfig, Trainer, TrainState, adamw
+
+__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "CosineSchedule",
+           "RunScheduler", "make_scheduler", "adamw", "label_smoothed_cross_entropy", "causal_lm_loss",
+           "masked_lm_loss", "IGNORE", "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints",
+           "setup_distributed", "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock",
+           "acquire_run_lock", "remove_stale_temporaries", "load_checkpoint", "atomic_write_text", "previous_path"]
