@@ -49,7 +49,7 @@ def bench_gpt(repeats):
     b, t = 8, 256
     hf = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=t, n_embd=384, n_layer=6, n_head=6,
                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
-    ours = GPT(GPTConfig(vocab_size=50257, block_size=t, n_layers=6, n_heads=6, d_model=384))
+    ours = GPT(GPTConfig(vocab_size=50257, context_length=t, n_layers=6, n_heads=6, d_model=384))
     opt_hf = torch.optim.AdamW(hf.parameters(), lr=1e-4)
     opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4)
     idx = torch.randint(0, 50257, (b, t + 1))
@@ -105,7 +105,7 @@ def bench_seq2seq(repeats):
 
 def bench_generate(repeats):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=50257, block_size=512, n_layers=6, n_heads=6, d_model=384)).eval()
+    model = GPT(GPTConfig(vocab_size=50257, context_length=512, n_layers=6, n_heads=6, d_model=384)).eval()
     idx = torch.randint(0, 50257, (1, 16))
     n = 128
     return time_interleaved({"peer": lambda: model.generate(idx, n, temperature=0.0, use_cache=False),

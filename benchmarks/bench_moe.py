@@ -130,7 +130,7 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
 
 
 def lm_pair(width: int, layers: int, heads: int, block: int, vocab: int, n_experts: int = 8, k: int = 2):
-    base = dict(vocab_size=vocab, block_size=block, n_layers=layers, n_heads=heads, d_model=width)
+    base = dict(vocab_size=vocab, context_length=block, n_layers=layers, n_heads=heads, d_model=width)
     return {"dense (FFN 4d)": GPTConfig(**base, d_ff=4 * width),
             f"MoE {n_experts}x top-{k} (experts 2d)": GPTConfig(**base, n_experts=n_experts, moe_top_k=k,
                                                                 moe_d_ff=4 * width // k)}

@@ -166,7 +166,7 @@ def transformer_rows(dev, dtype, vocab, batch, src_len, tgt_len, steps, **cfg_kw
     from tformer.training import label_smoothed_cross_entropy
 
     torch.manual_seed(0)
-    cfg = TransformerConfig.base(vocab, max_len=max(src_len, tgt_len) + 1, **cfg_kw)
+    cfg = TransformerConfig.base(vocab, context_length=max(src_len, tgt_len) + 1, **cfg_kw)
     model = Transformer(cfg).to(dev).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=dev.type == "cuda")
     scaler = gpu.grad_scaler(dtype, dev)
@@ -199,7 +199,7 @@ def moe_rows(dev, dtype, sizes, vocab, steps) -> list[dict]:
 
     rows = []
     for width, layers, heads, block, batch in sizes:
-        base = dict(vocab_size=vocab, block_size=block, n_layers=layers, n_heads=heads, d_model=width)
+        base = dict(vocab_size=vocab, context_length=block, n_layers=layers, n_heads=heads, d_model=width)
         cfgs = {"dense (FFN 4d)": GPTConfig(**base, d_ff=4 * width)}
         for dispatch in ("auto", "padded"):
             cfgs[f"MoE 8x top-2 {dispatch}"] = GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width,
@@ -329,7 +329,7 @@ def rnn_rows(dev, width, layers, lengths, batch, vocab, steps) -> list[dict]:
     from tformer.utils.timing import step_time_vs_length
 
     models = {"LSTM": lambda: LSTMLM(LSTMConfig(vocab_size=vocab, d_model=width, n_layers=layers)),
-              "GPT": lambda: GPT(GPTConfig(vocab_size=vocab, block_size=max(lengths), n_layers=layers,
+              "GPT": lambda: GPT(GPTConfig(vocab_size=vocab, context_length=max(lengths), n_layers=layers,
                                            n_heads=max(1, width // 64), d_model=width))}
     res = step_time_vs_length(models, lengths, batch_size=batch, vocab_size=vocab, device=dev, warmup=2,
                               repeat=steps, progress=False)

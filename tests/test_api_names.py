@@ -71,7 +71,7 @@ def test_causal_lm_loss_is_the_one_next_token_loss():
         causal_lm_loss(logits, idx, targets=idx)
     with pytest.raises(ValueError, match="same \\(B, T\\)"):
         causal_lm_loss(logits, targets=idx[:, 1:])
-    model = GPT(GPTConfig(vocab_size=7, block_size=8, n_layers=1, n_heads=2, d_model=8)).eval()
+    model = GPT(GPTConfig(vocab_size=7, context_length=8, n_layers=1, n_heads=2, d_model=8)).eval()
     total, n = lm_loss(model, (idx[:, :-1], idx[:, 1:]))
     torch.testing.assert_close(total / n, causal_lm_loss(model(idx), idx), rtol=1e-5, atol=1e-6)
 

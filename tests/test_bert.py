@@ -65,7 +65,7 @@ def test_matches_hf_sequence_classification():
 
 def test_bidirectional_future_tokens_change_past_outputs():
     torch.manual_seed(0)
-    m = BERT(BertConfig(vocab_size=50, max_len=16, d_model=32, n_layers=1, n_heads=4, d_ff=64, dropout=0.0)).eval()
+    m = BERT(BertConfig(vocab_size=50, context_length=16, d_model=32, n_layers=1, n_heads=4, d_ff=64, dropout=0.0)).eval()
     a = torch.randint(1, 50, (1, 8))
     b = a.clone()
     b[0, -1] = (a[0, -1] % 49) + 1                           # change only the last token
@@ -74,8 +74,8 @@ def test_bidirectional_future_tokens_change_past_outputs():
 
 
 def test_bad_input_errors():
-    m = BERT(BertConfig(vocab_size=50, max_len=8, d_model=16, n_layers=1, n_heads=2, d_ff=32))
-    with pytest.raises(ValueError, match="max_len"):
+    m = BERT(BertConfig(vocab_size=50, context_length=8, d_model=16, n_layers=1, n_heads=2, d_ff=32))
+    with pytest.raises(ValueError, match="context_length"):
         m(torch.ones(1, 9, dtype=torch.long))
     with pytest.raises(TypeError, match="integer token ids"):
         m(torch.ones(1, 4))
@@ -122,7 +122,7 @@ def test_causal_lm_loss_matches_hf_gpt2_loss():
 
 def test_pretrain_then_finetune_smoke():
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=40, max_len=12, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0)
+    cfg = BertConfig(vocab_size=40, context_length=12, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0)
     bert = BERT(cfg)
     g = torch.Generator().manual_seed(0)
     base = torch.arange(5, 17).repeat(16, 1)                 # a learnable pattern: consecutive ids

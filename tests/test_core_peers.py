@@ -116,12 +116,12 @@ def test_greedy_generate_matches_hf_and_cache():
 
 def test_generate_past_context_slides_window():
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=20, block_size=8, n_layers=1, n_heads=2, d_model=16))
+    m = GPT(GPTConfig(vocab_size=20, context_length=8, n_layers=1, n_heads=2, d_model=16))
     idx = torch.randint(0, 20, (1, 6))
     a = m.generate(idx, 10, temperature=0.0, use_cache=True)
     b = m.generate(idx, 10, temperature=0.0, use_cache=False)
     assert a.shape == (1, 16) and torch.equal(a, b)
-    with pytest.raises(ValueError, match="block_size=8"):
+    with pytest.raises(ValueError, match="context_length=8"):
         m(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(TypeError, match="integer token ids"):
         m(torch.zeros(1, 4))
@@ -129,7 +129,7 @@ def test_generate_past_context_slides_window():
 
 def test_rope_gpt_cache_matches_full_pass():
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=30, block_size=16, n_layers=2, n_heads=4, n_kv_heads=2, d_model=32,
+    m = GPT(GPTConfig(vocab_size=30, context_length=16, n_layers=2, n_heads=4, n_kv_heads=2, d_model=32,
                       positional="rope", activation="swiglu", bias=False)).eval()
     idx = torch.randint(0, 30, (2, 10))
     a = m.generate(idx, 6, temperature=0.0, use_cache=True)

@@ -14,7 +14,7 @@ def small_transformer(**kw):
 
 def test_changing_future_tokens_never_changes_earlier_outputs():
     torch.manual_seed(0)
-    gpt = GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=4, d_model=32)).eval()
+    gpt = GPT(GPTConfig(vocab_size=50, context_length=16, n_layers=2, n_heads=4, d_model=32)).eval()
     a = torch.randint(0, 50, (2, 12))
     b = a.clone()
     b[:, 7:] = torch.randint(0, 50, (2, 5))

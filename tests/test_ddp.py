@@ -32,7 +32,7 @@ WORKER = textwrap.dedent("""
     def run(out, rank, world):
         torch.manual_seed(0)
         cfg = TransformerConfig(src_vocab_size=50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
-                                n_decoder_layers=2, dropout=0.0, max_len=32)
+                                n_decoder_layers=2, dropout=0.0, context_length=32)
         model = Transformer(cfg)
         src, tgt = data()
         batches = TokenBatcher(src, tgt, max_tokens=200, shuffle=False, rank=rank, world=world)
@@ -79,5 +79,5 @@ def test_two_gloo_ranks_equal_one_process(tmp_path):
     torch.manual_seed(0)
     from tformer.models import Transformer, TransformerConfig
     init = Transformer(TransformerConfig(src_vocab_size=50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
-                                         n_decoder_layers=2, dropout=0.0, max_len=32)).state_dict()
+                                         n_decoder_layers=2, dropout=0.0, context_length=32)).state_dict()
     assert not torch.equal(init["generator.weight"], ref["generator.weight"])

@@ -63,7 +63,7 @@ def test_sample_next_greedy_filters_and_penalty():
 
 def test_generate_accepts_the_new_filters():
     torch.manual_seed(0)
-    gpt = GPT(GPTConfig(vocab_size=40, block_size=16, n_layers=1, n_heads=2, d_model=16)).eval()
+    gpt = GPT(GPTConfig(vocab_size=40, context_length=16, n_layers=1, n_heads=2, d_model=16)).eval()
     idx = torch.randint(0, 40, (2, 3))
     greedy = gpt.generate(idx, 6, temperature=0)
     assert torch.equal(gpt.generate(idx, 6, temperature=1.0, top_p=1e-6), greedy)   # top-p tiny = greedy

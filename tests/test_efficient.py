@@ -77,7 +77,7 @@ def test_tiled_module_equals_mha_and_works_in_gpt():
     tiled.load_state_dict(mha.state_dict())
     x = torch.randn(2, 13, 16)
     torch.testing.assert_close(tiled(x, is_causal=True), mha(x, is_causal=True), rtol=1e-5, atol=1e-6)
-    model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layers=1, n_heads=2, d_model=8, positional="rope"))
+    model = GPT(GPTConfig(vocab_size=11, context_length=16, n_layers=1, n_heads=2, d_model=8, positional="rope"))
     idx = torch.randint(0, 11, (2, 16))
     ref = model(idx)
     old = model.blocks[0].attn
@@ -168,7 +168,7 @@ def test_performer_causal_chunks_agree_and_future_is_ignored():
 
 def test_performer_module_swaps_into_gpt():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=11, block_size=24, n_layers=2, n_heads=2, d_model=16))
+    model = GPT(GPTConfig(vocab_size=11, context_length=24, n_layers=2, n_heads=2, d_model=16))
     for blk in model.blocks:
         old = blk.attn
         blk.attn = PerformerAttention(16, 2, n_features=32)

@@ -30,7 +30,7 @@ def test_tokenizer_round_trip_and_chunked_encoding(tok):
 
 def test_batches_are_shifted_windows_deterministic_per_epoch():
     ids = torch.arange(1000)
-    b = LMBatches(ids, batch_size=4, block_size=8, batches_per_epoch=3, seed=1)
+    b = LMBatches(ids, batch_size=4, context_length=8, batches_per_epoch=3, seed=1)
     first = list(b)
     assert len(first) == 3
     for x, y in first:
@@ -62,7 +62,7 @@ def test_split_stream():
 
 def test_lm_loss_sum_count_and_aux_only_in_training():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=50, block_size=8, n_layers=1, n_heads=2, d_model=16, n_experts=4, moe_top_k=2))
+    model = GPT(GPTConfig(vocab_size=50, context_length=8, n_layers=1, n_heads=2, d_model=16, n_experts=4, moe_top_k=2))
     x, y = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
     model.train()
     loss, n = lm_loss(model, (x, y))

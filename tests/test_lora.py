@@ -30,7 +30,7 @@ def test_a_new_adapter_changes_nothing_and_only_a_b_train():
 
 def _tiny_gpt():
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=2, d_model=32))
+    return GPT(GPTConfig(vocab_size=50, context_length=16, n_layers=2, n_heads=2, d_model=32))
 
 
 def test_merged_equals_unmerged_on_gpt():
@@ -68,7 +68,7 @@ def test_add_lora_counts_and_training_moves_only_the_adapters():
 
 
 def test_trainable_share_under_2_percent_at_gpt2_width():
-    gpt = GPT(GPTConfig(vocab_size=1024, block_size=64, n_layers=6, n_heads=6, d_model=384))
+    gpt = GPT(GPTConfig(vocab_size=1024, context_length=64, n_layers=6, n_heads=6, d_model=384))
     trainable, total = trainable_params(add_lora(gpt, r=4, alpha=8))
     assert trainable / total < 0.02, trainable / total
 

@@ -251,11 +251,11 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="dims"):
         m(torch.randn(16, dtype=torch.float64))
     with pytest.raises(ValueError, match="moe_layers"):
-        GPT(GPTConfig(vocab_size=10, block_size=8, n_layers=2, n_heads=2, d_model=8, n_experts=2, moe_layers=(5,)))
+        GPT(GPTConfig(vocab_size=10, context_length=8, n_layers=2, n_heads=2, d_model=8, n_experts=2, moe_layers=(5,)))
 
 
 def _tiny(**kw):
-    cfg = dict(vocab_size=64, block_size=16, n_layers=3, n_heads=2, d_model=16)
+    cfg = dict(vocab_size=64, context_length=16, n_layers=3, n_heads=2, d_model=16)
     cfg.update(kw)
     torch.manual_seed(0)
     return GPT(GPTConfig(**cfg))
@@ -339,7 +339,7 @@ def test_lm_throughput_smoke_cpu():
 @cuda
 def test_flash_kernel_runs_on_cuda_bf16_and_refuses_fp32():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=128, block_size=64, n_layers=2, n_heads=4, d_model=128, n_experts=4,
+    model = GPT(GPTConfig(vocab_size=128, context_length=64, n_layers=2, n_heads=4, d_model=128, n_experts=4,
                           moe_top_k=2)).cuda()
     idx = torch.randint(0, 128, (2, 64), device="cuda")
 

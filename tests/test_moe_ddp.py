@@ -21,10 +21,10 @@ WORKER = textwrap.dedent("""
 
     rank, world, _ = setup_distributed("cpu")          # gloo even on a machine with a GPU
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=64, block_size=16, n_layers=2, n_heads=2, d_model=16, n_experts=8, moe_top_k=1,
+    model = GPT(GPTConfig(vocab_size=64, context_length=16, n_layers=2, n_heads=2, d_model=16, n_experts=8, moe_top_k=1,
                           moe_layers=(1,)))
     ids = torch.randint(0, 64, (2000,), generator=torch.Generator().manual_seed(0))
-    batches = LMBatches(ids, batch_size=4, block_size=16, batches_per_epoch=3, rank=rank, world=world)
+    batches = LMBatches(ids, batch_size=4, context_length=16, batches_per_epoch=3, rank=rank, world=world)
     tc = TrainConfig(max_steps=3, lr=1e-2, schedule="constant", warmup=1, progress=False)
     t = Trainer(model, lm_loss, batches, tc, device="cpu")
     assert t.world == world == 2
@@ -50,7 +50,7 @@ def test_moe_gpt_trains_under_torchrun_with_two_ranks(tmp_path):
         assert torch.equal(r0[k], r1[k]), f"ranks differ in {k}"
     from tformer.models import GPT, GPTConfig
     torch.manual_seed(0)
-    init = GPT(GPTConfig(vocab_size=64, block_size=16, n_layers=2, n_heads=2, d_model=16, n_experts=8, moe_top_k=1,
+    init = GPT(GPTConfig(vocab_size=64, context_length=16, n_layers=2, n_heads=2, d_model=16, n_experts=8, moe_top_k=1,
                          moe_layers=(1,))).state_dict()
     assert not torch.equal(init["blocks.1.ffn.experts.fc1"], r0["blocks.1.ffn.experts.fc1"])   # trained
     assert not torch.equal(init["blocks.1.ffn.router.weight"], r0["blocks.1.ffn.router.weight"])

@@ -9,7 +9,7 @@ from tformer.inference.paged_cache import BlockPool, PagedConfig, generate_paged
 
 def _model(n_kv_heads=2, seed=0):
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=40, block_size=64, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, d_model=32)
+    cfg = GPTConfig(vocab_size=40, context_length=64, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, d_model=32)
     return GPT(cfg).double().eval()
 
 

@@ -56,7 +56,7 @@ def test_encode_chats_pads_with_ignored_labels(tok):
 
 def test_exact_match_is_greedy_decoding(tok):
     torch.manual_seed(0)
-    gpt = GPT(GPTConfig(vocab_size=tok.get_vocab_size(), block_size=64, n_layers=1, n_heads=2, d_model=16)).eval()
+    gpt = GPT(GPTConfig(vocab_size=tok.get_vocab_size(), context_length=64, n_layers=1, n_heads=2, d_model=16)).eval()
     chats = [[("What is 1 + 1?", "2")], [("What is 2 + 2?", "4")]]
     ids, labels = encode_chats(tok, chats, pad_id=0)
     greedy = [gpt.generate(torch.tensor([prompt_ids(tok, c)]), 4, temperature=0)[0].tolist() for c in chats]

@@ -76,7 +76,7 @@ def test_quantlinear_uses_the_quantized_weights(bits):
 
 def test_quantize_gpt_memory_and_outputs():
     torch.manual_seed(4)
-    cfg = GPTConfig(vocab_size=64, block_size=32, n_layers=2, n_heads=4, d_model=64)
+    cfg = GPTConfig(vocab_size=64, context_length=32, n_layers=2, n_heads=4, d_model=64)
     m = GPT(cfg).eval()
     idx = torch.randint(0, 64, (2, 16))
     ref = m(idx)

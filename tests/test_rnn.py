@@ -78,10 +78,10 @@ def test_training_step_and_generate():
 
 
 def test_bad_input_is_rejected():
-    model = _small(block_size=4)
+    model = _small(context_length=4)
     with pytest.raises(TypeError):
         model(torch.randn(2, 3))
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(ValueError, match="context_length"):
         model(torch.zeros(1, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="d_in"):
         LSTMEncoder(4, 6)(torch.randn(2, 3, 5))

@@ -110,7 +110,7 @@ def test_pattern_attention_is_a_drop_in_for_mha():
 
 def test_swapped_into_gpt_and_causal():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=32, n_layers=2, n_heads=2, d_model=16))
+    model = GPT(GPTConfig(vocab_size=20, context_length=32, n_layers=2, n_heads=2, d_model=16))
     for blk in model.blocks:
         old = blk.attn
         blk.attn = PatternAttention(16, 2, window=4)

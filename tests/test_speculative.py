@@ -13,8 +13,8 @@ def _models(vocab=20, seed=0, n_layers=3):
     """A random target with large weights (so its greedy path is not one repeated token) and a 1-layer
     draft sharing its embeddings (so it agrees with the target part of the time)."""
     torch.manual_seed(seed)
-    target = GPT(GPTConfig(vocab_size=vocab, block_size=64, n_layers=n_layers, n_heads=4, d_model=32)).double().eval()
-    draft = GPT(GPTConfig(vocab_size=vocab, block_size=64, n_layers=1, n_heads=2, n_kv_heads=1, d_model=32)).double().eval()
+    target = GPT(GPTConfig(vocab_size=vocab, context_length=64, n_layers=n_layers, n_heads=4, d_model=32)).double().eval()
+    draft = GPT(GPTConfig(vocab_size=vocab, context_length=64, n_layers=1, n_heads=2, n_kv_heads=1, d_model=32)).double().eval()
     with torch.no_grad():
         for p in target.parameters():
             p.mul_(4.0)
@@ -106,8 +106,8 @@ def test_bad_input():
     target, draft = _models()
     with pytest.raises(ValueError, match=r"\(1, T\)"):
         speculative_generate(target, draft, torch.zeros(2, 3, dtype=torch.long), 4)
-    other = GPT(GPTConfig(vocab_size=21, block_size=64, n_layers=1, n_heads=2, d_model=16))
+    other = GPT(GPTConfig(vocab_size=21, context_length=64, n_layers=1, n_heads=2, d_model=16))
     with pytest.raises(ValueError, match="share a vocabulary"):
         speculative_generate(target, other, torch.zeros(1, 3, dtype=torch.long), 4)
-    with pytest.raises(ValueError, match="block_size=64"):
+    with pytest.raises(ValueError, match="context_length=64"):
         speculative_generate(target, draft, torch.zeros(1, 60, dtype=torch.long), 10)

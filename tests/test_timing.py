@@ -49,7 +49,7 @@ def test_train_step_updates_the_model_and_timings_are_positive():
     assert train_step_time(model, idx, warmup=0, repeat=1) > 0
     assert not torch.equal(before["encoder.lstm.weight_hh_l0"], model.state_dict()["encoder.lstm.weight_hh_l0"])
     rows = step_time_vs_length({"lstm": lambda: LSTMLM(LSTMConfig(vocab_size=11, d_model=8, n_layers=1)),
-                                "gpt": lambda: GPT(GPTConfig(vocab_size=11, block_size=16, n_layers=1, n_heads=2,
+                                "gpt": lambda: GPT(GPTConfig(vocab_size=11, context_length=16, n_layers=1, n_heads=2,
                                                              d_model=8))},
                                [4, 8], batch_size=2, vocab_size=11, warmup=0, repeat=1, progress=False)
     assert [(r.name, r.seq_len) for r in rows] == [("lstm", 4), ("lstm", 8), ("gpt", 4), ("gpt", 8)]

@@ -130,7 +130,7 @@ def test_token_batcher():
 def tiny_model(vocab=12, seed=0, max_len=64):
     torch.manual_seed(seed)
     cfg = TransformerConfig(src_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
-                            n_decoder_layers=2, dropout=0.0, max_len=max_len)
+                            n_decoder_layers=2, dropout=0.0, context_length=max_len)
     m = Transformer(cfg).eval()
     with torch.no_grad():                       # sharper distributions so that ties are impossible
         m.generator.weight.mul_(4.0)

@@ -144,7 +144,7 @@ x_eval, y_eval = make_batch(256, torch.Generator().manual_seed(1))
 def train_task(n_heads: int) -> tuple[GPT, list[float], float]:
     """A 1-layer GPT with n_heads heads (d_model 64 in all), trained on the pair task: model, losses, accuracy."""
     tformer.seed_everything(0)
-    cfg = GPTConfig(vocab_size=V * V, block_size=T_task, n_layers=1, n_heads=n_heads, d_model=64, d_ff=128)
+    cfg = GPTConfig(vocab_size=V * V, context_length=T_task, n_layers=1, n_heads=n_heads, d_model=64, d_ff=128)
     model = GPT(cfg).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     losses = []
@@ -165,7 +165,7 @@ def train_task(n_heads: int) -> tuple[GPT, list[float], float]:
 
 # %%
 tformer.seed_everything(0)
-w_random, _ = head_patterns(GPT(GPTConfig(vocab_size=V * V, block_size=T_task, n_layers=1, n_heads=4, d_model=64,
+w_random, _ = head_patterns(GPT(GPTConfig(vocab_size=V * V, context_length=T_task, n_layers=1, n_heads=4, d_model=64,
                                           d_ff=128)), x_eval)       # the same initial weights train_task starts from
 model, losses, acc = train_task(4)
 w_trained, _ = head_patterns(model, x_eval)

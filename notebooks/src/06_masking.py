@@ -77,7 +77,7 @@ heatmap(tformer.causal_mask(6).float(), ax=axes[0], title="causal_mask(6)", colo
 heatmap(tformer.causal_mask(2, 6).float(), ax=axes[1], title="causal_mask(2, 6): 4 cached keys", colorbar=False)
 plt.tight_layout()
 
-gpt = GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=2, d_model=32)).eval()
+gpt = GPT(GPTConfig(vocab_size=50, context_length=16, n_layers=2, n_heads=2, d_model=32)).eval()
 a = torch.randint(0, 50, (1, 12))
 b = a.clone()
 b[:, 6:] = torch.randint(0, 50, (1, 6))                          # a different future
@@ -108,7 +108,7 @@ assert leak_bi > 1e-2 and leak_causal < 1e-5
 # %%
 V, S, BOS = 12, 8, 1                                             # ids: 0 = padding, 1 = start, 2..11 = symbols
 cfg = TransformerConfig(src_vocab_size=V, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1,
-                        n_decoder_layers=1, dropout=0.0, max_len=32)
+                        n_decoder_layers=1, dropout=0.0, context_length=32)
 
 
 def reverse_batch(n: int, g: torch.Generator | None = None):

@@ -111,7 +111,7 @@ else:
 
 models = {
     "LSTM": lambda: LSTMLM(LSTMConfig(vocab_size=vocab, d_model=d, n_layers=n_layers)),
-    "Transformer": lambda: GPT(GPTConfig(vocab_size=vocab, block_size=max(lengths), n_layers=n_layers,
+    "Transformer": lambda: GPT(GPTConfig(vocab_size=vocab, context_length=max(lengths), n_layers=n_layers,
                                          n_heads=max(1, d // 64) if d >= 64 else 1, d_model=d)),
 }
 for name, make in models.items():

@@ -259,7 +259,7 @@ SEEDS = (0, 1, 2)                                               # three models: 
 # %%
 def train_model(seed: int) -> GPT:
     tformer.seed_everything(seed)
-    model = GPT(GPTConfig(vocab_size=256, block_size=L, n_layers=n_layers, n_heads=n_heads, d_model=d_model,
+    model = GPT(GPTConfig(vocab_size=256, context_length=L, n_layers=n_layers, n_heads=n_heads, d_model=d_model,
                           positional="rope")).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3 if tformer.SMALL else 1e-3)
     for x, y in tqdm(LMBatches(train_data, batch_size, L, steps, seed=seed), desc=f"seed {seed}, L={L}"):

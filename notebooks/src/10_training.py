@@ -139,7 +139,7 @@ WARM_STEPS, WARMUP = (100, 30) if tformer.SMALL else (400, 100)
 def train_curve(norm_first: bool, warmup: int) -> list[float]:
     torch.manual_seed(0)
     cfg = TransformerConfig(src_vocab_size=bpe.vocab_size, d_model=64, n_heads=4, d_ff=256, n_encoder_layers=LAYERS,
-                            n_decoder_layers=LAYERS, dropout=0.1, norm_first=norm_first, max_len=128)
+                            n_decoder_layers=LAYERS, dropout=0.1, norm_first=norm_first, context_length=128)
     tc = TrainConfig(max_steps=WARM_STEPS, lr=PEAK_LR, schedule="constant",   # lr ramps 0 -> PEAK_LR over `warmup`
                      warmup=warmup, grad_clip=None, log_every=10, progress=False)
     trainer = Trainer(Transformer(cfg), Seq2SeqLoss(0.1, bpe.pad_id), batches, tc, device=device)
@@ -325,7 +325,7 @@ for s, r, h in list(zip(src, ref, scores[4]["hypotheses"]))[:4]:
 
 # %%
 n_check = 50 if tformer.SMALL else min(n_eval, 200)           # a batch the decoder holds at once
-ids = [s_[: model.cfg.max_len - 2] + [bpe_run.eos_id] for s_ in bpe_run.encode(src[:n_check])]
+ids = [s_[: model.cfg.context_length - 2] + [bpe_run.eos_id] for s_ in bpe_run.encode(src[:n_check])]
 src_ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(i) for i in ids], batch_first=True,
                                           padding_value=bpe_run.pad_id).to(next(model.parameters()).device)
 kw = dict(pad_id=bpe_run.pad_id, bos_id=bpe_run.bos_id, eos_id=bpe_run.eos_id)

@@ -177,12 +177,12 @@ check("ch11.causal_lm_loss", my_causal_lm_loss)
 
 # %%
 if SMALL:
-    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=64, n_layers=2, n_heads=4, d_model=64)
+    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=64, n_layers=2, n_heads=4, d_model=64)
     steps, batch, lr = 150, 16, 3e-3
 else:
-    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=256, n_layers=6, n_heads=6, d_model=384, dropout=0.1)
+    gpt_cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=256, n_layers=6, n_heads=6, d_model=384, dropout=0.1)
     steps, batch, lr = 3000, 64, 1e-3
-T = gpt_cfg.block_size
+T = gpt_cfg.context_length
 tformer.seed_everything(0)
 gpt = GPT(gpt_cfg).to(dev)
 print(f"GPT: {gpt.num_params():,} parameters")
@@ -299,12 +299,12 @@ assert abs(rates["chosen"] - 0.15) < 0.02 and abs(rates["-> [MASK]"] - 0.8) < 0.
 
 # %%
 if SMALL:
-    bert_cfg = BertConfig(vocab_size=V + 3, max_len=64, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=0.0, pad_id=PAD)
+    bert_cfg = BertConfig(vocab_size=V + 3, context_length=64, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=0.0, pad_id=PAD)
     mlm_steps, mlm_batch, mlm_lr = 300, 32, 3e-3
 else:
-    bert_cfg = BertConfig(vocab_size=V + 3, max_len=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.1, pad_id=PAD)
+    bert_cfg = BertConfig(vocab_size=V + 3, context_length=128, d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.1, pad_id=PAD)
     mlm_steps, mlm_batch, mlm_lr = 3000, 64, 5e-4
-L = bert_cfg.max_len
+L = bert_cfg.context_length
 
 
 def with_cls(x):

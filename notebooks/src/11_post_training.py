@@ -73,14 +73,14 @@ tok = train_tokenizer([text], vocab_size=1024 if SMALL else 8192)
 EOT = tok.token_to_id("<|endoftext|>")
 train_ids, val_ids = split_stream(encode(tok, text), 0.9)
 if SMALL:
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=64, n_layers=2, n_heads=4, d_model=64)
+    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=64, n_layers=2, n_heads=4, d_model=64)
     pre_steps = 150
 else:
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=256, n_layers=6, n_heads=6, d_model=384)
+    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=256, n_layers=6, n_heads=6, d_model=384)
     pre_steps = 3000
 tformer.seed_everything(0)
 base = GPT(cfg).to(dev)
-pre_losses = fit(base, lm_loss, LMBatches(train_ids, 16, cfg.block_size - 1, pre_steps, seed=0), pre_steps, 3e-3,
+pre_losses = fit(base, lm_loss, LMBatches(train_ids, 16, cfg.context_length - 1, pre_steps, seed=0), pre_steps, 3e-3,
                  weight_decay=0.1)
 print(f"GPT, {base.num_params():,} parameters: training loss {pre_losses[0]:.2f} -> {pre_losses[-1]:.2f}")
 
@@ -201,7 +201,7 @@ ids, mask = encode_chat(tok, train_chats[2])
 print("".join(f"[{tok.decode([i], skip_special_tokens=False)}]" if m else tok.decode([i]) for i, m in zip(ids, mask)))
 X, Y = encode_chats(tok, train_chats, pad_id=EOT)
 X_test, Y_test = encode_chats(tok, test_chats, pad_id=EOT)
-assert X.shape[1] <= cfg.block_size
+assert X.shape[1] <= cfg.context_length
 print(f"{len(train_chats)} training conversations, padded to {X.shape[1]} tokens; "
       f"{(Y != -100).float().mean():.0%} of the positions carry loss")
 
@@ -288,7 +288,7 @@ for m in lora.modules():
 share = {}
 for width, layers, vocab in [(64, 2, 1024), (384, 6, 8192)]:                # this notebook's widths, small and full
     for rank in (4, 8):
-        m = add_lora(GPT(GPTConfig(vocab_size=vocab, block_size=64, n_layers=layers, n_heads=4 if width == 64 else 6,
+        m = add_lora(GPT(GPTConfig(vocab_size=vocab, context_length=64, n_layers=layers, n_heads=4 if width == 64 else 6,
                                    d_model=width)), r=rank, alpha=alpha)
         share[width, rank] = (lambda t: t[0] / t[1])(trainable_params(m))
 print("trainable share:", {f"d_model={w}, r={k}": f"{v:.2%}" for (w, k), v in share.items()})

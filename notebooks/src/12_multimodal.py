@@ -438,7 +438,7 @@ if not SMALL:
 # whole model (the GPT's own `forward`, with image tokens put in front of the text embeddings).
 
 # %%
-lm = GPT(GPTConfig(vocab_size=CAPTION_VOCAB, block_size=64, n_layers=2, n_heads=4, d_model=96)).to(dev)
+lm = GPT(GPTConfig(vocab_size=CAPTION_VOCAB, context_length=64, n_layers=2, n_heads=4, d_model=96)).to(dev)
 projector = nn.Sequential(nn.Linear(clip_cfg.vision_d_model, lm.cfg.d_model), nn.GELU(),
                           nn.Linear(lm.cfg.d_model, lm.cfg.d_model)).to(dev)
 

@@ -292,7 +292,7 @@ else:
     train_ids, val_ids = ids, encode(tok, val_text)
 print(f"{len(train_ids):,} training tokens, {len(val_ids):,} validation tokens, vocabulary {vocab}")
 
-base = dict(vocab_size=vocab, block_size=block, n_layers=layers, n_heads=heads, d_model=width, dropout=0.0)
+base = dict(vocab_size=vocab, context_length=block, n_layers=layers, n_heads=heads, d_model=width, dropout=0.0)
 configs = {
     "dense": GPTConfig(**base, d_ff=4 * width),
     "MoE 8x top-2": GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width),

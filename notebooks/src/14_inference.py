@@ -89,7 +89,7 @@ print(f"{len(ids):,} tokens, vocabulary {vocab}")
 
 # %%
 def make_gpt(n_kv_heads=None, n_layers=layers, d_model=width, n_heads=heads):
-    cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+    cfg = GPTConfig(vocab_size=vocab, context_length=block, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
                     d_model=d_model, dropout=0.0)
     return GPT(cfg)
 
@@ -125,7 +125,7 @@ print(f"training took {time.perf_counter() - t0:.0f} s")
 
 # %%
 # Speed does not depend on training: a random-init model with a longer context shows the trend better.
-speed_model = GPT(GPTConfig(vocab_size=vocab, block_size=256 if SMALL else 1024, n_layers=layers, n_heads=heads,
+speed_model = GPT(GPTConfig(vocab_size=vocab, context_length=256 if SMALL else 1024, n_layers=layers, n_heads=heads,
                             d_model=2 * width)).to(dev).eval()
 prompt = val_ids[:8][None].to(dev)
 lengths = [32, 96, 192] if SMALL else [128, 256, 512, 1000]

@@ -64,7 +64,7 @@ width = 64 if SMALL else 256
 
 
 def make_transformer(vocab=VOCAB, d=width, block=max(distances) + 2):
-    return GPT(GPTConfig(vocab_size=vocab, block_size=block, n_layers=2, n_heads=4, d_model=d))
+    return GPT(GPTConfig(vocab_size=vocab, context_length=block, n_layers=2, n_heads=4, d_model=d))
 
 
 def make_lstm(vocab=VOCAB, d=width):

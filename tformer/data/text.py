@@ -5,7 +5,7 @@ a byte-level BPE tokenizer, and re-iterable batches of (input, next-token target
     tok = train_tokenizer([text], vocab_size=1024)
     ids = encode(tok, text)                     # LongTensor (n,)
     train, val = split_stream(ids, 0.9)
-    batches = LMBatches(train, batch_size=16, block_size=64, batches_per_epoch=100)
+    batches = LMBatches(train, batch_size=16, context_length=64, batches_per_epoch=100)
     Trainer(model, lm_loss, batches, cfg, val_data=LMBatches(val, 16, 64, 8, shuffle=False)).fit()
 
 With a network connection, `hf_text("wikitext")` (or any `datasets` text corpus) gives more text; it is
@@ -117,17 +117,17 @@ class LMBatches:
     (rank, world) takes its own share of every batch's rows.
     """
 
-    def __init__(self, ids: torch.Tensor, batch_size: int, block_size: int, batches_per_epoch: int,
+    def __init__(self, ids: torch.Tensor, batch_size: int, context_length: int, batches_per_epoch: int,
                  shuffle: bool = True, seed: int = 0, rank: int = 0, world: int = 1):
-        if ids.dim() != 1 or len(ids) < block_size + 2:
-            raise ValueError(f"LMBatches: expected a 1-D token stream longer than block_size + 1 = {block_size + 1}, "
+        if ids.dim() != 1 or len(ids) < context_length + 2:
+            raise ValueError(f"LMBatches: expected a 1-D token stream longer than context_length + 1 = {context_length + 1}, "
                              f"got shape {tuple(ids.shape)}")
         if batch_size % world:
             raise ValueError(f"LMBatches: batch_size={batch_size} must be divisible by world={world}")
-        if not shuffle and batches_per_epoch * batch_size * block_size + 1 > len(ids):
-            raise ValueError(f"LMBatches: {batches_per_epoch} sequential batches of {batch_size}x{block_size} need "
-                             f"{batches_per_epoch * batch_size * block_size + 1} tokens, the stream has {len(ids)}")
-        self.ids, self.batch_size, self.block_size = ids, batch_size, block_size
+        if not shuffle and batches_per_epoch * batch_size * context_length + 1 > len(ids):
+            raise ValueError(f"LMBatches: {batches_per_epoch} sequential batches of {batch_size}x{context_length} need "
+                             f"{batches_per_epoch * batch_size * context_length + 1} tokens, the stream has {len(ids)}")
+        self.ids, self.batch_size, self.context_length = ids, batch_size, context_length
         self.batches_per_epoch, self.shuffle, self.seed = batches_per_epoch, shuffle, seed
         self.rank, self.world, self.epoch = rank, world, 0
 
@@ -138,7 +138,7 @@ class LMBatches:
         return self.batches_per_epoch
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        b, t = self.batch_size, self.block_size
+        b, t = self.batch_size, self.context_length
         if self.shuffle:
             g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
             starts = torch.randint(0, len(self.ids) - t - 1, (self.batches_per_epoch, b), generator=g)

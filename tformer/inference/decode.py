@@ -39,7 +39,7 @@ def length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Tensor |
 def _limits(model, src: torch.Tensor, max_extra: int, pad_id: int) -> torch.Tensor:
     """Per-sentence output limit: source length + max_extra, within the model's positional table."""
     src_len = (src != pad_id).sum(1)
-    return (src_len + max_extra).clamp(min=1, max=model.cfg.max_len - 1)
+    return (src_len + max_extra).clamp(min=1, max=model.cfg.context_length - 1)
 
 
 def _step_logprobs(model, tokens: torch.Tensor, memory, src_mask, cache, pad_id: int, bos_id: int):
@@ -164,7 +164,7 @@ def translate(model, bpe, lines: Sequence[str], *, beam: int = 4, alpha: float =
     if cur:
         batches.append(cur)
     for rows in tqdm(batches, desc="translate", disable=not progress):
-        src = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids[i][: model.cfg.max_len - 2] + [bpe.eos_id])
+        src = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids[i][: model.cfg.context_length - 2] + [bpe.eos_id])
                                                for i in rows], batch_first=True, padding_value=bpe.pad_id)
         kw = dict(max_extra=max_extra, pad_id=bpe.pad_id, bos_id=bpe.bos_id, eos_id=bpe.eos_id)
         hyp = greedy_decode(model, src.to(device), **kw) if beam <= 1 else \

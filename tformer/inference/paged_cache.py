@@ -224,9 +224,9 @@ def generate_paged(model, prompts: list[torch.Tensor], max_new_tokens: list[int]
         raise ValueError(f"generate_paged: {len(prompts)} prompts but {len(max_new_tokens)} max_new_tokens")
     for i, p in enumerate(prompts):
         check_rank(p, 1, f"generate_paged(prompts[{i}])", "(T,) token ids")
-        if p.numel() + max_new_tokens[i] > model.cfg.block_size:
+        if p.numel() + max_new_tokens[i] > model.cfg.context_length:
             raise ValueError(f"generate_paged: request {i} needs {p.numel() + max_new_tokens[i]} positions, "
-                             f"more than block_size={model.cfg.block_size}")
+                             f"more than context_length={model.cfg.context_length}")
     was_training = model.training
     model.eval()
     out = [p.clone() for p in prompts]

@@ -90,8 +90,8 @@ def speculative_generate(target, draft, idx: torch.Tensor, max_new_tokens: int, 
                          f"{target.cfg.vocab_size} and {draft.cfg.vocab_size}")
     total = idx.shape[1] + max_new_tokens
     for name, m in (("target", target), ("draft", draft)):
-        if m.cfg.positional == "learned" and total > m.cfg.block_size:
-            raise ValueError(f"speculative_generate: {total} tokens exceed the {name}'s block_size={m.cfg.block_size}")
+        if m.cfg.positional == "learned" and total > m.cfg.context_length:
+            raise ValueError(f"speculative_generate: {total} tokens exceed the {name}'s context_length={m.cfg.context_length}")
     modes = (target.training, draft.training)
     target.eval()
     draft.eval()

@@ -27,7 +27,7 @@ from ..masks import padding_mask
 @dataclass
 class BertConfig:
     vocab_size: int = 30522            # BERT's WordPiece vocabulary
-    max_len: int = 512                 # learned positions
+    context_length: int = 512          # learned positions
     type_vocab_size: int = 2           # segments A / B (sentence pairs)
     d_model: int = 768                 # BERT-Base width
     n_layers: int = 12
@@ -52,7 +52,7 @@ class BERT(nn.Module):
         self.cfg = cfg
         d = cfg.d_model
         self.tok_embed = nn.Embedding(cfg.vocab_size, d)
-        self.pos_embed = nn.Embedding(cfg.max_len, d)
+        self.pos_embed = nn.Embedding(cfg.context_length, d)
         self.type_embed = nn.Embedding(cfg.type_vocab_size, d)
         self.ln_embed = nn.LayerNorm(d, eps=cfg.eps)
         self.drop = nn.Dropout(cfg.dropout)
@@ -78,8 +78,8 @@ class BERT(nn.Module):
         real tokens (default: idx != pad_id). Returns hidden states (B, T, d_model)."""
         check_tokens(idx, "idx")
         b, t = idx.shape
-        if t > self.cfg.max_len:
-            raise ValueError(f"BERT: sequence of {t} tokens exceeds max_len={self.cfg.max_len}")
+        if t > self.cfg.context_length:
+            raise ValueError(f"BERT: sequence of {t} tokens exceeds context_length={self.cfg.context_length}")
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(idx)
         if attention_mask is None:
@@ -119,7 +119,7 @@ class BERT(nn.Module):
         if act is None:
             raise ValueError(f"BERT.from_hf_bert: unsupported activation {hf.hidden_act!r}")
         sd = {k.removeprefix("bert."): v for k, v in model.state_dict().items()}
-        cfg = BertConfig(vocab_size=hf.vocab_size, max_len=hf.max_position_embeddings, type_vocab_size=hf.type_vocab_size,
+        cfg = BertConfig(vocab_size=hf.vocab_size, context_length=hf.max_position_embeddings, type_vocab_size=hf.type_vocab_size,
                          d_model=hf.hidden_size, n_layers=hf.num_hidden_layers, n_heads=hf.num_attention_heads,
                          d_ff=hf.intermediate_size, dropout=hf.hidden_dropout_prob, activation=act,
                          eps=hf.layer_norm_eps, pad_id=hf.pad_token_id if hf.pad_token_id is not None else 0)

@@ -28,7 +28,7 @@ from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 @dataclass
 class GPTConfig:
     vocab_size: int = 50257            # GPT-2's byte-level BPE vocabulary
-    block_size: int = 1024             # context length the model is trained for
+    context_length: int = 1024         # context length the model is trained for
     n_layers: int = 12                 # transformer blocks
     n_heads: int = 12                  # attention heads
     n_kv_heads: int | None = None      # None = n_heads (MHA); fewer = GQA, 1 = MQA
@@ -65,11 +65,11 @@ class GPT(nn.Module):
         d_ff = cfg.d_ff or 4 * cfg.d_model
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.positional == "learned":
-            self.wpe, self.rope = LearnedPositionalEmbedding(cfg.block_size, cfg.d_model), None
+            self.wpe, self.rope = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model), None
         elif cfg.positional == "rope":
             self.wpe = None
-            self.rope = RotaryEmbedding(cfg.head_dim, cfg.block_size, cfg.rope_base, cfg.rope_scaling,
-                                        cfg.rope_factor, original_max_len=cfg.block_size)
+            self.rope = RotaryEmbedding(cfg.head_dim, cfg.context_length, cfg.rope_base, cfg.rope_scaling,
+                                        cfg.rope_factor, original_max_len=cfg.context_length)
         else:
             raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
@@ -125,9 +125,9 @@ class GPT(nn.Module):
         check_tokens(idx, "idx")
         past = cache[0].length if cache is not None else 0
         t = idx.shape[1]
-        if self.wpe is not None and past + t > self.cfg.block_size:
-            raise ValueError(f"GPT: {past + t} positions exceed block_size={self.cfg.block_size} "
-                             "(learned positions exist only up to block_size; crop the input)")
+        if self.wpe is not None and past + t > self.cfg.context_length:
+            raise ValueError(f"GPT: {past + t} positions exceed context_length={self.cfg.context_length} "
+                             "(learned positions exist only up to context_length; crop the input)")
         x = self.wte(idx)                                            # (B, T, d)
         if self.wpe is not None:
             x = self.wpe(x, past)
@@ -158,13 +158,13 @@ class GPT(nn.Module):
         """Append `max_new_tokens` tokens to idx (B, T); returns (B, T + max_new_tokens).
 
         temperature=0 is greedy decoding; top_k, top_p and repetition_penalty as in `tformer.inference.decode.sample_next`.
-        With the cache each step feeds only the newest token; once the sequence outgrows block_size the model slides a window over the last block_size tokens (no cache),
-        the same as use_cache=False.
+        With the cache each step feeds only the newest token; once the sequence outgrows context_length the
+        model slides a window over the last context_length tokens (no cache), the same as use_cache=False.
         """
         check_tokens(idx, "idx")
         was_training = self.training
         self.eval()
-        limit = self.cfg.block_size
+        limit = self.cfg.context_length
         cache = make_caches(self.cfg.n_layers, limit) if use_cache and idx.shape[1] <= limit else None
         inp = idx
         for _ in range(max_new_tokens):
@@ -198,7 +198,7 @@ class GPT(nn.Module):
         sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
         n_layers = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("h."))
         vocab, d = sd["wte.weight"].shape
-        cfg = GPTConfig(vocab_size=vocab, block_size=sd["wpe.weight"].shape[0], n_layers=n_layers, n_heads=n_heads,
+        cfg = GPTConfig(vocab_size=vocab, context_length=sd["wpe.weight"].shape[0], n_layers=n_layers, n_heads=n_heads,
                         d_model=d, d_ff=sd["h.0.mlp.c_fc.weight"].shape[1], eps=eps, activation=act)
         model = cls(cfg)
         ours = {"wte.weight": sd["wte.weight"], "wpe.weight": sd["wpe.weight"],

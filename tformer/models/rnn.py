@@ -27,7 +27,7 @@ class LSTMConfig:
     n_layers: int = 2                  # stacked LSTM layers
     dropout: float = 0.0               # between LSTM layers and on the embeddings
     tie_weights: bool = True           # output projection = embedding matrix (as GPT)
-    block_size: int | None = None      # None: any length (an LSTM has no position table); else a max length
+    context_length: int | None = None  # None: any length (an LSTM has no position table); else a max length
 
 
 class LSTMEncoder(nn.Module):
@@ -89,8 +89,8 @@ class LSTMLM(nn.Module):
                 return_state: bool = False):
         """idx (B, T) token ids -> logits (B, T, vocab_size) (and the final (h, c) if return_state)."""
         check_tokens(idx, "idx")
-        if self.cfg.block_size is not None and idx.shape[1] > self.cfg.block_size:
-            raise ValueError(f"LSTMLM: {idx.shape[1]} tokens exceed block_size={self.cfg.block_size}")
+        if self.cfg.context_length is not None and idx.shape[1] > self.cfg.context_length:
+            raise ValueError(f"LSTMLM: {idx.shape[1]} tokens exceed context_length={self.cfg.context_length}")
         x = self.drop(self.wte(idx))                                   # (B, T, d)
         h, state = self.encoder(x, state)                              # (B, T, d): step t waits for t-1
         logits = self.lm_head(self.ln_f(self.drop(h)))                 # (B, T, V)

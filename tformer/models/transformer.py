@@ -35,7 +35,7 @@ class TransformerConfig:
     dropout: float = 0.1               # dropout on sub-layer outputs and embeddings (P_drop)
     attn_dropout: float | None = None  # on attention weights; None = dropout (0 in the paper's text)
     ffn_dropout: float | None = None   # on the FFN's hidden units; None = dropout (0 in the paper's text)
-    max_len: int = 1024                # longest sequence the positional table covers
+    context_length: int = 1024         # longest sequence the positional table covers
     pad_id: int = 0                    # padding token id
     norm_first: bool = False           # False = post-LN (the paper); True = pre-LN
     final_norm: bool | None = None     # LayerNorm after each stack; None = same as norm_first
@@ -109,9 +109,9 @@ class Transformer(nn.Module):
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, cfg.d_model)
         if cfg.positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
+            self.pos = SinusoidalPositionalEncoding(cfg.d_model, cfg.context_length)
         elif cfg.positional == "learned":
-            self.pos = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
+            self.pos = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model)
         else:
             raise ValueError(f"TransformerConfig.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
@@ -130,8 +130,8 @@ class Transformer(nn.Module):
             nn.init.normal_(emb.weight, 0.0, self.cfg.d_model ** -0.5)
 
     def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0) -> torch.Tensor:
-        if offset + tokens.shape[1] > self.cfg.max_len:
-            raise ValueError(f"Transformer: sequence of {offset + tokens.shape[1]} tokens exceeds max_len={self.cfg.max_len}")
+        if offset + tokens.shape[1] > self.cfg.context_length:
+            raise ValueError(f"Transformer: sequence of {offset + tokens.shape[1]} tokens exceeds context_length={self.cfg.context_length}")
         return self.drop(self.pos(table(tokens) * math.sqrt(self.cfg.d_model), offset))
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -58,7 +58,7 @@ def build_model(p: TranslatePreset, vocab_size: int, pad_id: int = 0) -> Transfo
     cfg = TransformerConfig(src_vocab_size=vocab_size, d_model=p.d_model, n_heads=p.n_heads, d_ff=p.d_ff,
                             n_encoder_layers=p.n_layers, n_decoder_layers=p.n_layers, dropout=p.dropout,
                             attn_dropout=p.attn_dropout, ffn_dropout=p.ffn_dropout,
-                            norm_first=p.norm_first, max_len=max(p.max_len + 64, 320), pad_id=pad_id)
+                            norm_first=p.norm_first, context_length=max(p.max_len + 64, 320), pad_id=pad_id)
     return Transformer(cfg)
 
 
