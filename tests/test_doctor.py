@@ -100,3 +100,25 @@ def test_the_repository_pins_are_read():
     pins = doctor.pinned()
     assert "torch" in pins and "+" not in pins["torch"]          # the Makefile's pin, without a local label
     assert "numpy" in pins and "transformers" in pins            # requirements/constraints.txt
+
+
+def test_the_constraints_pin_every_requirement_within_pyprojects_ranges():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in project["dependencies"] + sum(project["optional-dependencies"].values(), [])]
+    text = (ROOT / "requirements" / "constraints.txt").read_text()
+    assert "\n# python 3.11\n" in text                        # made for CI's Python (the Makefile reads this line)
+    pins = {k: v for k, v in doctor.pinned().items() if k != "torch"}
+    assert pins and not [v for v in pins.values() if "+" in v], "no local version labels in the constraints"
+    for r in reqs:
+        if r.marker is not None and not r.marker.evaluate({"python_version": "3.11"}):
+            continue
+        name = r.name.lower().replace("_", "-")
+        want = doctor.pinned()[name] if name == "torch" else pins.get(name)
+        assert want is not None, f"{r.name} is not in requirements/constraints.txt: run `make constraints`"
+        assert r.specifier.contains(Version(want)), f"{r.name}=={want} is outside pyproject.toml's {r.specifier}"
