@@ -75,6 +75,11 @@ def test_the_environment_variable_is_read_at_call_time(monkeypatch):
     assert policy.resolve("cpu") == torch.device("cpu")       # an explicit --device wins over the variable
     with pytest.raises(DeviceError, match="one of cpu, cuda, mps"):
         policy.resolve("meta")
+    monkeypatch.setattr(policy, "cuda_available", lambda: False)
+    monkeypatch.setattr(policy, "mps_available", lambda: False)
+    for name in ("cuda", "cuda:1", "mps"):
+        with pytest.raises(DeviceError, match="use cpu"):
+            policy.resolve(name)
 
 
 def test_mps_bf16_finding_is_stored_per_torch_version_in_the_data_cache(tmp_path, monkeypatch):
@@ -134,13 +139,13 @@ def _decisions(tree: ast.AST):
 
 def test_no_module_decides_its_own_device():
     offenders = []
-    for path in sorted((ROOT / "tformer").rglob("*.py")):
-        rel = path.relative_to(ROOT / "tformer").as_posix()
+    for path in sorted([*(ROOT / "tformer").rglob("*.py"), *(ROOT / "notebooks" / "src").glob("*.py")]):
+        rel = path.relative_to(ROOT / "tformer").as_posix() if path.is_relative_to(ROOT / "tformer") else path.name
         if rel == "utils/device.py":
             continue
         for func, line, text in _decisions(ast.parse(path.read_text(encoding="utf-8"))):
             if (rel, func) not in ALLOWED:
-                offenders.append(f"tformer/{rel}:{line} ({func}): {text[:80]}")
+                offenders.append(f"{path.relative_to(ROOT)}:{line} ({func}): {text[:80]}")
     assert offenders == [], "ask tformer.utils.device instead:\n" + "\n".join(offenders)
 
 

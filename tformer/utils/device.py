@@ -180,6 +180,9 @@ def resolve(device: torch.device | str | None = None, *, capstone: bool = True,
         dev = torch.device(device)
         if dev.type not in KINDS:
             raise DeviceError(f"device must be one of {', '.join(KINDS)}, got {str(device)!r}")
+        if (dev.type == "cuda" and not cuda_available()) or (dev.type == "mps" and not mps_available()):
+            raise DeviceError(f"device {str(device)!r} asked for, but torch {torch.__version__} has no "
+                              f"{'CUDA GPU' if dev.type == 'cuda' else 'MPS device'} here; use cpu")
     else:
         dev = choose(capstone=capstone).device
     if dev.type == "cuda" and dev.index is None:
