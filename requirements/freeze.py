@@ -74,6 +74,11 @@ def main() -> int:
     lines += [f"{name}=={version}" for name, version in sorted(pins.items())]
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}: {len(pins)} packages for Python {py}")
+    make = re.search(r"^TORCH_VERSION\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M)
+    torch_version = metadata.version("torch").split("+")[0]
+    if make and make.group(1) != torch_version:
+        print(f"note: torch {torch_version} is installed but the Makefile pins TORCH_VERSION ?= {make.group(1)}; "
+              f"change that line if the tests pass with {torch_version}")
     return 0
 
 

@@ -122,3 +122,13 @@ def test_the_constraints_pin_every_requirement_within_pyprojects_ranges():
         want = doctor.pinned()[name] if name == "torch" else pins.get(name)
         assert want is not None, f"{r.name} is not in requirements/constraints.txt: run `make constraints`"
         assert r.specifier.contains(Version(want)), f"{r.name}=={want} is outside pyproject.toml's {r.specifier}"
+
+
+def test_the_bf16_finding_is_stored_for_the_policy(tmp_path, monkeypatch):
+    """What doctor does on MPS, run on the CPU (which has bf16 autocast): the result lands in the data cache."""
+    from tformer.utils import device as policy
+    monkeypatch.setenv("TFORMER_CACHE", str(tmp_path))
+    r = doctor.try_bf16(torch.device("cpu"))
+    assert r.status == "PASS" and r.dtype == "bfloat16" and 0 < r.max_error <= r.atol, r
+    assert policy.mps_bf16_path().is_file() and policy.mps_bf16_safe()
+    assert choose(small=False, env="", cuda=False, mps=True).amp_dtype == torch.bfloat16
