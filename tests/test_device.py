@@ -94,12 +94,15 @@ def test_mps_bf16_finding_is_stored_per_torch_version_in_the_data_cache(tmp_path
     assert not policy.mps_bf16_safe()
 
 
-def test_a_bad_tformer_device_is_one_line_at_the_command_line():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TFORMER_DEVICE": "tpu"}
+@pytest.mark.parametrize("value", ["tpu", "mps"])
+def test_a_bad_tformer_device_is_one_line_at_the_command_line(value):
+    if value == "mps" and policy.mps_available():
+        pytest.skip("this machine has MPS")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TFORMER_DEVICE": value}
     r = subprocess.run([sys.executable, "-m", "tformer", "doctor"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == ""
-    assert len(r.stderr.strip().splitlines()) == 1 and "TFORMER_DEVICE" in r.stderr and "tpu" in r.stderr
-    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "TFORMER_DEVICE" in r.stderr and value in r.stderr
+    assert "Traceback" not in r.stderr and "unset it" in r.stderr
 
 
 # -- nobody else decides -------------------------------------------------------------------------------------
