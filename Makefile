@@ -4,15 +4,25 @@
 #               make lab LAB_ARGS="--ip=0.0.0.0 --no-browser --port=8888")
 #   make test  create .venv if missing, install, run every test (package, graders, notebooks, website)
 #   make book  build the course website into build/book/ (open build/book/index.html)
+#   make constraints  upgrade within pyproject.toml's ranges, record the versions in
+#              requirements/constraints.txt, run the tests (commit the file if they pass)
+#
+# Installs use requirements/constraints.txt (the versions the tests last passed with) on the Python it
+# was made for (its "# python X.Y" line: CI's); on any other Python, pyproject.toml's ranges, said so.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-TORCH_SPEC      ?= torch>=2.4,<3
+TORCH_VERSION   ?= 2.13.0
+TORCH_SPEC      ?= torch==$(TORCH_VERSION)
+TORCH_RANGE     ?= torch>=2.4,<3
+CONSTRAINTS     := requirements/constraints.txt
+CI_PYTHON       := $(shell sed -n 's/^\# python //p' $(CONSTRAINTS) 2>/dev/null)
+PYVER           = $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export TFORMER_SMALL ?= 1
 
-.PHONY: lab test install torch browser book notebooks solutions grade bench clean
+.PHONY: lab test install torch browser book notebooks solutions grade bench clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,27 +32,35 @@ $(PY):
 # local wheelhouse if pip is configured with one (find-links) and it holds a +cpu wheel, else from
 # PyTorch's CPU index. A plain `pip install torch` on a CPU-only Linux laptop would pull several GB of
 # CUDA libraries it cannot use.
+# torch is pinned (TORCH_VERSION, no local label: +cpu or +cuXXX is the build) on CI's Python, else its range.
 torch: $(PY)
-	@if $(PY) -c "import torch" 2>/dev/null; then \
+	@spec="$(TORCH_SPEC)"; [ "$(PYVER)" = "$(CI_PYTHON)" ] || spec="$(TORCH_RANGE)"; \
+	if $(PY) -c "import torch" 2>/dev/null; then \
 	  echo "torch $$($(PY) -c 'import torch; print(torch.__version__)') already installed"; \
 	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  echo "NVIDIA GPU found: installing the CUDA build of torch"; \
-	  $(PIP) install "$(TORCH_SPEC)"; \
+	  $(PIP) install "$$spec"; \
 	else \
 	  echo "no NVIDIA GPU: installing the CPU build of torch"; \
-	  if $(PIP) install --quiet --no-index --no-deps "$(TORCH_SPEC)" 2>/dev/null \
+	  if $(PIP) install --quiet --no-index --no-deps "$$spec" 2>/dev/null \
 	     && $(PIP) show torch 2>/dev/null | grep -q '^Version: .*+cpu'; then \
 	    $(PIP) install --quiet "torch==$$($(PIP) show torch | sed -n 's/^Version: //p')"; \
 	  else \
 	    $(PIP) uninstall --quiet -y torch 2>/dev/null; \
-	    $(PIP) install --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) "$(TORCH_SPEC)" \
+	    $(PIP) install --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) "$$spec" \
 	    || { echo "Could not install torch's CPU build from $(TORCH_CPU_INDEX)."; \
 	         echo "Install torch yourself into $(VENV) (https://pytorch.org/get-started), then rerun make."; exit 1; }; \
 	  fi; \
 	fi
 
-$(VENV)/.installed: pyproject.toml | torch
-	$(PIP) install --quiet -e ".[lab,dev,book]"
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | torch
+	@if [ "$(PYVER)" = "$(CI_PYTHON)" ]; then \
+	  echo "installing the tested versions ($(CONSTRAINTS), Python $(CI_PYTHON))"; \
+	  $(PIP) install --quiet -c $(CONSTRAINTS) -e ".[lab,dev,book]"; \
+	else \
+	  echo "Python $(PYVER) is not $(CI_PYTHON), which $(CONSTRAINTS) was made for: installing from pyproject.toml's version ranges instead"; \
+	  $(PIP) install --quiet -e ".[lab,dev,book]"; \
+	fi
 	touch $@
 
 install: $(VENV)/.installed
@@ -94,6 +112,14 @@ grade: install
 
 bench: install
 	$(PY) benchmarks/bench_core.py
+
+# Move to newer versions: upgrade within pyproject.toml's ranges, record them, run every test on them.
+constraints: torch
+	$(PIP) install --quiet --upgrade -e ".[lab,dev,book]"
+	$(PY) requirements/freeze.py
+	touch $(VENV)/.installed
+	@$(MAKE) --no-print-directory test \
+	  || { echo "the tests failed with the versions now in $(CONSTRAINTS): fix them, or git checkout $(CONSTRAINTS)"; exit 1; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache solutions build

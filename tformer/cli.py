@@ -21,6 +21,7 @@ import traceback
 COMMANDS = [
     "tformer.grading.cli",        # tformer grade PATH
     "tformer.translate.cli",      # tformer translate ...
+    "tformer.utils.doctor",       # tformer doctor [--json]
 ]
 
 EXIT_USER, EXIT_FAILED = 2, 1
@@ -103,8 +104,9 @@ def _one_line(e: BaseException) -> str:
 def classify(e: BaseException) -> tuple[int, str]:
     """(exit status, message) for an exception that reached `main`."""
     from .training.checkpoint import CheckpointError, CheckpointWriteError, RunInUseError
-    if isinstance(e, (UserError, JobFailed)):
-        return e.exit_code, _one_line(e)
+    from .utils.device import DeviceError
+    if isinstance(e, (UserError, JobFailed, DeviceError)):
+        return getattr(e, "exit_code", EXIT_USER), _one_line(e)
     if isinstance(e, (CheckpointError, RunInUseError)):          # the run folder given is unusable now
         return EXIT_USER, _one_line(e)
     if isinstance(e, CheckpointWriteError):

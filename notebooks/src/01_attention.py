@@ -20,6 +20,8 @@
 # difference, a hint, and the name of the mistake if it is a common one.
 #
 # Set `TFORMER_SMALL=1` before starting Jupyter for the quick CPU version (`make lab` does).
+# On a new machine, run `tformer doctor` in a terminal first: it checks that this machine's kernels compute
+# the course's numbers and estimates how long the capstones take here.
 
 # %%
 import inspect

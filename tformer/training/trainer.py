@@ -41,6 +41,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..utils.gpu import amp_dtype, grad_scaler
+from ..utils.device import resolve as resolve_device
 from .checkpoint import CheckpointError, _rng_state, _set_rng_state, atomic_save, load_checkpoint, previous_path
 from .distributed import _dist_on
 from .schedules import RunScheduler, make_scheduler
@@ -122,8 +123,7 @@ class Trainer:
                  scheduler=None, out_dir: str | os.PathLike | None = None, device: torch.device | str | None = None,
                  extra_state: dict | None = None):
         self.cfg = config or TrainConfig()
-        self.device = torch.device(device) if device is not None else (
-            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+        self.device = resolve_device(device)     # tformer.utils.device: --device, else CUDA, else MPS, else CPU
         self.module = model.to(self.device)
         self.rank = dist.get_rank() if _dist_on() else 0
         self.world = dist.get_world_size() if _dist_on() else 1

@@ -42,7 +42,7 @@ def add_cli(subparsers) -> None:
     t.add_argument("--out", required=True, help="run folder (re-run with the same folder to resume)")
     t.add_argument("--time-budget", type=positive_float, help="minutes of training (may change on resume)")
     t.add_argument("--max-steps", type=positive_int, help="training steps (default: the preset's; may change on resume)")
-    t.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when present)")
+    t.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: tformer.utils.device: CUDA, else MPS, else CPU)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--threads", type=positive_int, help="CPU threads for torch (1 is fastest on a crowded CPU)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",

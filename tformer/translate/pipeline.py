@@ -40,6 +40,7 @@ from ..training.trainer import Trainer, TrainConfig
 from ..training.losses import label_smoothed_cross_entropy
 from ..training.distributed import setup_distributed
 from .presets import RESUMABLE, TranslatePreset, get_preset, validate
+from ..utils.device import resolve as resolve_device
 
 
 class Seq2SeqLoss:
@@ -247,8 +248,7 @@ def _load_bpe(path: Path) -> SharedBPE:
 def _train(out: Path, p: TranslatePreset, info: dict, changes: dict, time_budget, device, progress, stop_after,
            rank: int, world: int, local: int) -> dict:
     src, tgt, folder = info["src"], info["tgt"], Path(info["data"])
-    dev = torch.device(device) if device else (torch.device("cuda", local) if torch.cuda.is_available()
-                                               else torch.device("cpu"))
+    dev = resolve_device(device or None, local_rank=local)     # tformer.utils.device: the policy
     train_src, train_tgt = read_parallel(folder, src, tgt, "train")
     val_src, val_tgt = read_parallel(folder, src, tgt, "val")
     tok_path = out / "tokenizer.json"
@@ -381,7 +381,7 @@ def load_run(run: str | os.PathLike, weights: str = "auto", device: str | None =
         print(f"warning: {run}/{problems[0][0]} is unreadable ({problems[0][1]}); using {used.name} instead",
               file=sys.stderr)
         weights = used.name
-    dev = torch.device(device) if device else (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+    dev = resolve_device(device or None)                       # tformer.utils.device: the policy
     info["weights"] = weights
     return model.to(dev).eval(), bpe, info
 

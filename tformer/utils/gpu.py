@@ -1,7 +1,9 @@
-"""What this accelerator can do, decided in one place (training, chapter 13, the benchmarks use it).
+"""What this accelerator can do (training, chapter 13, the benchmarks use it). Which device, dtype and SDPA
+kernel to use is the policy's (tformer.utils.device); its names are importable from here too:
 
     compute capability  (major, minor) of a CUDA GPU: sm75 = (7, 5) for a T4, sm80 an A100, sm90 an H100/H200
-    amp_dtype           bf16 autocast on sm80+; fp16 (with a gradient scaler) on older GPUs; none on a CPU
+    amp_dtype           bf16 autocast on sm80+; fp16 (with a gradient scaler) on older GPUs; none on a CPU;
+                        on MPS bf16 only where `tformer doctor` found it safe
     attention_backend   SDPA's flash kernel on sm80+ (and the CPU's flash kernel); the memory-efficient
                         kernel on older GPUs (FlashAttention-2 needs sm80; the memory-efficient kernel also
                         never builds the T x T score matrix, it is just slower)
@@ -19,53 +21,15 @@ import os
 from dataclasses import dataclass
 
 import torch
-from torch.nn.attention import SDPBackend
 
-SM80 = (8, 0)   # Ampere: bf16 tensor cores and FlashAttention-2
-
-
-def capability(device: torch.device | str | None = None) -> tuple[int, int] | None:
-    """(major, minor) compute capability of a CUDA device; None on a CPU."""
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type != "cuda":
-        return None
-    return torch.cuda.get_device_capability(device)
-
-
-def _cap(device, cap):
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type != "cuda":
-        return device, None
-    return device, cap if cap is not None else capability(device)
-
-
-def amp_dtype(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> torch.dtype | None:
-    """The autocast dtype for training on `device`: bf16 on sm80+, fp16 on older CUDA GPUs, None on a CPU
-    (train in fp32 there). fp16 needs a gradient scaler (`grad_scaler`): its range ends at 65,504 and
-    small gradients underflow to 0; bf16 has fp32's range."""
-    device, cap = _cap(device, capability)
-    if device.type != "cuda":
-        return None
-    return torch.bfloat16 if cap >= SM80 else torch.float16
+# the policy's half (capability, dtype, kernel) lives in tformer.utils.device; the names stay importable here
+from .device import SM80, _cap, amp_dtype, attention_backend, capability, flash_available  # noqa: F401
+from .device import resolve as _resolve
 
 
 def grad_scaler(dtype: torch.dtype | None, device: torch.device | str = "cuda") -> torch.amp.GradScaler:
     """A GradScaler, enabled only for fp16 (a disabled scaler passes everything through unchanged)."""
     return torch.amp.GradScaler(torch.device(device).type, enabled=dtype == torch.float16)
-
-
-def flash_available(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> bool:
-    """True when SDPA's flash kernel can run here: a CPU (PyTorch's CPU flash kernel) or a CUDA GPU of sm80+."""
-    device, cap = _cap(device, capability)
-    return device.type == "cpu" or (device.type == "cuda" and cap >= SM80)
-
-
-def attention_backend(device: torch.device | str | None = None,
-                      capability: tuple[int, int] | None = None) -> SDPBackend:
-    """The SDPA kernel to force for training: flash where it exists, else the memory-efficient one."""
-    if flash_available(device, capability):
-        return SDPBackend.FLASH_ATTENTION
-    return SDPBackend.EFFICIENT_ATTENTION
 
 
 def why_no_flash(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> str | None:
@@ -108,13 +72,19 @@ def dist_plan(device: torch.device | str | None, local_rank: int, local_world: i
     is present). A CPU run uses gloo even on a GPU machine; a CUDA run uses NCCL, one GPU per rank, and is
     refused when this machine runs more ranks than it has GPUs (two ranks cannot share one GPU under NCCL)."""
     n_gpus = torch.cuda.device_count() if n_gpus is None else n_gpus
-    dev = torch.device(device) if device is not None else torch.device("cuda" if n_gpus > 0 else "cpu")
+    dev = torch.device(device) if device is not None else _policy_device(n_gpus)
     if dev.type != "cuda":
         return DistPlan("gloo", dev)
     if local_world > n_gpus:
         raise RuntimeError(f"{local_world} ranks on this machine but {n_gpus} CUDA GPU(s): run at most {n_gpus} "
                            f"rank(s) per machine (torchrun --nproc-per-node {max(n_gpus, 1)}) or train on the CPU")
     return DistPlan("nccl", torch.device("cuda", local_rank))
+
+
+def _policy_device(n_gpus: int) -> torch.device:
+    """The policy's device for a distributed run: MPS is left out (no process-group backend runs on it)."""
+    from .device import choose
+    return choose(capstone=True, cuda=n_gpus > 0, mps=False).device
 
 
 def local_world_size() -> int:
@@ -133,7 +103,7 @@ def peak_flops(device: torch.device | str | None = None, dtype: torch.dtype = to
     """The datasheet's dense 16-bit peak FLOP/s of a known CUDA GPU (None on a CPU, in fp32, or unknown).
     `name` overrides the device name (to test the table on a CPU)."""
     if name is None:
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = _resolve(device)
         if device.type != "cuda":
             return None
         name = torch.cuda.get_device_name(device)

@@ -67,8 +67,10 @@ if SMALL:
 
 
 def device() -> torch.device:
-    """CUDA if available (and not in small mode), else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() and not SMALL else "cpu")
+    """The notebooks' device, from the policy (tformer.utils.device): CUDA, else MPS, else the CPU; the CPU in
+    small mode; TFORMER_DEVICE=cpu|cuda|mps overrides."""
+    from .device import device as policy_device
+    return policy_device()
 
 
 def seed_everything(seed: int = 0) -> None:

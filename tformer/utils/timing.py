@@ -168,7 +168,7 @@ def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat
     `tformer.utils.gpu.amp_dtype`), off on CPU.
     """
     device = idx.device
-    amp = device.type == "cuda" if amp is None else amp
+    amp = amp_dtype(device) is not None if amp is None else amp     # the policy's dtype (tformer.utils.device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
 
