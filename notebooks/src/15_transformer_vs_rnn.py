@@ -231,17 +231,17 @@ if SMALL and dev.type == "cpu":
 # %% [markdown]
 # What the CPU shows, and why. A ratio below 1 means the Transformer processes fewer tokens per
 # second than the LSTM: in small mode on a CPU it is below 1 at every length (asserted), the
-# Transformer's step taking 1/ratio times as long. These are tiny models (the parameter counts printed
-# at the top) on one thread: there is no parallel hardware for the Transformer's one large computation
-# to fill, so what counts is arithmetic per token, and attention's grows with $T$ ($O(T^2)$ per
-# sequence). PyTorch's LSTM runs its $T$ dependent steps in a compiled loop with little overhead per
-# step. Its work per token does not depend on $T$, and in small mode its tokens/s rises with $T$
-# (printed above): a step also has fixed costs (the optimizer update over every weight, the output
-# layer, Python), and a longer sequence spreads them over more tokens. None of that is claim 2: the
-# CPU cannot show what the parallel form buys, because there is nothing for it to run in parallel on.
-# A GPU can, and that has not been measured by this project: no LSTM-vs-Transformer step time on a GPU
-# exists yet. `python benchmarks/gpu_check.py --only rnn-vs-transformer` measures it on one, and so
-# does this chapter in full mode.
+# Transformer's step taking 1/ratio times as long. Small mode runs tiny models (width 64, the sizes
+# printed at the top) on one thread, and full mode on a CPU has only the machine's few cores: there is
+# little parallel hardware for the Transformer's one large computation to fill, so what counts is
+# arithmetic per token, and attention's grows with $T$ ($O(T^2)$ per sequence). PyTorch's LSTM runs
+# its $T$ dependent steps in a compiled loop with little overhead per step. Its work per token does
+# not depend on $T$, and in small mode its tokens/s rises with $T$ (printed above): a step also has
+# fixed costs (the optimizer update over every weight, kernel launches, Python), and a longer sequence
+# spreads them over more tokens. None of that is claim 2: a CPU with one thread or a few cores cannot
+# show what the parallel form buys. A GPU can, and that has not been measured by this project: no
+# LSTM-vs-Transformer step time on a GPU exists yet. `python benchmarks/gpu_check.py --only
+# rnn-vs-transformer` measures it on one, and so does this chapter in full mode.
 #
 # ## 3. Scalability: loss against model size at a fixed token budget
 # Five widths of each family, each trained on the same tokens in the same order (a fixed token budget
