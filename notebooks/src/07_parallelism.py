@@ -133,9 +133,9 @@ check("ch07.lstm_layer", my_lstm_layer)
 # ## 3. Time per training step vs sequence length
 #
 # Two language models of the same width and depth: an `LSTMLM` and a GPT (pre-LN Transformer decoder;
-# it has the more parameters, printed below), trained on random tokens (the content does not matter for the time). `step_time_vs_length` times
-# forward + loss + backward + AdamW update, the median of a few steps after a warm-up, synchronizing
-# the GPU when there is one. On a shared CPU the numbers are noisy: compare within one run.
+# it has the more parameters, printed below), trained on random tokens (the content does not matter for
+# the time). `step_time_vs_length` times forward + loss + backward + AdamW update, the median of a few
+# steps after a warm-up, synchronizing the GPU when there is one. On a shared CPU the numbers are noisy: compare within one run.
 
 # %%
 if tformer.SMALL:
@@ -258,10 +258,8 @@ assert all(fr < 41.8 for m, _, fr, _, _ in table2 if "Transformer" not in m)
 # %% [markdown]
 # The earlier single models cost 4.4 to 6.5 times the big Transformer's compute and the three ensembles
 # 35 to 52 times (the ranges printed above), and all of them score lower.
-
-# %% [markdown]
-# A second estimate from the model
-# itself: a training step costs about $6N$ FLOPs per token ($2N$ forward, $4N$ backward) for $N$
+#
+# A second estimate from the model itself: a training step costs about $6N$ FLOPs per token ($2N$ forward, $4N$ backward) for $N$
 # parameters. The big model has about 213 M parameters and trained 300k steps on batches of about
 # 25k source + 25k target tokens:
 
