@@ -346,7 +346,7 @@ assert largest < 0.25 or not tformer.SMALL                     # small mode: und
 # is in the table above, at every factor (a negative entry: worse than no scaling).
 # At small mode's scale (a 2-layer model trained for 150 steps on 32-byte windows, still near 2.5 nats
 # per byte) every gain is under a quarter of a nat (the largest is printed, and asserted in the cell
-# below), and one model's gain differs from the next one's (printed model by model): that is why the
+# above), and one model's gain differs from the next one's (printed model by model): that is why the
 # table averages three. In practice a short fine-tune at the new
 # length (a few hundred steps) follows, and YaRN needs the least of it (Peng et al., 2023).
 #

@@ -193,7 +193,7 @@ assert g_lstm[far].mean() / g_lstm[near].mean() < 1e-3                # the LSTM
 # The LSTM's gradient shrinks geometrically with distance (each step multiplies it by the forget
 # gate and a Jacobian of norm < 1): its far half gets orders of magnitude less than its near half
 # (printed). The Transformer's curve has two levels. The last position's own input reaches the loss
-# through the residual stream, with no attention step in between, and gets far more than any other
+# along the residual stream, without passing through attention, and gets far more than any other
 # (the far half / last ratio printed above). Every earlier position is one attention step away,
 # whatever its distance: beyond the last position the curve is flat, and the far half gets about as
 # much as the near half (printed). That flatness is path length 1.
