@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
-from tformer.utils.timing import count_ops, fit_power, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
+from tformer.utils.timing import count_ops, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
 
 
 def test_peak_memory_sees_temporaries_and_frees():
@@ -29,16 +29,6 @@ def test_peak_memory_sees_temporaries_and_frees():
     finally:
         torch.set_num_threads(threads)
     assert explicit >= 2 * 2048 * 2048 * 4 and fused < explicit / 8
-
-
-def test_fit_power_recovers_exponents():
-    n = [64, 128, 256, 512]
-    p, c = fit_power(n, [3.0 * v ** 2 for v in n])
-    assert abs(p - 2) < 1e-9 and abs(c - 3) < 1e-6
-    p, _ = fit_power(n, [v * v ** 0.5 for v in n])
-    assert abs(p - 1.5) < 1e-9
-    with pytest.raises(ValueError):
-        fit_power([1], [1])
 
 
 def test_train_step_updates_the_model_and_timings_are_positive():

@@ -10,8 +10,8 @@
 #
 # The paper uses $h = 8$ heads of size $d_k = d_{model}/h = 64$. We build it from split / attend /
 # merge / project, count its parameters and FLOPs against one full-width head (the same), and train a
-# small model to watch its heads learn *different* patterns, next to a single head of the same size that
-# cannot.
+# small model to watch its heads learn *different* patterns, next to a single head of the same size,
+# whose one pattern has to serve both lookups at once.
 #
 # **The tformer code it uses**: `tformer/attention.py: split_heads, merge_heads, MultiHeadAttention,
 # scaled_dot_product_attention`, `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/utils/plot.py: heads_grid`.
@@ -112,7 +112,7 @@ assert counts[8][0] == 4 * d_model * d_model + 4 * d_model      # W_q, W_k, W_v,
 # sequence over 8 symbols and the target at position $t$ is the *pair* $(x_{t-1}, x_{t-3})$, one of 64
 # classes. One head has one attention pattern per query: to read both tokens it must spread its weight
 # over two positions and *average* their values into one vector. Several heads can each fetch one token
-# on its own. Section 4 trains a single head of the same size to see what the average costs.
+# on its own. Section 4 trains a single head of the same size to see what it does instead.
 # (Small mode trains for a few seconds; full mode longer.)
 
 # %%
@@ -205,20 +205,23 @@ w_one, _ = head_patterns(model_1, x_eval)
 print(f"1 head:  accuracy {acc_1:.3f}, weight on t-1 {lag_mass(w_one, 1).item():.2f}, on t-3 {lag_mass(w_one, 3).item():.2f}")
 print(f"4 heads: accuracy {acc:.3f}")
 assert sum(p.numel() for p in model_1.parameters()) == sum(p.numel() for p in model.parameters())
-assert lag_mass(w_one, 1).item() > 0.15 and lag_mass(w_one, 3).item() > 0.15   # one pattern on both lags
+assert acc_1 > 0.9                                                              # one head solves it too ...
+assert lag_mass(w_one, 1).item() > 0.15 and lag_mass(w_one, 3).item() > 0.15   # ... with one pattern on both lags
 assert max(m1.max(), m3.max()) > max(lag_mass(w_one, 1), lag_mass(w_one, 3))     # four heads: sharper
 curves(range(steps), {"4 heads of 16": losses, "1 head of 64": losses_1}, "step", "cross-entropy",
        "the same parameters, one head vs four", marker="");
 
 # %% [markdown]
-# Measured, and not what the opening sentence of section 3 suggests: the single head solves this task too
-# (accuracy printed above). It cannot fetch the two tokens separately: its one pattern puts part of its
-# weight on $t-1$ and part on $t-3$ (printed above) and returns a weighted *blend* of the two values,
-# which is the source's "one head averages". The blend loses resolution only when it can no longer be
+# Measured: the single head solves this task too (accuracy printed above and asserted), so at this size
+# one head is not a limit. What it cannot do is fetch the two tokens separately: its one pattern puts
+# part of its weight on $t-1$ and part on $t-3$ (printed above) and returns a weighted *blend* of the
+# two values, which is the paper's "one head averages". The blend loses resolution only when it can no longer be
 # unmixed; here the two weights differ, so the blend still says which token sat where, and 8 symbols in
-# 64 dimensions leave room for the feed-forward layer to decode it. So at this size one head is enough;
-# what the four heads add is a separate, sharper lookup for each lag (the heat maps of section 3), which
-# matters more as the number of tokens to blend into one vector grows.
+# 64 dimensions leave room for the feed-forward layer to decode it. What the four heads add here is a
+# separate, sharper lookup for each lag (the heat maps of section 3, and the larger weights printed
+# there). The paper's reason for several heads is that with a single head "averaging inhibits"
+# attending to different positions at once; on this small task that shows as a blended, less sharp
+# pattern, not as a lower accuracy.
 #
 # ## Exercise 1: split heads
 # `(B, T, n_heads * d_head) -> (B, n_heads, T, d_head)`; head $i$ gets features $i\,d_{head}$ to

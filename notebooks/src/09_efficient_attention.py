@@ -20,7 +20,8 @@
 # **The tformer code it uses**: `tformer/sparse.py: strided_pattern, fixed_pattern, longformer_mask,
 # bigbird_mask, count_pairs, PatternAttention`, `tformer/efficient.py: LinformerAttention,
 # PerformerAttention, online_softmax_step, tiled_attention`, `tformer/utils/flash.py: sdpa_backends_used`,
-# `tformer/blocks.py: TransformerBlock`, `tformer/utils/timing.py: peak_memory, fit_power`.
+# `tformer/blocks.py: TransformerBlock`, `tformer/utils/timing.py: peak_memory`,
+# `tformer/training/metrics.py: fit_power_law`.
 
 # %%
 import inspect
@@ -39,7 +40,8 @@ from tformer.utils.flash import sdpa_backends_used
 from tformer.grading import check
 from tformer.sparse import (PatternAttention, bigbird_mask, count_pairs, fixed_pattern, longformer_mask,
                             strided_pattern)
-from tformer.utils.timing import fit_power, format_table, peak_memory
+from tformer.training.metrics import fit_power_law
+from tformer.utils.timing import format_table, peak_memory
 
 tformer.seed_everything(0)
 device = tformer.device()
@@ -113,7 +115,7 @@ costs = {
     "Linformer k=256": [n * 256 for n in ns],
     "Performer m=256": [n * 256 for n in ns],
 }
-exps = {name: fit_power(ns, c)[0] for name, c in costs.items()}
+exps = {name: -float(fit_power_law(ns, c)[1]) for name, c in costs.items()}   # cost ~ n^p, p = -alpha
 print(format_table([{"method": k, **{f"n={n}": c for n, c in zip(ns, v)}, "cost ~ n^p, p =": exps[k]}
                     for k, v in costs.items()], floatfmt=".3g"))
 assert abs(exps["dense causal"] - 2) < 0.05 and abs(exps["strided, stride sqrt(n)"] - 1.5) < 0.1
@@ -317,8 +319,8 @@ for n in ns:
         mem["tiled (block 128)"].append(peak_memory(lambda: tiled_attention(q, k, v, block=128), device))
         mem["SDPA (fused)"].append(peak_memory(lambda: F.scaled_dot_product_attention(q, k, v), device))
 print(format_table([{"method": k, **{f"MiB n={n}": b / 2 ** 20 for n, b in zip(ns, v)},
-                     "memory ~ n^p, p =": fit_power(ns, v)[0]} for k, v in mem.items()]))
-assert fit_power(ns, mem["tiled (block 128)"])[0] < 1.3 and fit_power(ns, mem["explicit"])[0] > 1.8
+                     "memory ~ n^p, p =": -float(fit_power_law(ns, v)[1])} for k, v in mem.items()]))
+assert -fit_power_law(ns, mem["tiled (block 128)"])[1] < 1.3 and -fit_power_law(ns, mem["explicit"])[1] > 1.8
 assert mem["tiled (block 128)"][-1] * 4 < mem["explicit"][-1]
 
 # %% [markdown]

@@ -171,8 +171,9 @@ assert pre < cold, "pre-LN trains without warmup"
 # steps, the same model, batches and peak rate leave that plateau early (the line above, and the
 # assertion under it, which held for seeds 0, 1 and 2 when the chapter was written; in full mode, 400
 # steps with a 100-step ramp, the unwarmed run is still far behind at the end). Pre-LN, whose
-# residual path skips every LayerNorm, needs no warmup at all: that is why GPT-2 and later models moved
-# the LayerNorm. The effect grows with depth: with 3+3 layers post-LN also trained without warmup in our
+# residual path skips every LayerNorm, needs no warmup at all. GPT-2 and later models put the LayerNorm
+# there (the GPT-2 paper gives no reason for the move; Xiong et al. 2020 later showed pre-LN trains
+# without warmup). The effect grows with depth: with 3+3 layers post-LN also trained without warmup in our
 # trials, and with 5+5 or 6+6 layers the unwarmed run stayed on the plateau even longer. The paper's
 # 4,000 warmup steps protect 6+6-layer, width-512 models over 100,000 steps (Xiong et al. 2020 measure
 # that regime); at this size a 30-step ramp is enough to see the same mechanism.

@@ -1,4 +1,6 @@
-"""Chapter 15: the scaling-law fit L(N) = a N^-alpha + c with c fixed."""
+"""Chapter 15: the scaling-law fit L(N) = a N^-alpha + c with c fixed; the compute-optimal split of a budget."""
+import math
+
 import torch
 
 
@@ -10,4 +12,10 @@ def power_law_fit(n_params, losses, c):
     return torch.stack([b[0].exp(), -b[1]])
 
 
-SOLUTIONS = {"ch15.power_law_fit": power_law_fit}
+def compute_optimal(flops, tokens_per_param=20.0):
+    """C = 6 N (r N) = 6 r N^2, solved in log space: log N = (log C - log 6r) / 2."""
+    n = math.exp(0.5 * (math.log(flops) - math.log(6.0 * tokens_per_param)))
+    return n, n * tokens_per_param
+
+
+SOLUTIONS = {"ch15.power_law_fit": power_law_fit, "ch15.compute_optimal": compute_optimal}

@@ -5,7 +5,7 @@
     checkpoint   run folders: atomic save and load, the run lock, RNG state, checkpoint averaging
     distributed  joining the process group torchrun describes
     trainer      TrainConfig and the Trainer: accumulation, clipping, autocast, validation, exact resume
-    metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity, recall@k, power-law fits
+    metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity, recall@k, the power-law fit, Chinchilla N and D
     sft, lora, dpo   chat template and prompt-masked labels; low-rank adapters; preference optimisation
     vision       train_classifier (ViT) and train_clip: the Trainer with the ViT / CLIP recipe
 

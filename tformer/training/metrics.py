@@ -90,11 +90,13 @@ def perplexity(mean_nll: float) -> float:
 
 
 def fit_power_law(n: torch.Tensor, loss: torch.Tensor, c: float = 0.0) -> torch.Tensor:
-    """Fit loss = a * n^-alpha + c with the offset c fixed (chapter 15's scaling law).
+    """Fit loss = a * n^-alpha + c with the offset c fixed (chapter 15's scaling law; the one power-law fit).
 
     With c fixed the law is a straight line in log-log space, log(loss - c) = log a - alpha * log n,
-    fitted by ordinary least squares. n (K,) sizes > 0, loss (K,) > c, K >= 2 distinct sizes.
-    Returns a float64 tensor [a, alpha]. (c = 0 is the form of Kaplan et al. 2020, L(N) = (N_c / N)^alpha_N.)
+    fitted by ordinary least squares. n (K,) sizes > 0, loss (K,) > c, K >= 2 distinct sizes (tensors or
+    lists). Returns a float64 tensor [a, alpha]. (c = 0 is the form of Kaplan et al. 2020,
+    L(N) = (N_c / N)^alpha_N.) A cost that grows, y ~ n^p (chapters 8 and 9: time and memory against
+    length), is the same fit with c = 0 and p = -alpha.
     """
     n, loss = torch.as_tensor(n, dtype=torch.float64), torch.as_tensor(loss, dtype=torch.float64)
     if n.dim() != 1 or n.shape != loss.shape or len(n) < 2:
@@ -110,7 +112,21 @@ def fit_power_law(n: torch.Tensor, loss: torch.Tensor, c: float = 0.0) -> torch.
     return torch.stack([(y.mean() - slope * x.mean()).exp(), -slope])
 
 
-__all__ = ["fit_power_law", "BleuResult", "sacrebleu_score", "tokenized_bleu", "moses_like_tokenize", "split_compounds",
+def compute_optimal(flops: float, tokens_per_param: float = 20.0) -> tuple[float, float]:
+    """Compute-optimal model size and data for a training budget (chapter 15): (n_params, n_tokens).
+
+    Training costs C = 6 N D FLOPs (forward 2, backward 4 per parameter per token); Hoffmann et al.
+    (2022, "Chinchilla") found the loss lowest at about D = 20 N. Both together: N = sqrt(C / (6 r)),
+    D = r N, with r = tokens_per_param.
+    """
+    if not flops > 0 or not tokens_per_param > 0:
+        raise ValueError(f"compute_optimal: expected flops > 0 and tokens_per_param > 0, got {flops} and "
+                         f"{tokens_per_param}")
+    n_params = math.sqrt(flops / (6.0 * tokens_per_param))
+    return n_params, tokens_per_param * n_params
+
+
+__all__ = ["fit_power_law", "compute_optimal", "BleuResult", "sacrebleu_score", "tokenized_bleu", "moses_like_tokenize", "split_compounds",
            "accuracy", "perplexity", "distinct_n", "recall_at_k", "retrieval_recall"]
 
 

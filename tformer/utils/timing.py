@@ -4,7 +4,6 @@
     peak_memory(fn)              bytes allocated at the peak of fn() above what was live before
     train_step_time(model, idx)  median time of one training step (forward, loss, backward, update)
     step_time_vs_length(...)     the same for each sequence length, as table rows
-    fit_power(n, y)              y ~ c * n^p by least squares in log-log space: the measured exponent
     count_ops(fn)                how many matrix products (or other named aten ops) fn() runs
 
 Peak memory on CUDA is `torch.cuda.max_memory_allocated`. A CPU has no such counter, so on CPU the
@@ -214,19 +213,6 @@ def step_time_vs_length(models: dict[str, Callable[[], nn.Module]], lengths: Seq
         sec = train_step_time(built[name], idx, warmup, repeat)
         rows.append(StepTiming(name, t, batch_size, sec, batch_size * t / sec))
     return rows
-
-
-def fit_power(n: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Least-squares fit of log y = log c + p log n. Returns (p, c): y ~ c * n**p."""
-    if len(n) != len(y) or len(n) < 2:
-        raise ValueError(f"fit_power: need two equally long sequences of >= 2 points, got {len(n)} and {len(y)}")
-    if min(n) <= 0 or min(y) <= 0:
-        raise ValueError("fit_power: n and y must be positive (a log-log fit)")
-    ln = torch.tensor([math.log(v) for v in n], dtype=torch.float64)
-    ly = torch.tensor([math.log(v) for v in y], dtype=torch.float64)
-    a = torch.stack([ln, torch.ones_like(ln)], dim=1)                 # (N, 2)
-    p, logc = torch.linalg.lstsq(a, ly.unsqueeze(1)).solution.squeeze(1).tolist()
-    return p, math.exp(logc)
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None, floatfmt: str = ".3g") -> str:

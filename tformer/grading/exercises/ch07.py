@@ -1,6 +1,9 @@
-"""Chapter 7: the paper's training cost in FLOPs (time x GPUs x FLOP/s), compared by relative error."""
+"""Chapter 7: the paper's training cost in FLOPs (time x GPUs x FLOP/s), compared by relative error; and one
+LSTM layer written as the loop it is (the T dependent steps that keep an RNN from running in parallel)."""
 import torch
+import torch.nn as nn
 
+from ...models import rnn
 from ...utils import timing
 from ..core import Case, Exercise, register
 
@@ -42,4 +45,81 @@ register(Exercise(
               "days not converted to seconds": lambda d, n, f: d * n * f,
               "the number of GPUs left out": lambda d, n, f: d * 86400 * f},
     forbidden=[(timing, "training_flops")],
+))
+
+
+# ---- one LSTM layer, step by step --------------------------------------------------------------------------
+
+def lstm_layer_reference(x, w_ih, w_hh, b_ih, b_hh):
+    """x (B, T, d_in) -> h_1..h_T (B, T, H) of one nn.LSTM layer with these weights, zero initial state."""
+    lstm = nn.LSTM(w_ih.shape[1], w_hh.shape[1], batch_first=True, dtype=x.dtype)
+    with torch.no_grad():
+        for name, w in (("weight_ih_l0", w_ih), ("weight_hh_l0", w_hh), ("bias_ih_l0", b_ih), ("bias_hh_l0", b_hh)):
+            getattr(lstm, name).copy_(w)
+        return rnn.lstm_reference(lstm, x)
+
+
+def _loop(x, w_ih, w_hh, b_ih, b_hh, order="ifgo", use_b_hh=True, tanh_c=True, carry_h=True, carry_c=True):
+    """Shared by the named mistakes: the LSTM loop with one thing changed."""
+    hidden = w_hh.shape[1]
+    h = x.new_zeros(x.shape[0], hidden)
+    c = torch.zeros_like(h)
+    xw = x @ w_ih.T + b_ih + (b_hh if use_b_hh else 0.0)
+    outs = []
+    for t in range(x.shape[1]):
+        gates = dict(zip(order, (xw[:, t] + (h if carry_h else 0.0 * h) @ w_hh.T).chunk(4, dim=-1)))
+        i, f, g, o = gates["i"], gates["f"], gates["g"], gates["o"]
+        c = (torch.sigmoid(f) * c if carry_c else 0.0) + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * (torch.tanh(c) if tanh_c else c)
+        outs.append(h)
+    return torch.stack(outs, dim=1)
+
+
+def _lstm_case(name, b, t, d_in, hidden, seed, scale=1.0, zero_x=False) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    bound = scale / hidden ** 0.5                                      # nn.LSTM's init range, times scale
+
+    def u(*shape):
+        return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1) * bound
+    x = torch.zeros(b, t, d_in, dtype=torch.float64) if zero_x else torch.randn(b, t, d_in, generator=g,
+                                                                                   dtype=torch.float64)
+    return Case(name, (x, u(4 * hidden, d_in), u(4 * hidden, hidden), u(4 * hidden), u(4 * hidden)), seed=seed)
+
+
+def _lstm_edges() -> list[Case]:
+    return [_lstm_case("one step, one unit (T = 1: no recurrence yet)", 1, 1, 1, 1, 7100),
+            _lstm_case("two steps: step 2 reads h_1 and c_1", 1, 2, 2, 2, 7101),
+            _lstm_case("zero inputs: the biases and the recurrence alone move the state", 2, 6, 3, 2, 7102,
+                       zero_x=True),
+            _lstm_case("a batch of 3 sequences, d_in = 4 != hidden = 3", 3, 5, 4, 3, 7103),
+            _lstm_case("large weights: the gates saturate", 2, 8, 3, 4, 7104, scale=6.0)]
+
+
+def _lstm_random(seed: int) -> Case:
+    g = torch.Generator().manual_seed(7200 + seed)
+    b, t, d_in, hidden = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 5), (1, 17), (1, 9), (1, 9)))
+    return _lstm_case(f"random #{seed}: B={b}, T={t}, d_in={d_in}, hidden={hidden}", b, t, d_in, hidden, 7200 + seed)
+
+
+register(Exercise(
+    name="ch07.lstm_layer",
+    title="one LSTM layer as a loop over time: x (B, T, d_in) -> h_1..h_T (B, T, H), zero initial state",
+    reference=lstm_layer_reference,
+    edge_cases=_lstm_edges,
+    random_case=_lstm_random,
+    points=2,
+    atol=1e-9,
+    rtol=1e-7,
+    hint="h = c = zeros (B, H). The input products for all steps at once: xw = x @ w_ih.T + b_ih + b_hh "
+         "(B, T, 4H). Then for t in range(T): i, f, g, o = (xw[:, t] + h @ w_hh.T).chunk(4, -1) (PyTorch's "
+         "gate order); c = sigmoid(f) * c + sigmoid(i) * tanh(g); h = sigmoid(o) * tanh(c); keep h. "
+         "Stack the T states on dim 1.",
+    mistakes={"gates split as i, f, o, g (PyTorch's order is i, f, g, o)": lambda *a: _loop(*a, order="ifog"),
+              "b_hh left out (nn.LSTM adds both biases)": lambda *a: _loop(*a, use_b_hh=False),
+              "tanh of the cell state left out: h_t = sigmoid(o) * c_t": lambda *a: _loop(*a, tanh_c=False),
+              "the recurrence dropped: every step computed from h = 0, as if the steps were independent":
+                  lambda *a: _loop(*a, carry_h=False, carry_c=False),
+              "the cell state not carried: c_t = sigmoid(i) * tanh(g), the forget gate unused":
+                  lambda *a: _loop(*a, carry_c=False)},
+    forbidden=[(rnn, "lstm_reference"), (torch, "lstm"), (torch, "lstm_cell")],
 ))

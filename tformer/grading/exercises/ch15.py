@@ -91,3 +91,54 @@ register(Exercise(
                   _log10_then_exp},
     forbidden=[(metrics, "fit_power_law")],
 ))
+
+
+# ---- the compute-optimal split of a budget (Chinchilla) ----------------------------------------------------
+
+def compute_optimal_reference(flops: float, tokens_per_param: float = 20.0) -> tuple[float, float]:
+    """(n_params, n_tokens) with 6 N D = flops and D = tokens_per_param * N."""
+    return metrics.compute_optimal(flops, tokens_per_param)
+
+
+def _split(flops, r, cost=6.0, root=True, per_param=True):
+    """Shared by the named mistakes: N from C = cost N D with D = r N (or D = N / r), with or without the root."""
+    ratio = r if per_param else 1.0 / r
+    n = math.sqrt(flops / (cost * ratio)) if root else flops / (cost * ratio)
+    return n, ratio * n
+
+
+def _optimal_edges() -> list[Case]:
+    return [Case("C = 120 FLOPs at 20 tokens per parameter: N = 1, D = 20", (120.0, 20.0)),
+            Case("r = 1: as many tokens as parameters", (6.0e6, 1.0)),
+            Case("Chinchilla's own budget: 6 x 70e9 x 1.4e12 FLOPs", (6 * 70e9 * 1.4e12, 20.0)),
+            Case("GPT-3's budget (6 x 175e9 x 300e9) at Chinchilla's ratio", (6 * 175e9 * 300e9, 20.0)),
+            Case("an over-trained small model: 200 tokens per parameter", (1.0e21, 200.0))]
+
+
+def _optimal_random(seed: int) -> Case:
+    g = torch.Generator().manual_seed(5100 + seed)
+    flops = float(10 ** (8 + 18 * torch.rand(1, generator=g, dtype=torch.float64)))
+    r = round(float(1 + 299 * torch.rand(1, generator=g, dtype=torch.float64)), 2)
+    return Case(f"random #{seed}: C = {flops:.3g} FLOPs, {r} tokens per parameter", (flops, r), seed=5100 + seed)
+
+
+register(Exercise(
+    name="ch15.compute_optimal",
+    title="the compute-optimal split: (n_params, n_tokens) with C = 6 N D and D = r N",
+    reference=compute_optimal_reference,
+    edge_cases=_optimal_edges,
+    random_case=_optimal_random,
+    points=1,
+    atol=0.0,
+    rtol=1e-5,                                   # compared by relative error
+    hint="put D = r N into C = 6 N D: C = 6 r N^2, so N = sqrt(C / (6 r)) and D = r N. "
+         "Check: C = 120, r = 20 gives N = 1, D = 20.",
+    mistakes={"forward only: C = 2 N D (training is 6 N D: forward 2, backward 4 per parameter per token)":
+                  lambda c, r=20.0: _split(c, r, cost=2.0),
+              "the 6 left out: C = N D": lambda c, r=20.0: _split(c, r, cost=1.0),
+              "no square root: N = C / (6 r)": lambda c, r=20.0: _split(c, r, root=False),
+              "D = N / r (r is tokens per parameter: D = r N)": lambda c, r=20.0: _split(c, r, per_param=False),
+              "returned (n_tokens, n_params): the order is (n_params, n_tokens)":
+                  lambda c, r=20.0: _split(c, r)[::-1]},
+    forbidden=[(metrics, "compute_optimal")],
+))
