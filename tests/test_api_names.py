@@ -9,12 +9,20 @@ from tformer import MultiHeadAttention, TransformerBlock, capture_attention
 from tformer.models import CLIPConfig, GPT, GPTConfig, LSTMConfig, LSTMEncoder, ViT, ViTConfig
 
 
-@pytest.mark.parametrize("cls", [GPTConfig, LSTMConfig, ViTConfig, tformer.models.BertConfig, tformer.MoEConfig,
-                                 tformer.models.TransformerConfig])
+@pytest.mark.parametrize("cls", [GPTConfig, LSTMConfig, ViTConfig, tformer.models.BertConfig,
+                                 tformer.models.TransformerConfig, tformer.BlockConfig])
 def test_every_config_uses_the_papers_names(cls):
     names = {f.name for f in dataclasses.fields(cls)}
     assert "d_model" in names
     assert not names & {"n_embd", "n_layer", "n_head", "n_kv_head", "width", "heads"}
+
+
+def test_moe_config_holds_only_what_is_moes_own():
+    names = {f.name for f in dataclasses.fields(tformer.MoEConfig)}
+    assert not names & {"d_model", "activation", "bias", "dropout"}          # the model's, passed by its block
+    assert not {f.name for f in dataclasses.fields(GPTConfig)} & {"n_experts", "moe_top_k", "moe_d_ff"}
+    with pytest.raises(TypeError, match="n_experts"):
+        GPTConfig(n_experts=4)
 
 
 def test_the_old_names_are_gone():

@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.checks import check_tokens
-from ..blocks import ACTIVATIONS, TransformerBlock
+from ..blocks import ACTIVATIONS, BlockConfig, TransformerBlock
 from ..masks import padding_mask
 
 
@@ -37,6 +37,11 @@ class BertConfig:
     activation: str = "gelu"           # exact (erf) GELU
     eps: float = 1e-12                 # LayerNorm epsilon
     pad_id: int = 0                    # [PAD]: masked out of attention when no attention_mask is given
+
+    def block(self) -> BlockConfig:
+        """Every layer's config: post-LN, biases, this model's sizes."""
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
+                           norm_first=False, activation=self.activation, eps=self.eps)
 
 
 class BERT(nn.Module):
@@ -56,9 +61,7 @@ class BERT(nn.Module):
         self.type_embed = nn.Embedding(cfg.type_vocab_size, d)
         self.ln_embed = nn.LayerNorm(d, eps=cfg.eps)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(d, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=False, activation=cfg.activation,
-                         eps=cfg.eps) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.n_layers))
         self.pooler = nn.Linear(d, d)                               # [CLS] -> tanh(W h + b)
         self.mlm_dense = nn.Linear(d, d)                            # MLM head: transform ...
         self.mlm_norm = nn.LayerNorm(d, eps=cfg.eps)

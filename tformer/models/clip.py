@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.checks import check_rank, check_tokens
-from ..blocks import TransformerBlock
+from ..blocks import BlockConfig, TransformerBlock
 from .vit import ViT, ViTConfig
 
 
@@ -55,6 +55,11 @@ class CLIPConfig:
                          d_ff=self.vision_d_ff, n_classes=None, dropout=self.dropout, activation=self.activation,
                          eps=self.eps, pool="cls", pre_norm=True, patch_bias=False)
 
+    def text_block(self) -> BlockConfig:
+        """Every text layer's config: pre-LN (causal at run time), the text tower's sizes."""
+        return BlockConfig(d_model=self.text_d_model, n_heads=self.text_n_heads, d_ff=self.text_d_ff,
+                           dropout=self.dropout, norm_first=True, activation=self.activation, eps=self.eps)
+
 
 class TextTransformer(nn.Module):
     """CLIP's text tower: token + learned positions, causal pre-LN layers, final LayerNorm.
@@ -66,9 +71,7 @@ class TextTransformer(nn.Module):
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.text_d_model)
         self.pos_embed = nn.Embedding(cfg.context_length, cfg.text_d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(cfg.text_d_model, cfg.text_n_heads, cfg.text_d_ff, cfg.dropout, norm_first=True,
-                         activation=cfg.activation, eps=cfg.eps) for _ in range(cfg.text_n_layers))
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.text_block()) for _ in range(cfg.text_n_layers))
         self.norm = nn.LayerNorm(cfg.text_d_model, eps=cfg.eps)
 
     def forward(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

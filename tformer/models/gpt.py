@@ -2,9 +2,9 @@
 
     idx (B, T) -> token + position embeddings -> N x pre-LN block (causal) -> LayerNorm -> logits (B, T, V)
 
-The output projection is the token embedding matrix (tied). With `n_experts > 0` the FFN of the chosen
-blocks is a mixture of experts (`tformer.moe.MoE`, chapter 13); after each forward `model.aux_loss` holds
-their load-balancing + z losses to add to the LM loss, and `num_params(active=True)` counts the
+The output projection is the token embedding matrix (tied). With `moe=MoEConfig(...)` the FFN of the
+chosen blocks (`MoEConfig.layers`) is a mixture of experts (`tformer.moe.MoE`, chapter 13); after each
+forward `model.aux_loss` holds their load-balancing + z losses to add to the LM loss, and `num_params(active=True)` counts the
 parameters one token uses. `GPT.from_hf_gpt2` loads weights named as
 in Hugging Face's `GPT2LMHeadModel`, so the course's own model can run real GPT-2.
 """
@@ -18,10 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.checks import check_tokens
-from ..blocks import TransformerBlock
+from ..blocks import BlockConfig, TransformerBlock
 from ..inference.cache import KVCache, make_caches
 from ..inference.decode import sample_next  # noqa: F401  (decoding lives in tformer.inference.decode)
-from ..moe import Experts, MoE, MoEConfig
+from ..moe import Experts, MoE, MoEConfig, collect_aux_loss
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 
 
@@ -42,27 +42,33 @@ class GPTConfig:
     rope_base: float = 10000.0
     rope_scaling: str | None = None    # None, "linear", "ntk", "yarn" (chapter 8)
     rope_factor: float = 1.0
-    # mixture of experts (chapter 13); n_experts = 0 keeps every FFN dense
-    n_experts: int = 0                 # E expert FFNs in each MoE layer
-    moe_top_k: int = 2                 # k experts per token
-    moe_layers: tuple[int, ...] | None = None  # blocks whose FFN is an MoE; None = all of them
-    moe_d_ff: int | None = None        # each expert's width; None = d_ff
-    moe_capacity_factor: float | None = None   # training capacity; None = no token dropping
-    moe_balance_weight: float = 0.01   # alpha of the Switch load-balancing loss
-    moe_z_weight: float = 0.001        # router z-loss weight
-    moe_normalize_top_k: bool = True   # renormalise the k gates to sum to 1
-    moe_dispatch: str = "auto"         # see tformer.moe: "auto", "padded", "grouped", "naive"
+    moe: MoEConfig | None = None       # mixture of experts (chapter 13); None keeps every FFN dense
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    def moe_layer_ids(self) -> list[int]:
+        """Indices of the blocks whose FFN is a mixture of experts (none without `moe`)."""
+        if self.moe is None:
+            return []
+        ids = list(range(self.n_layers)) if self.moe.layers is None else sorted(set(self.moe.layers))
+        if any(not 0 <= i < self.n_layers for i in ids):
+            raise ValueError(f"MoEConfig.layers must index blocks 0..{self.n_layers - 1}, got {self.moe.layers}")
+        return ids
+
+    def block(self, i: int = 0) -> BlockConfig:
+        """Block i's config: pre-LN, this model's sizes, and `moe` where block i is an MoE layer."""
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff or 4 * self.d_model,
+                           dropout=self.dropout, norm_first=True, activation=self.activation,
+                           n_kv_heads=self.n_kv_heads, bias=self.bias, eps=self.eps,
+                           moe=self.moe if i in self.moe_layer_ids() else None)
 
 
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        d_ff = cfg.d_ff or 4 * cfg.d_model
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.positional == "learned":
             self.wpe, self.rope = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model), None
@@ -73,12 +79,7 @@ class GPT(nn.Module):
         else:
             raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
-        moe_layers = set(self.moe_layer_ids(cfg))
-        self.blocks = nn.ModuleList(
-            TransformerBlock(cfg.d_model, cfg.n_heads, d_ff, cfg.dropout, norm_first=True, activation=cfg.activation,
-                         n_kv_heads=cfg.n_kv_heads, bias=cfg.bias, eps=cfg.eps,
-                         ffn=self._make_moe(cfg, d_ff) if i in moe_layers else None) for i in range(cfg.n_layers))
-        self.aux_loss: torch.Tensor | float = 0.0                    # MoE auxiliary losses of the last forward
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.block(i)) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight                       # weight tying
@@ -87,23 +88,11 @@ class GPT(nn.Module):
             if name.endswith(("attn.out.weight", "ffn.fc2.weight", "ffn.experts.fc2")):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layers))
 
-    @staticmethod
-    def moe_layer_ids(cfg: GPTConfig) -> list[int]:
-        """Indices of the blocks whose FFN is a mixture of experts (none when n_experts = 0)."""
-        if cfg.n_experts <= 0:
-            return []
-        ids = list(range(cfg.n_layers)) if cfg.moe_layers is None else sorted(set(cfg.moe_layers))
-        if any(not 0 <= i < cfg.n_layers for i in ids):
-            raise ValueError(f"GPTConfig.moe_layers must index blocks 0..{cfg.n_layers - 1}, got {cfg.moe_layers}")
-        return ids
-
-    @staticmethod
-    def _make_moe(cfg: GPTConfig, d_ff: int) -> MoE:
-        return MoE(MoEConfig(d_model=cfg.d_model, d_ff=cfg.moe_d_ff or d_ff, n_experts=cfg.n_experts,
-                             top_k=cfg.moe_top_k, activation=cfg.activation, bias=cfg.bias,
-                             normalize_top_k=cfg.moe_normalize_top_k, capacity_factor=cfg.moe_capacity_factor,
-                             balance_weight=cfg.moe_balance_weight, z_weight=cfg.moe_z_weight,
-                             dropout=cfg.dropout, dispatch=cfg.moe_dispatch))
+    @property
+    def aux_loss(self) -> torch.Tensor | float:
+        """The MoE layers' auxiliary losses of the last forward, summed (`tformer.moe.collect_aux_loss`);
+        0.0 for a dense model."""
+        return collect_aux_loss(self)
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -134,8 +123,6 @@ class GPT(nn.Module):
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None)
-        if self.cfg.n_experts > 0:                                   # sum of the MoE layers' aux losses
-            self.aux_loss = sum(b.ffn.aux_loss for b in self.blocks if isinstance(b.ffn, MoE))
         return self.lm_head(self.ln_f(x))
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:

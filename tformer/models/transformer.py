@@ -57,22 +57,31 @@ class TransformerConfig:
 
     def block(self) -> BlockConfig:
         """The sizes and switches every encoder and decoder layer shares."""
-        return BlockConfig(self.d_model, self.n_heads, self.d_ff, self.dropout, self.norm_first, self.activation,
-                           self.n_kv_heads, self.bias, self.eps, self.attn_dropout, self.ffn_dropout)
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
+                           norm_first=self.norm_first, activation=self.activation, n_kv_heads=self.n_kv_heads,
+                           bias=self.bias, eps=self.eps, attn_dropout=self.attn_dropout,
+                           ffn_dropout=self.ffn_dropout)
 
     @property
     def tgt_vocab(self) -> int:
         return self.src_vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
 
 
-class Encoder(nn.Module):
-    """A stack of encoder layers (+ a final LayerNorm for pre-LN)."""
+class Stack(nn.Module):
+    """N layers built from `cfg.block()` + a final LayerNorm (pre-LN; `final_norm`): the encoder and the decoder."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, layer: type[nn.Module], n_layers: int):
         super().__init__()
-        self.layers = nn.ModuleList(TransformerBlock.from_config(cfg.block()) for _ in range(cfg.n_encoder_layers))
+        self.layers = nn.ModuleList(layer(cfg.block()) for _ in range(n_layers))
         final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+
+
+class Encoder(Stack):
+    """A stack of encoder layers (`TransformerBlock`, bidirectional)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg, TransformerBlock, cfg.n_encoder_layers)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
@@ -80,14 +89,11 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
-class Decoder(nn.Module):
-    """A stack of decoder layers (+ a final LayerNorm for pre-LN)."""
+class Decoder(Stack):
+    """A stack of decoder layers (`DecoderLayer`: causal self-attention, cross-attention, FFN)."""
 
     def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer.from_config(cfg.block()) for _ in range(cfg.n_decoder_layers))
-        final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+        super().__init__(cfg, DecoderLayer, cfg.n_decoder_layers)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:

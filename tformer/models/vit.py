@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from ..utils.checks import check_float, check_rank
 from ..attention import capture_attention
-from ..blocks import TransformerBlock
+from ..blocks import BlockConfig, TransformerBlock
 
 
 @dataclass
@@ -40,6 +40,11 @@ class ViTConfig:
     pool: str = "cls"                  # "cls": head reads the class token (ViT); "mean": average of all tokens
     pre_norm: bool = False             # LayerNorm right after the embeddings (CLIP's `pre_layrnorm`)
     patch_bias: bool = True            # bias in the patch projection (CLIP: False)
+
+    def block(self) -> BlockConfig:
+        """Every layer's config: pre-LN, this model's sizes."""
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
+                           norm_first=True, activation=self.activation, eps=self.eps)
 
     @property
     def grid(self) -> int:
@@ -94,9 +99,7 @@ class ViT(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, cfg.n_patches + 1, cfg.d_model))   # learned positions
         self.drop = nn.Dropout(cfg.dropout)
         self.ln_pre = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if cfg.pre_norm else nn.Identity()
-        self.blocks = nn.ModuleList(
-            TransformerBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=True,
-                         activation=cfg.activation, eps=cfg.eps) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
         self.head = nn.Linear(cfg.d_model, cfg.n_classes) if cfg.n_classes else None
         self.apply(self._init)
