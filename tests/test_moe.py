@@ -13,7 +13,8 @@ from tformer.attention import capture_attention
 from tformer.utils.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
 from tformer.utils.timing import profiled
-from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity,
+from tformer.moe import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss,
+                         deepseek_v3_param_counts, expert_capacity,
                          grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,
                          top_k_route)
 
@@ -316,6 +317,21 @@ def test_qwen3_235b_a22b_and_mixtral_total_and_active():
     assert 21.5e9 < c["active"] < 22.5e9                                    # "A22B"
     c = moe_lm_param_counts(**MIXTRAL_8X7B)
     assert round(c["total"] / 1e9, 1) == 46.7 and round(c["active"] / 1e9, 1) == 12.9   # Mistral's figures
+
+
+def test_deepseek_v3_counts_match_hugging_face_and_the_report():
+    transformers = pytest.importorskip("transformers")
+    tiny = dict(DEEPSEEK_V3, vocab_size=100, hidden_size=32, num_hidden_layers=4, first_k_dense_replace=1,
+                intermediate_size=48, num_attention_heads=4, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
+                qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=6, moe_intermediate_size=12,
+                num_experts_per_tok=2, n_group=2, topk_group=1)
+    with torch.device("meta"):                                              # shapes only
+        hf = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**tiny, tie_word_embeddings=False))
+    assert sum(p.numel() for p in hf.parameters()) == deepseek_v3_param_counts(tiny)["total"]
+    c = deepseek_v3_param_counts(DEEPSEEK_V3)
+    lookup = DEEPSEEK_V3["vocab_size"] * DEEPSEEK_V3["hidden_size"]         # the input table: not multiplied
+    assert 670.5e9 < c["total"] < 671.5e9 and 36.5e9 < c["active"] - lookup < 37.5e9   # "671B", "37B activated"
+    assert 684e9 < c["total"] + c["mtp"] < 686e9                            # the 685B checkpoint
 
 
 def test_flash_path_on_cpu_reports_the_kernel_and_fails_loudly(capfd):

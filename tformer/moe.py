@@ -372,8 +372,8 @@ class MoE(nn.Module):
 
     After each forward: `aux_loss` (balance_weight * balance + z_weight * z, differentiable, to add to
     the training loss), and for inspection (detached) `last_balance_loss`, `last_z_loss`,
-    `last_counts` (E,) assignments per expert, `last_experts` (N, k), `last_dropped` (share of
-    assignments dropped for capacity).
+    `last_counts` (E,) assignments per expert, `last_gates` and `last_experts` (N, k) (the routing,
+    before capacity), `last_dropped` (share of assignments dropped for capacity).
     """
 
     def __init__(self, d_model: int, cfg: MoEConfig, *, d_ff: int | None = None, activation: str = "gelu",
@@ -395,6 +395,7 @@ class MoE(nn.Module):
         self.aux_loss: torch.Tensor | float = 0.0
         self.last_balance_loss = self.last_z_loss = self.last_dropped = None
         self.last_counts: torch.Tensor | None = None
+        self.last_gates: torch.Tensor | None = None
         self.last_experts: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
@@ -433,7 +434,7 @@ class MoE(nn.Module):
         z = router_z_loss(logits)
         self.aux_loss = c.balance_weight * balance + c.z_weight * z
         self.last_balance_loss, self.last_z_loss = balance.detach(), z.detach()
-        self.last_experts = experts.detach()
+        self.last_gates, self.last_experts = gates.detach(), experts.detach()
 
         path = dispatch or self.choose_dispatch(xf)
         if path == "naive":
@@ -543,3 +544,48 @@ QWEN3_235B_A22B = dict(vocab_size=151936, hidden_size=4096, num_layers=94, num_h
 MIXTRAL_8X7B = dict(vocab_size=32000, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
                     head_dim=128, num_experts=8, experts_per_token=2, expert_ffn=14336,
                     tie_embeddings=False, qk_norm=False)
+
+
+# DeepSeek-V3, from its published config.json (huggingface.co/deepseek-ai/DeepSeek-V3) and the technical
+# report (arXiv:2412.19437): "671B total, 37B activated"; the 685B checkpoint adds a 14B MTP module.
+DEEPSEEK_V3 = dict(vocab_size=129280, hidden_size=7168, num_hidden_layers=61, first_k_dense_replace=3,
+                   intermediate_size=18432, num_attention_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256,
+                   n_shared_experts=1, num_experts_per_tok=8, moe_intermediate_size=2048)
+
+
+def mla_params(c: dict) -> int:
+    """One multi-head latent attention block (DeepSeek-V2/V3), with keys as in their config.json: query
+    down-projection, norm and up-projection; joint key-value down-projection (+ the shared RoPE key), norm
+    and up-projection; output projection."""
+    d, h, r_q, r_kv = c["hidden_size"], c["num_attention_heads"], c["q_lora_rank"], c["kv_lora_rank"]
+    qk_dim = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    query = d * r_q + r_q + r_q * h * qk_dim
+    key_value = d * (r_kv + c["qk_rope_head_dim"]) + r_kv + r_kv * h * (c["qk_nope_head_dim"] + c["v_head_dim"])
+    return query + key_value + h * c["v_head_dim"] * d
+
+
+def deepseek_v3_param_counts(c: dict) -> dict[str, int]:
+    """Total and active parameters of a DeepSeek-V3-layout LM from its config.json keys (e.g. `DEEPSEEK_V3`).
+
+    Every layer: MLA and two RMSNorms; the first `first_k_dense_replace` a dense SwiGLU FFN, the others a
+    router, `n_shared_experts` shared experts (every token) and `n_routed_experts` routed SwiGLU experts
+    (`num_experts_per_tok` per token); untied input and output embeddings and a final norm. `mtp`: the
+    multi-token-prediction module (one more MoE layer, a 2d -> d projection, two norms and its own copy of
+    the embedding and head), which is in the checkpoint but not in the reported total. The routers' bias
+    terms (buffers, not trained by gradient) are not counted.
+    """
+    d, n_layers, n_dense = c["hidden_size"], c["num_hidden_layers"], c["first_k_dense_replace"]
+    expert = 3 * d * c["moe_intermediate_size"]                           # one SwiGLU expert
+    n_moe = n_layers - n_dense
+    embeddings = 2 * c["vocab_size"] * d
+    every_token = (embeddings + d                                          # embeddings, head, final norm
+                   + n_layers * (mla_params(c) + 2 * d)                    # attention and its norms
+                   + n_dense * 3 * d * c["intermediate_size"]              # dense FFNs
+                   + n_moe * (c["n_routed_experts"] * d + c["n_shared_experts"] * expert))   # routers, shared
+    moe_layer = (mla_params(c) + 2 * d + c["n_routed_experts"] * d
+                 + (c["n_routed_experts"] + c["n_shared_experts"]) * expert)
+    return {"total": every_token + n_moe * c["n_routed_experts"] * expert,
+            "active": every_token + n_moe * c["num_experts_per_tok"] * expert,
+            "embeddings": embeddings, "attention": n_layers * mla_params(c),
+            "mtp": moe_layer + 2 * d * d + 2 * d + embeddings}
