@@ -59,7 +59,7 @@ class BERT(nn.Module):
         self.tok_embed = nn.Embedding(cfg.vocab_size, d)
         self.pos_embed = nn.Embedding(cfg.context_length, d)
         self.type_embed = nn.Embedding(cfg.type_vocab_size, d)
-        self.ln_embed = nn.LayerNorm(d, eps=cfg.eps)
+        self.embed_norm = nn.LayerNorm(d, eps=cfg.eps)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.n_layers))
         self.pooler = nn.Linear(d, d)                               # [CLS] -> tanh(W h + b)
@@ -95,7 +95,7 @@ class BERT(nn.Module):
             mask = None                                              # no padding: the fused kernel without a mask
         pos = torch.arange(t, device=idx.device)
         x = self.tok_embed(idx) + self.pos_embed(pos) + self.type_embed(token_type_ids)   # (B, T, d)
-        x = self.drop(self.ln_embed(x))
+        x = self.drop(self.embed_norm(x))
         for block in self.blocks:
             x = block(x, mask)
         return x
@@ -130,7 +130,7 @@ class BERT(nn.Module):
         ours = {"tok_embed.weight": sd["embeddings.word_embeddings.weight"],
                 "pos_embed.weight": sd["embeddings.position_embeddings.weight"],
                 "type_embed.weight": sd["embeddings.token_type_embeddings.weight"],
-                "ln_embed.weight": sd["embeddings.LayerNorm.weight"], "ln_embed.bias": sd["embeddings.LayerNorm.bias"]}
+                "embed_norm.weight": sd["embeddings.LayerNorm.weight"], "embed_norm.bias": sd["embeddings.LayerNorm.bias"]}
         for i in range(cfg.n_layers):
             p, me = f"encoder.layer.{i}.", f"blocks.{i}."
             for t in ("weight", "bias"):

@@ -69,20 +69,20 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.positional == "learned":
-            self.wpe, self.rope = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model), None
+            self.pos_embed, self.rope = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model), None
         elif cfg.positional == "rope":
-            self.wpe = None
+            self.pos_embed = None
             self.rope = RotaryEmbedding(cfg.head_dim, cfg.context_length, cfg.rope_base, cfg.rope_scaling,
                                         cfg.rope_factor, original_max_len=cfg.context_length)
         else:
             raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(cfg.block(i)) for i in range(cfg.n_layers))
-        self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight                       # weight tying
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok_embed.weight                       # weight tying
         self.apply(self._init)
         for name, p in self.named_parameters():                      # GPT-2: scale residual projections
             if name.endswith(("attn.out.weight", "ffn.fc2.weight", "ffn.experts.fc2")):
@@ -114,23 +114,23 @@ class GPT(nn.Module):
         check_tokens(idx, "idx")
         past = cache[0].length if cache is not None else 0
         t = idx.shape[1]
-        if self.wpe is not None and past + t > self.cfg.context_length:
+        if self.pos_embed is not None and past + t > self.cfg.context_length:
             raise ValueError(f"GPT: {past + t} positions exceed context_length={self.cfg.context_length} "
                              "(learned positions exist only up to context_length; crop the input)")
-        x = self.wte(idx)                                            # (B, T, d)
-        if self.wpe is not None:
-            x = self.wpe(x, past)
+        x = self.tok_embed(idx)                                            # (B, T, d)
+        if self.pos_embed is not None:
+            x = self.pos_embed(x, past)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None)
-        return self.lm_head(self.ln_f(x))
+        return self.head(self.final_norm(x))
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         """Parameters (the tied LM head counted once). non_embedding: without position embeddings.
         active: what one token uses, counting k of the E experts in each MoE layer (dense: all)."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.wpe is not None:
-            n -= self.wpe.weight.numel()
+        if non_embedding and self.pos_embed is not None:
+            n -= self.pos_embed.weight.numel()
         if active:
             for b in self.blocks:
                 if isinstance(b.ffn, MoE):
@@ -188,8 +188,8 @@ class GPT(nn.Module):
         cfg = GPTConfig(vocab_size=vocab, context_length=sd["wpe.weight"].shape[0], n_layers=n_layers, n_heads=n_heads,
                         d_model=d, d_ff=sd["h.0.mlp.c_fc.weight"].shape[1], eps=eps, activation=act)
         model = cls(cfg)
-        ours = {"wte.weight": sd["wte.weight"], "wpe.weight": sd["wpe.weight"],
-                "ln_f.weight": sd["ln_f.weight"], "ln_f.bias": sd["ln_f.bias"]}
+        ours = {"tok_embed.weight": sd["wte.weight"], "pos_embed.weight": sd["wpe.weight"],
+                "final_norm.weight": sd["ln_f.weight"], "final_norm.bias": sd["ln_f.bias"]}
         names = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_attn": "attn.qkv", "attn.c_proj": "attn.out",
                  "mlp.c_fc": "ffn.fc1", "mlp.c_proj": "ffn.fc2"}
         for i in range(n_layers):
@@ -197,7 +197,7 @@ class GPT(nn.Module):
                 w, b = sd[f"h.{i}.{hf}.weight"], sd[f"h.{i}.{hf}.bias"]
                 ours[f"blocks.{i}.{me}.weight"] = w.t() if hf.startswith(("attn", "mlp")) else w  # Conv1D is (in, out)
                 ours[f"blocks.{i}.{me}.bias"] = b
-        ours["lm_head.weight"] = ours["wte.weight"]
+        ours["head.weight"] = ours["tok_embed.weight"]
         missing, unexpected = model.load_state_dict(ours, strict=False)
         if missing or unexpected:
             raise ValueError(f"GPT.from_hf_gpt2: missing {missing}, unexpected {unexpected}")

@@ -74,7 +74,7 @@ class Stack(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layer(cfg.block()) for _ in range(n_layers))
         final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
 
 
 class Encoder(Stack):
@@ -86,7 +86,7 @@ class Encoder(Stack):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
             x = layer(x, mask)
-        return self.norm(x)
+        return self.final_norm(x)
 
 
 class Decoder(Stack):
@@ -100,7 +100,7 @@ class Decoder(Stack):
         for i, layer in enumerate(self.layers):
             sc, cc = cache[i] if cache is not None else (None, None)
             x = layer(x, memory, memory_mask=memory_mask, is_causal=True, self_cache=sc, cross_cache=cc)
-        return self.norm(x)
+        return self.final_norm(x)
 
 
 class Transformer(nn.Module):
@@ -115,16 +115,16 @@ class Transformer(nn.Module):
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, cfg.d_model)
         if cfg.positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(cfg.d_model, cfg.context_length)
+            self.pos_embed = SinusoidalPositionalEncoding(cfg.d_model, cfg.context_length)
         elif cfg.positional == "learned":
-            self.pos = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model)
+            self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model)
         else:
             raise ValueError(f"TransformerConfig.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder, self.decoder = Encoder(cfg), Decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+        self.head = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
         if cfg.share_embeddings:
-            self.generator.weight = self.tgt_embed.weight            # three-way weight tying
+            self.head.weight = self.tgt_embed.weight            # three-way weight tying
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -138,7 +138,7 @@ class Transformer(nn.Module):
     def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0) -> torch.Tensor:
         if offset + tokens.shape[1] > self.cfg.context_length:
             raise ValueError(f"Transformer: sequence of {offset + tokens.shape[1]} tokens exceeds context_length={self.cfg.context_length}")
-        return self.drop(self.pos(table(tokens) * math.sqrt(self.cfg.d_model), offset))
+        return self.drop(self.pos_embed(table(tokens) * math.sqrt(self.cfg.d_model), offset))
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S) (True = real token)."""
@@ -152,7 +152,7 @@ class Transformer(nn.Module):
         check_tokens(tgt, "tgt")
         offset = cache[0][0].length if cache is not None else 0
         h = self.decoder(self.embed(tgt, self.tgt_embed, offset), memory, src_mask, cache)
-        return self.generator(h)
+        return self.head(h)
 
     def new_cache(self, max_len: int | None = None) -> list[tuple[KVCache, KVCache]]:
         """One (self-attention, cross-attention) cache pair per decoder layer."""
