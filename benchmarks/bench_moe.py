@@ -32,7 +32,8 @@ from tformer.moe import GROUP_ALIGN, MoE, MoEConfig, compute_dtype, grouped_mm_a
 class OldMoE(MoE):
     """The dispatch as it was earlier, kept to time it side by side with the current one: advanced-
     indexing gathers (`xf[token_sorted]`, `[slot]`, `[rows]`, whose backward is an accumulating
-    `index_put_`), an `index_add` combine, and `bincount` (a host sync on CUDA) in `make_plan`."""
+    `index_put_`) and an `index_add` combine, on `make_plan` (which then also ran `bincount`, a host sync on
+    CUDA; it now shares `sort_by_expert` with the fast paths, so this row times the gathers, not the sync)."""
 
     def _dispatch(self, xf, gates, experts, capacity, path):
         c, d = self.cfg, self.d_model

@@ -364,7 +364,7 @@ def grouped_mm_available(x: torch.Tensor, *dims: int) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# The MoE layer: router + experts + dispatch; a drop-in `ffn=` for blocks.TransformerBlock
+# The MoE layer: router + experts + dispatch; blocks.TransformerBlock builds it from BlockConfig.moe
 # --------------------------------------------------------------------------------------------------
 
 class MoE(nn.Module):
