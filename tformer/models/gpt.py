@@ -2,10 +2,10 @@
 
     idx (B, T) -> token + position embeddings -> N x pre-LN block (causal) -> LayerNorm -> logits (B, T, V)
 
-The output projection is the token embedding matrix (tied). With `moe=MoEConfig(...)` the FFN of the
-chosen blocks (`MoEConfig.layers`) is a mixture of experts (`tformer.moe.MoE`, chapter 13); after each
-forward `model.aux_loss` holds their load-balancing + z losses to add to the LM loss, and `num_params(active=True)` counts the
-parameters one token uses. `GPT.from_hf_gpt2` loads weights named as
+The output projection `head` is the token embedding matrix `tok_embed` (tied). With `moe=MoEConfig(...)`
+the FFN of the chosen blocks (`MoEConfig.layers`) is a mixture of experts (`tformer.moe.MoE`, chapter 13);
+after each forward `model.aux_loss` holds their load-balancing + z losses to add to the LM loss, and
+`num_params(active=True)` counts the parameters one token uses. `GPT.from_hf_gpt2` loads weights named as
 in Hugging Face's `GPT2LMHeadModel`, so the course's own model can run real GPT-2.
 """
 from __future__ import annotations
