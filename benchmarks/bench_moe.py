@@ -32,24 +32,25 @@ from tformer.moe import GROUP_ALIGN, MoE, MoEConfig, compute_dtype, grouped_mm_a
 class OldMoE(MoE):
     """The dispatch as it was earlier, kept to time it side by side with the current one: advanced-
     indexing gathers (`xf[token_sorted]`, `[slot]`, `[rows]`, whose backward is an accumulating
-    `index_put_`), an `index_add` combine, and `bincount` (a host sync on CUDA) in `make_plan`."""
+    `index_put_`) and an `index_add` combine, on `make_plan` (which then also ran `bincount`, a host sync on
+    CUDA; it now shares `sort_by_expert` with the fast paths, so this row times the gathers, not the sync)."""
 
     def _dispatch(self, xf, gates, experts, capacity, path):
-        c = self.cfg
+        c, d = self.cfg, self.d_model
         plan = make_plan(gates, experts, c.n_experts, capacity)
         xs = xf[plan.token_sorted]                                             # (M, d) grouped by expert
         if path == "padded":
             cap = plan.capacity if plan.capacity is not None else int(plan.counts.max())
             slot = plan.expert_sorted * cap + plan.slot_sorted
-            buf = xf.new_zeros(c.n_experts * cap, c.d_model).index_copy(0, slot, xs)
-            ys = self.experts.padded(buf.view(c.n_experts, cap, c.d_model)).view(-1, c.d_model)[slot]
+            buf = xf.new_zeros(c.n_experts * cap, d).index_copy(0, slot, xs)
+            ys = self.experts.padded(buf.view(c.n_experts, cap, d)).view(-1, d)[slot]
         else:
             padded = (plan.kept_counts + GROUP_ALIGN - 1) // GROUP_ALIGN * GROUP_ALIGN
             ends = torch.cumsum(padded, 0)
             rows = (ends - padded)[plan.expert_sorted] + plan.slot_sorted
             n_rows = xs.shape[0] + c.n_experts * (GROUP_ALIGN - 1)
             dt = compute_dtype(xf)
-            buf = xs.new_zeros(n_rows, c.d_model, dtype=dt).index_copy(0, rows, xs.to(dt))
+            buf = xs.new_zeros(n_rows, d, dtype=dt).index_copy(0, rows, xs.to(dt))
             expert_of_row = torch.searchsorted(ends, torch.arange(n_rows, device=xs.device), right=True)
             ys = self.experts.grouped(buf, expert_of_row, ends.to(torch.int32))[rows]
         ys = ys * plan.gate_sorted.to(ys.dtype)[:, None]
@@ -59,14 +60,14 @@ class OldMoE(MoE):
     def choose_dispatch(self, x):                                              # the old rule: grouped on CUDA only
         if self.cfg.dispatch != "auto":
             return self.cfg.dispatch
-        ok = x.device.type == "cuda" and grouped_mm_available(x, self.cfg.d_model, self.cfg.d_ff)
+        ok = x.device.type == "cuda" and grouped_mm_available(x, self.d_model, self.d_ff)
         return "grouped" if ok else "padded"
 
 
 def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens: int = 512, naive: bool = True):
     torch.manual_seed(0)
     d, ff, e, k = 128, 256, 8, 2
-    layer = MoE(MoEConfig(d_model=d, d_ff=ff, n_experts=e, top_k=k, activation="swiglu")).to(device, dtype)
+    layer = MoE(d, MoEConfig(n_experts=e, top_k=k, d_ff=ff), activation="swiglu").to(device, dtype)
     x = torch.randn(n_tokens, d, device=device, dtype=dtype)
     g = torch.randn(n_tokens, d, device=device, dtype=dtype)
 
@@ -76,7 +77,7 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
             (layer(xx, dispatch=path) * g).sum().backward()
         return f
 
-    old = OldMoE(layer.cfg).to(device, dtype)
+    old = OldMoE(d, layer.cfg, activation="swiglu").to(device, dtype)
     old.load_state_dict(layer.state_dict())
 
     def run_old(path):
@@ -132,8 +133,8 @@ def bench_layer(repeats: int, device: str = "cpu", dtype=torch.float32, n_tokens
 def lm_pair(width: int, layers: int, heads: int, block: int, vocab: int, n_experts: int = 8, k: int = 2):
     base = dict(vocab_size=vocab, context_length=block, n_layers=layers, n_heads=heads, d_model=width)
     return {"dense (FFN 4d)": GPTConfig(**base, d_ff=4 * width),
-            f"MoE {n_experts}x top-{k} (experts 2d)": GPTConfig(**base, n_experts=n_experts, moe_top_k=k,
-                                                                moe_d_ff=4 * width // k)}
+            f"MoE {n_experts}x top-{k} (experts 2d)": GPTConfig(
+                **base, moe=MoEConfig(n_experts=n_experts, top_k=k, d_ff=4 * width // k))}
 
 
 def bench_lm_cpu(repeats: int):
@@ -159,7 +160,7 @@ def bench_gpu(compile: bool):
         for name, cfg in lm_pair(width, layers, heads, block, 32768).items():
             for dispatch in (("grouped", "padded") if "MoE" in name else ("-",)):
                 if dispatch != "-":
-                    cfg.moe_dispatch = dispatch
+                    cfg.moe.dispatch = dispatch
                 torch.manual_seed(0)
                 model = GPT(cfg).to(dev)
                 r = lm_throughput(model, batch_size=batch, seq_len=block, steps=10, warmup=3, compile=compile)

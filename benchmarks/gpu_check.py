@@ -195,6 +195,7 @@ def transformer_rows(dev, dtype, vocab, batch, src_len, tgt_len, steps, **cfg_kw
 
 
 def moe_rows(dev, dtype, sizes, vocab, steps) -> list[dict]:
+    from tformer.moe import MoEConfig
     from tformer.utils.flash import lm_throughput
 
     rows = []
@@ -202,8 +203,8 @@ def moe_rows(dev, dtype, sizes, vocab, steps) -> list[dict]:
         base = dict(vocab_size=vocab, context_length=block, n_layers=layers, n_heads=heads, d_model=width)
         cfgs = {"dense (FFN 4d)": GPTConfig(**base, d_ff=4 * width)}
         for dispatch in ("auto", "padded"):
-            cfgs[f"MoE 8x top-2 {dispatch}"] = GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width,
-                                                         moe_dispatch=dispatch)
+            cfgs[f"MoE 8x top-2 {dispatch}"] = GPTConfig(**base, moe=MoEConfig(n_experts=8, top_k=2, d_ff=2 * width,
+                                                                                   dispatch=dispatch))
         dense_tps = None
         for name, cfg in cfgs.items():
             torch.manual_seed(0)

@@ -9,12 +9,20 @@ from tformer import MultiHeadAttention, TransformerBlock, capture_attention
 from tformer.models import CLIPConfig, GPT, GPTConfig, LSTMConfig, LSTMEncoder, ViT, ViTConfig
 
 
-@pytest.mark.parametrize("cls", [GPTConfig, LSTMConfig, ViTConfig, tformer.models.BertConfig, tformer.MoEConfig,
-                                 tformer.models.TransformerConfig])
+@pytest.mark.parametrize("cls", [GPTConfig, LSTMConfig, ViTConfig, tformer.models.BertConfig,
+                                 tformer.models.TransformerConfig, tformer.BlockConfig])
 def test_every_config_uses_the_papers_names(cls):
     names = {f.name for f in dataclasses.fields(cls)}
     assert "d_model" in names
     assert not names & {"n_embd", "n_layer", "n_head", "n_kv_head", "width", "heads"}
+
+
+def test_moe_config_holds_only_what_is_moes_own():
+    names = {f.name for f in dataclasses.fields(tformer.MoEConfig)}
+    assert not names & {"d_model", "activation", "bias", "dropout"}          # the model's, passed by its block
+    assert not {f.name for f in dataclasses.fields(GPTConfig)} & {"n_experts", "moe_top_k", "moe_d_ff"}
+    with pytest.raises(TypeError, match="n_experts"):
+        GPTConfig(n_experts=4)
 
 
 def test_the_old_names_are_gone():
@@ -99,3 +107,30 @@ def test_image_training_runs_on_the_trainer_and_leaves_the_global_rng_alone():
     hist = train_classifier(vit, data, epochs=2, batch_size=8, progress=False)
     assert len(hist.loss) == 6 and len(hist.test_acc) == 2                  # 3 steps an epoch, 2 epochs
     assert torch.equal(torch.rand(3), expected)                             # the Trainer did not reseed
+
+
+def test_every_model_builds_its_blocks_from_a_block_config_and_uses_one_set_of_names():
+    from tformer.blocks import BlockConfig
+    from tformer.models import BERT, CLIP, LSTMLM, BertConfig, Transformer, TransformerConfig
+    from tformer.moe import MoEConfig
+    gpt = GPT(GPTConfig(vocab_size=16, context_length=8, n_layers=2, n_heads=2, d_model=8,
+                        moe=MoEConfig(n_experts=2, top_k=1, layers=(1,))))
+    assert [b.cfg for b in gpt.blocks] == [gpt.cfg.block(0), gpt.cfg.block(1)]
+    assert gpt.blocks[0].cfg.moe is None and gpt.blocks[1].cfg.moe is gpt.cfg.moe
+    bert = BERT(BertConfig(vocab_size=16, context_length=8, d_model=8, n_layers=1, n_heads=2, d_ff=16))
+    vit = ViT(ViTConfig(image_size=8, patch_size=4, in_channels=1, d_model=8, n_layers=1, n_heads=2, d_ff=16))
+    clip = CLIP(CLIPConfig(image_size=8, patch_size=4, vision_d_model=8, vision_n_layers=1, vision_n_heads=2,
+                           vision_d_ff=16, vocab_size=16, context_length=8, text_d_model=8, text_n_layers=1,
+                           text_n_heads=2, text_d_ff=16, eos_id=15, embed_dim=4))
+    tr = Transformer(TransformerConfig(src_vocab_size=16, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1,
+                                       n_decoder_layers=1, norm_first=True))
+    for blocks in (gpt.blocks, bert.blocks, vit.blocks, clip.text.blocks, tr.encoder.layers, tr.decoder.layers):
+        assert all(isinstance(b.cfg, BlockConfig) for b in blocks)
+    lstm = LSTMLM(LSTMConfig(vocab_size=16, d_model=8, n_layers=1))
+    for model, names in ((gpt, "tok_embed pos_embed final_norm head"), (lstm, "tok_embed final_norm head"),
+                         (tr, "pos_embed head"), (tr.encoder, "final_norm"), (bert, "tok_embed pos_embed embed_norm"),
+                         (vit, "pos_embed embed_norm final_norm head"), (clip.text, "tok_embed pos_embed final_norm")):
+        for name in names.split():
+            assert hasattr(model, name), (type(model).__name__, name)
+    with pytest.raises(TypeError, match="BlockConfig"):
+        TransformerBlock(8)                                                # the config, not its sizes

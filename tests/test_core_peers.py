@@ -55,8 +55,8 @@ def copy_layers(ours: Transformer, theirs: nn.Transformer) -> None:
         mine.ffn.fc2.load_state_dict(ref.linear2.state_dict())
         for i in (1, 2, 3):
             getattr(mine, f"norm{i}").load_state_dict(getattr(ref, f"norm{i}").state_dict())
-    ours.encoder.norm.load_state_dict(theirs.encoder.norm.state_dict())
-    ours.decoder.norm.load_state_dict(theirs.decoder.norm.state_dict())
+    ours.encoder.final_norm.load_state_dict(theirs.encoder.norm.state_dict())
+    ours.decoder.final_norm.load_state_dict(theirs.decoder.norm.state_dict())
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from tformer.data.sources import DataUnavailableError
 from tformer.data.text import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
+from tformer.moe import MoEConfig
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,8 @@ def test_split_stream():
 
 def test_lm_loss_sum_count_and_aux_only_in_training():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=50, context_length=8, n_layers=1, n_heads=2, d_model=16, n_experts=4, moe_top_k=2))
+    model = GPT(GPTConfig(vocab_size=50, context_length=8, n_layers=1, n_heads=2, d_model=16,
+                          moe=MoEConfig(n_experts=4, top_k=2)))
     x, y = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
     model.train()
     loss, n = lm_loss(model, (x, y))

@@ -13,7 +13,8 @@ from tformer.attention import capture_attention
 from tformer.utils.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
 from tformer.utils.timing import profiled
-from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss, expert_capacity,
+from tformer.moe import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss,
+                         deepseek_v3_param_counts, expert_capacity,
                          grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,
                          top_k_route)
 
@@ -26,9 +27,10 @@ def cuda(test):
 
 def _moe(seed=0, dtype=torch.float64, **kw):
     torch.manual_seed(seed)
-    cfg = dict(d_model=16, d_ff=24, n_experts=4, top_k=2)
+    model = {n: kw.pop(n) for n in ("activation", "bias") if n in kw}     # the model's, not MoEConfig's
+    cfg = dict(d_ff=24, n_experts=4, top_k=2)
     cfg.update(kw)
-    m = MoE(MoEConfig(**cfg)).to(dtype)
+    m = MoE(16, MoEConfig(**cfg), **model).to(dtype)
     with torch.no_grad():                       # spread the router so routing is far from ties
         m.router.weight.mul_(4.0)
     return m
@@ -104,8 +106,7 @@ def test_matches_hugging_face_qwen3_moe_block():
         hf = Qwen3MoeSparseMoeBlock(hf_cfg).double()
         for p in hf.parameters():
             torch.nn.init.normal_(p, 0, 0.3)
-        ours = MoE(MoEConfig(d_model=16, d_ff=12, n_experts=6, top_k=2, activation="swiglu",
-                             normalize_top_k=norm)).double()
+        ours = MoE(16, MoEConfig(d_ff=12, n_experts=6, top_k=2, normalize_top_k=norm), activation="swiglu").double()
         with torch.no_grad():
             ours.router.weight.copy_(hf.gate.weight)
             gate_proj, up_proj = hf.experts.gate_up_proj.chunk(2, dim=1)  # (E, ff, d) each; silu(gate) * up
@@ -242,16 +243,19 @@ def test_top_k_route():
 
 def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="top_k"):
-        MoE(MoEConfig(n_experts=4, top_k=5))
+        MoE(16, MoEConfig(n_experts=4, top_k=5, d_ff=32))
     with pytest.raises(ValueError, match="dispatch"):
-        MoE(MoEConfig(dispatch="fast"))
+        MoE(16, MoEConfig(dispatch="fast", d_ff=32))
     m = _moe()
     with pytest.raises(ValueError, match="d_model"):
         m(torch.randn(2, 3, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="dims"):
         m(torch.randn(16, dtype=torch.float64))
-    with pytest.raises(ValueError, match="moe_layers"):
-        GPT(GPTConfig(vocab_size=10, context_length=8, n_layers=2, n_heads=2, d_model=8, n_experts=2, moe_layers=(5,)))
+    with pytest.raises(ValueError, match="d_ff"):
+        MoE(16, MoEConfig())                                                # no expert width anywhere
+    with pytest.raises(ValueError, match="MoEConfig.layers"):
+        GPT(GPTConfig(vocab_size=10, context_length=8, n_layers=2, n_heads=2, d_model=8,
+                      moe=MoEConfig(n_experts=2, layers=(5,))))
 
 
 def _tiny(**kw):
@@ -264,7 +268,7 @@ def _tiny(**kw):
 def test_gpt_moe_layers_aux_loss_and_param_counts():
     dense = _tiny()
     assert dense.num_params(active=True) == dense.num_params() and dense.aux_loss == 0.0
-    moe = _tiny(n_experts=4, moe_top_k=2, moe_layers=(0, 2), moe_d_ff=32)
+    moe = _tiny(moe=MoEConfig(n_experts=4, top_k=2, layers=(0, 2), d_ff=32))
     kinds = [type(b.ffn).__name__ for b in moe.blocks]
     assert kinds == ["MoE", "FeedForward", "MoE"]
     idx = torch.randint(0, 64, (2, 10))
@@ -284,7 +288,7 @@ def test_gpt_moe_layers_aux_loss_and_param_counts():
 
 
 def test_gpt_moe_generation_with_cache_equals_without():
-    moe = _tiny(n_experts=4, moe_top_k=2, positional="rope", activation="swiglu", moe_capacity_factor=1.0)
+    moe = _tiny(positional="rope", activation="swiglu", moe=MoEConfig(n_experts=4, top_k=2, capacity_factor=1.0))
     idx = torch.randint(0, 64, (2, 4))
     a = moe.generate(idx, 8, temperature=0.0, use_cache=True)
     b = moe.generate(idx, 8, temperature=0.0, use_cache=False)
@@ -315,8 +319,23 @@ def test_qwen3_235b_a22b_and_mixtral_total_and_active():
     assert round(c["total"] / 1e9, 1) == 46.7 and round(c["active"] / 1e9, 1) == 12.9   # Mistral's figures
 
 
+def test_deepseek_v3_counts_match_hugging_face_and_the_report():
+    transformers = pytest.importorskip("transformers")
+    tiny = dict(DEEPSEEK_V3, vocab_size=100, hidden_size=32, num_hidden_layers=4, first_k_dense_replace=1,
+                intermediate_size=48, num_attention_heads=4, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
+                qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=6, moe_intermediate_size=12,
+                num_experts_per_tok=2, n_group=2, topk_group=1)
+    with torch.device("meta"):                                              # shapes only
+        hf = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**tiny, tie_word_embeddings=False))
+    assert sum(p.numel() for p in hf.parameters()) == deepseek_v3_param_counts(tiny)["total"]
+    c = deepseek_v3_param_counts(DEEPSEEK_V3)
+    lookup = DEEPSEEK_V3["vocab_size"] * DEEPSEEK_V3["hidden_size"]         # the input table: not multiplied
+    assert 670.5e9 < c["total"] < 671.5e9 and 36.5e9 < c["active"] - lookup < 37.5e9   # "671B", "37B activated"
+    assert 684e9 < c["total"] + c["mtp"] < 686e9                            # the 685B checkpoint
+
+
 def test_flash_path_on_cpu_reports_the_kernel_and_fails_loudly(capfd):
-    model = _tiny(n_experts=4, moe_top_k=2)
+    model = _tiny(moe=MoEConfig(n_experts=4, top_k=2))
     idx = torch.randint(0, 64, (2, 8))
     capfd.readouterr()
     _, used = run_with_flash(lambda: model(idx))
@@ -330,7 +349,7 @@ def test_flash_path_on_cpu_reports_the_kernel_and_fails_loudly(capfd):
 
 
 def test_lm_throughput_smoke_cpu():
-    model = _tiny(n_experts=4, moe_top_k=2)
+    model = _tiny(moe=MoEConfig(n_experts=4, top_k=2))
     r = lm_throughput(model, batch_size=2, seq_len=8, steps=1, warmup=1, flash=True)
     assert r["tokens_per_s"] > 0 and r["mfu"] is None and r["backends"] == ["flash (cpu)"]
     assert r["flops_per_token"] == 6 * model.num_params(non_embedding=True, active=True) + 12 * 3 * 16 * 8
@@ -339,8 +358,8 @@ def test_lm_throughput_smoke_cpu():
 @cuda
 def test_flash_kernel_runs_on_cuda_bf16_and_refuses_fp32():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=128, context_length=64, n_layers=2, n_heads=4, d_model=128, n_experts=4,
-                          moe_top_k=2)).cuda()
+    model = GPT(GPTConfig(vocab_size=128, context_length=64, n_layers=2, n_heads=4, d_model=128,
+                          moe=MoEConfig(n_experts=4, top_k=2))).cuda()
     idx = torch.randint(0, 128, (2, 64), device="cuda")
 
     def fwd_bwd():
@@ -357,7 +376,7 @@ def test_flash_kernel_runs_on_cuda_bf16_and_refuses_fp32():
 @cuda
 def test_grouped_dispatch_on_cuda_bf16_equals_padded():
     torch.manual_seed(0)
-    m = MoE(MoEConfig(d_model=64, d_ff=128, n_experts=8, top_k=2, activation="swiglu")).cuda().to(torch.bfloat16)
+    m = MoE(64, MoEConfig(d_ff=128, n_experts=8, top_k=2), activation="swiglu").cuda().to(torch.bfloat16)
     x = torch.randn(4, 32, 64, device="cuda", dtype=torch.bfloat16)
     assert m.choose_dispatch(x) == ("grouped" if gpu.grouped_mm_fast(x.device) else "padded")   # H200: grouped
     ref = _run(m, x, "padded")
@@ -369,7 +388,7 @@ def test_grouped_dispatch_on_cuda_bf16_equals_padded():
 @pytest.mark.skipif(not grouped_mm_available(torch.zeros(1), 16, 32), reason="no grouped_mm in this PyTorch")
 def test_auto_dispatch_pads_fp32_under_torch_compile(monkeypatch):
     # torch.compile's shape rule for grouped_mm takes bf16 only: an fp32 MoE compiled on a CPU must pad
-    m = MoE(MoEConfig(d_model=16, d_ff=32, n_experts=4, top_k=2))
+    m = MoE(16, MoEConfig(d_ff=32, n_experts=4, top_k=2))
     x = torch.randn(8, 16)
     assert m.choose_dispatch(x) == "grouped"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
@@ -380,7 +399,7 @@ def test_auto_dispatch_pads_fp32_under_torch_compile(monkeypatch):
 @pytest.mark.skipif(not grouped_mm_available(torch.zeros(1), 16, 32), reason="no grouped_mm in this PyTorch")
 def test_grouped_dispatch_under_cpu_bf16_autocast():
     torch.manual_seed(0)
-    m = MoE(MoEConfig(d_model=16, d_ff=32, n_experts=4, top_k=2, bias=True, activation="swiglu"))
+    m = MoE(16, MoEConfig(d_ff=32, n_experts=4, top_k=2), bias=True, activation="swiglu")
     x = torch.randn(3, 10, 16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert m.choose_dispatch(x) == "grouped"                             # auto: grouped_mm where it exists
@@ -394,7 +413,7 @@ def test_grouped_dispatch_under_cpu_bf16_autocast():
 @cuda
 def test_auto_dispatch_under_cuda_autocast_follows_the_gpu():
     torch.manual_seed(0)
-    m = MoE(MoEConfig(d_model=64, d_ff=128, n_experts=8, top_k=2)).cuda()     # fp32 weights, bf16 autocast
+    m = MoE(64, MoEConfig(d_ff=128, n_experts=8, top_k=2)).cuda()     # fp32 weights, bf16 autocast
     x = torch.randn(4, 32, 64, device="cuda")
     assert m.choose_dispatch(x) == "padded"                                  # fp32: no grouped kernel
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -437,8 +456,8 @@ def test_moe_training_step_has_no_scatter_backward_and_no_host_sync(dispatch, ca
     assert _probe_detects(_SCATTER_OPS)                                      # the profile would see one
     if dispatch == "grouped" and not grouped_mm_available(torch.zeros(1), 32, 64):
         pytest.skip("no grouped_mm in this PyTorch")
-    model = _tiny(d_model=32, n_experts=4, moe_top_k=2, moe_d_ff=64, moe_dispatch=dispatch,
-                  moe_capacity_factor=capacity)
+    model = _tiny(d_model=32, moe=MoEConfig(n_experts=4, top_k=2, d_ff=64, dispatch=dispatch,
+                                           capacity_factor=capacity))
     idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
 
     def step():

@@ -17,12 +17,13 @@ WORKER = textwrap.dedent("""
     torch.set_num_threads(1)
     from tformer.data.text import LMBatches, lm_loss
     from tformer.models import GPT, GPTConfig
+    from tformer.moe import MoEConfig
     from tformer.training import Trainer, TrainConfig, setup_distributed
 
     rank, world, _ = setup_distributed("cpu")          # gloo even on a machine with a GPU
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=64, context_length=16, n_layers=2, n_heads=2, d_model=16, n_experts=8, moe_top_k=1,
-                          moe_layers=(1,)))
+    model = GPT(GPTConfig(vocab_size=64, context_length=16, n_layers=2, n_heads=2, d_model=16,
+                          moe=MoEConfig(n_experts=8, top_k=1, layers=(1,))))
     ids = torch.randint(0, 64, (2000,), generator=torch.Generator().manual_seed(0))
     batches = LMBatches(ids, batch_size=4, context_length=16, batches_per_epoch=3, rank=rank, world=world)
     tc = TrainConfig(max_steps=3, lr=1e-2, schedule="constant", warmup=1, progress=False)
@@ -49,8 +50,9 @@ def test_moe_gpt_trains_under_torchrun_with_two_ranks(tmp_path):
     for k in r0:
         assert torch.equal(r0[k], r1[k]), f"ranks differ in {k}"
     from tformer.models import GPT, GPTConfig
+    from tformer.moe import MoEConfig
     torch.manual_seed(0)
-    init = GPT(GPTConfig(vocab_size=64, context_length=16, n_layers=2, n_heads=2, d_model=16, n_experts=8, moe_top_k=1,
-                         moe_layers=(1,))).state_dict()
+    init = GPT(GPTConfig(vocab_size=64, context_length=16, n_layers=2, n_heads=2, d_model=16,
+                          moe=MoEConfig(n_experts=8, top_k=1, layers=(1,)))).state_dict()
     assert not torch.equal(init["blocks.1.ffn.experts.fc1"], r0["blocks.1.ffn.experts.fc1"])   # trained
     assert not torch.equal(init["blocks.1.ffn.router.weight"], r0["blocks.1.ffn.router.weight"])

@@ -85,7 +85,7 @@ def test_quantize_gpt_memory_and_outputs():
     for bits in (8, 4):
         q = quantize_model(_copy(m), bits=bits, group_size=32)
         assert sum(isinstance(x, QuantLinear) for x in q.modules()) == 4 * cfg.n_layers
-        assert type(q.lm_head) is nn.Linear and q.lm_head.weight is q.wte.weight  # tied head kept in float
+        assert type(q.head) is nn.Linear and q.head.weight is q.tok_embed.weight  # tied head kept in float
         sizes[bits] = model_bytes(q)
         out = q(idx)
         rel = ((out - ref).norm() / ref.norm()).item()

@@ -25,10 +25,10 @@ def test_nn_lstm_matches_the_equations_in_float64():
 def test_lm_logits_are_the_lstm_states_through_the_head():
     model = _small().double().eval()
     idx = torch.randint(0, 17, (2, 9))
-    h = lstm_reference(model.encoder.lstm, model.wte(idx))
-    expected = model.lm_head(model.ln_f(h))
+    h = lstm_reference(model.encoder.lstm, model.tok_embed(idx))
+    expected = model.head(model.final_norm(h))
     torch.testing.assert_close(model(idx), expected)
-    assert model.lm_head.weight is model.wte.weight
+    assert model.head.weight is model.tok_embed.weight
 
 
 def test_causal_future_tokens_do_not_change_past_logits():
@@ -69,7 +69,7 @@ def test_training_step_and_generate():
     assert logits.shape == (4, 8, 17)
     loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 17), idx[:, 1:].reshape(-1))
     loss.backward()
-    assert model.wte.weight.grad is not None and model.encoder.lstm.weight_hh_l0.grad.abs().sum() > 0
+    assert model.tok_embed.weight.grad is not None and model.encoder.lstm.weight_hh_l0.grad.abs().sum() > 0
     out = model.generate(idx[:, :3], 5, temperature=0.0)
     assert out.shape == (4, 8) and torch.equal(out[:, :3], idx[:, :3])
     # greedy generation step by step equals argmax of a full forward pass over the generated text

@@ -18,8 +18,8 @@ def _models(vocab=20, seed=0, n_layers=3):
     with torch.no_grad():
         for p in target.parameters():
             p.mul_(4.0)
-        draft.wte.weight.copy_(target.wte.weight)
-        draft.wpe.weight.copy_(target.wpe.weight)
+        draft.tok_embed.weight.copy_(target.tok_embed.weight)
+        draft.pos_embed.weight.copy_(target.pos_embed.weight)
     return target, draft
 
 

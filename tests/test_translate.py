@@ -133,7 +133,7 @@ def tiny_model(vocab=12, seed=0, max_len=64):
                             n_decoder_layers=2, dropout=0.0, context_length=max_len)
     m = Transformer(cfg).eval()
     with torch.no_grad():                       # sharper distributions so that ties are impossible
-        m.generator.weight.mul_(4.0)
+        m.head.weight.mul_(4.0)
     return m
 
 

@@ -9,7 +9,8 @@ post-LN needs the warmup the paper uses (chapter 10 shows both).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -17,6 +18,9 @@ import torch.nn.functional as F
 
 from .attention import MultiHeadAttention
 from .inference.cache import KVCache
+
+if TYPE_CHECKING:
+    from .moe import MoEConfig
 
 
 def quick_gelu(x: torch.Tensor) -> torch.Tensor:
@@ -65,7 +69,8 @@ def _inner_dropout(dropout: float, attn: float | None, ffn: float | None) -> tup
 
 @dataclass
 class BlockConfig:
-    """The sizes and switches of one block (`TransformerBlock.from_config`, `DecoderLayer.from_config`)."""
+    """The sizes and switches of one block: `TransformerBlock(cfg)`, `DecoderLayer(cfg)`. Every model fills
+    it by keyword from its own config (`GPTConfig.block(i)`, `TransformerConfig.block()`, ...)."""
     d_model: int = 512                 # width
     n_heads: int = 8                   # attention heads
     d_ff: int = 2048                   # FFN inner width
@@ -77,32 +82,35 @@ class BlockConfig:
     eps: float = 1e-5                  # LayerNorm epsilon
     attn_dropout: float | None = None  # on attention weights; None = dropout
     ffn_dropout: float | None = None   # on the FFN's hidden units; None = dropout
+    moe: MoEConfig | None = None       # a mixture of experts instead of the dense FFN (chapter 13; self-attention
+                                       # blocks only): its experts get this block's width, activation, bias, dropout
 
 
 class TransformerBlock(nn.Module):
     """Self-attention + FFN, each wrapped in a residual connection and LayerNorm.
 
     Serves the paper's encoder (post-LN, bidirectional), GPT (pre-LN, `is_causal=True`), BERT, ViT and
-    CLIP's towers. `ffn` replaces the dense FFN (a mixture-of-experts layer, chapter 13).
-    `dropout` is applied to each sub-layer's output; `attn_dropout`/`ffn_dropout` (None = `dropout`) to
-    the attention weights and the FFN's hidden units.
+    CLIP's towers. `cfg.moe` makes the FFN a mixture of experts (`tformer.moe.MoE`, chapter 13); `ffn`
+    replaces the FFN by any module. `dropout` is applied to each sub-layer's output;
+    `attn_dropout`/`ffn_dropout` (None = `dropout`) to the attention weights and the FFN's hidden units.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
-                 activation: str = "relu", n_kv_heads: int | None = None, bias: bool = True, eps: float = 1e-5,
-                 ffn: nn.Module | None = None, attn_dropout: float | None = None, ffn_dropout: float | None = None):
+    def __init__(self, cfg: BlockConfig, ffn: nn.Module | None = None):
         super().__init__()
-        self.norm_first = norm_first
-        attn_p, ffn_p = _inner_dropout(dropout, attn_dropout, ffn_dropout)
-        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=attn_p, bias=bias)
-        self.ffn = ffn if ffn is not None else FeedForward(d_model, d_ff, ffn_p, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
-        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
-
-    @classmethod
-    def from_config(cls, cfg: BlockConfig, ffn: nn.Module | None = None) -> "TransformerBlock":
-        return cls(**asdict(cfg), ffn=ffn)
+        if not isinstance(cfg, BlockConfig):
+            raise TypeError(f"TransformerBlock: expected a BlockConfig, got {type(cfg).__name__} "
+                            "(e.g. TransformerBlock(BlockConfig(d_model=64, n_heads=4, d_ff=256)))")
+        self.cfg = cfg
+        self.norm_first = cfg.norm_first
+        attn_p, ffn_p = _inner_dropout(cfg.dropout, cfg.attn_dropout, cfg.ffn_dropout)
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=cfg.bias)
+        if ffn is None and cfg.moe is not None:
+            from .moe import MoE                                     # moe.py builds on this module's ACTIVATIONS
+            ffn = MoE(cfg.d_model, cfg.moe, d_ff=cfg.d_ff, activation=cfg.activation, bias=cfg.bias, dropout=ffn_p)
+        self.ffn = ffn if ffn is not None else FeedForward(cfg.d_model, cfg.d_ff, ffn_p, cfg.activation, cfg.bias)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
+        self.drop1, self.drop2 = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
                 rope=None, cache: KVCache | None = None) -> torch.Tensor:
@@ -119,21 +127,20 @@ class TransformerBlock(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder output, FFN; post-LN or pre-LN."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
-                 activation: str = "relu", n_kv_heads: int | None = None, bias: bool = True, eps: float = 1e-5,
-                 attn_dropout: float | None = None, ffn_dropout: float | None = None):
+    def __init__(self, cfg: BlockConfig):
         super().__init__()
-        self.norm_first = norm_first
-        attn_p, ffn_p = _inner_dropout(dropout, attn_dropout, ffn_dropout)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=attn_p, bias=bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, dropout=attn_p, bias=bias)
-        self.ffn = FeedForward(d_model, d_ff, ffn_p, activation, bias)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model, eps=eps, bias=bias) for _ in range(3))
-        self.drop1, self.drop2, self.drop3 = (nn.Dropout(dropout) for _ in range(3))
-
-    @classmethod
-    def from_config(cls, cfg: BlockConfig) -> "DecoderLayer":
-        return cls(**asdict(cfg))
+        if not isinstance(cfg, BlockConfig) or cfg.moe is not None:
+            raise TypeError("DecoderLayer: expected a BlockConfig without moe (e.g. DecoderLayer(BlockConfig("
+                            f"d_model=64, n_heads=4, d_ff=256))), got {cfg!r}")
+        self.cfg = cfg
+        self.norm_first = cfg.norm_first
+        d, bias = cfg.d_model, cfg.bias
+        attn_p, ffn_p = _inner_dropout(cfg.dropout, cfg.attn_dropout, cfg.ffn_dropout)
+        self.self_attn = MultiHeadAttention(d, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=bias)
+        self.cross_attn = MultiHeadAttention(d, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=bias)
+        self.ffn = FeedForward(d, cfg.d_ff, ffn_p, cfg.activation, bias)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d, eps=cfg.eps, bias=bias) for _ in range(3))
+        self.drop1, self.drop2, self.drop3 = (nn.Dropout(cfg.dropout) for _ in range(3))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, *, is_causal: bool = True, rope=None,

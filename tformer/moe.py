@@ -58,19 +58,18 @@ GROUP_ALIGN = 16   # "grouped" on CUDA: rows per expert block rounded up to a mu
 
 @dataclass
 class MoEConfig:
-    d_model: int = 256                  # token width d
-    d_ff: int = 1024                    # each expert's hidden width (Qwen3-235B-A22B: 1536 at d=4096)
+    """What is MoE's own. The token width, activation, bias and dropout belong to the model (or block) that
+    builds the layer: `MoE(d_model, cfg, d_ff=..., activation=..., bias=..., dropout=...)`."""
     n_experts: int = 8                  # E
     top_k: int = 2                      # k experts per token (Switch: 1, Mixtral: 2, Qwen3: 8)
-    activation: str = "gelu"            # expert FFN: any of blocks.ACTIVATIONS, or "swiglu"
-    bias: bool = False                  # biases in the expert FFNs
-    normalize_top_k: bool = True        # renormalise the k gates to sum to 1 (Mixtral, Qwen3); Switch: False
+    d_ff: int | None = None             # an expert's hidden width; None = the model's d_ff (Qwen3-235B: 1536 at d=4096)
     capacity_factor: float | None = None  # training: None = no-drop; e.g. 1.25 drops over-capacity tokens
     eval_capacity_factor: float | None = None  # the same at evaluation (default: drop nothing)
     balance_weight: float = 0.01        # alpha of the Switch load-balancing loss
     z_weight: float = 0.001             # router z-loss weight (ST-MoE)
-    dropout: float = 0.0                # on the expert hidden layer
+    normalize_top_k: bool = True        # renormalise the k gates to sum to 1 (Mixtral, Qwen3); Switch: False
     dispatch: str = "auto"              # "auto", "padded", "grouped" or "naive" (see the module docstring)
+    layers: tuple[int, ...] | None = None  # in a model: the blocks whose FFN is an MoE; None = all of them
 
 
 # --------------------------------------------------------------------------------------------------
@@ -81,8 +80,9 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
-def top_k_route(logits: torch.Tensor, k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k gating. logits (N, E) -> (gates (N, k), experts (N, k) long), best expert first.
+def top_k_route(logits: torch.Tensor, k: int, normalize: bool = True, *, return_probs: bool = False):
+    """Top-k gating. logits (N, E) -> (gates (N, k), experts (N, k) long), best expert first; with
+    `return_probs`, also the router probabilities (N, E) (for the load-balancing loss).
 
     gates are the softmax probabilities (over all E experts) of the k chosen experts, renormalised to
     sum to 1 over the k if `normalize`. The softmax is taken in float32 (at least) for stability.
@@ -95,7 +95,7 @@ def top_k_route(logits: torch.Tensor, k: int, normalize: bool = True) -> tuple[t
     gates, experts = probs.topk(k, dim=-1)                                      # (N, k), (N, k)
     if normalize:
         gates = gates / gates.sum(dim=-1, keepdim=True)
-    return gates, experts
+    return (gates, experts, probs) if return_probs else (gates, experts)
 
 
 def load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor, n_experts: int | None = None) -> torch.Tensor:
@@ -152,22 +152,32 @@ class DispatchPlan:
     capacity: int | None
 
 
+def sort_by_expert(experts: torch.Tensor, n_experts: int):
+    """The sort both plans start from. experts (N, k) -> (order, e_sorted, counts, slot): the N k (token,
+    choice) pairs, flattened choice-major (a = j N + t: the priority order), sorted stably by expert
+    (`order[i]` is the pair in sorted position i, `e_sorted[i]` its expert), the pairs each expert received
+    (E,), and each sorted pair's rank inside its expert's block. Integer work on the device, no host sync."""
+    e_flat = experts.t().reshape(-1)                                           # (N k,) choice-major
+    order = torch.argsort(e_flat, stable=True)                                 # group by expert, keep priority
+    e_sorted = e_flat.index_select(0, order)
+    counts = torch.zeros(n_experts, dtype=torch.long, device=experts.device).scatter_add_(
+        0, e_flat, torch.ones_like(e_flat))                                    # (E,) = bincount, without a sync
+    starts = torch.cumsum(counts, 0) - counts                                  # first sorted position of each block
+    slot = torch.arange(e_flat.numel(), device=experts.device) - starts.index_select(0, e_sorted)
+    return order, e_sorted, counts, slot
+
+
 def make_plan(gates: torch.Tensor, experts: torch.Tensor, n_experts: int, capacity: int | None) -> DispatchPlan:
     """gates, experts (N, k) -> a `DispatchPlan` (sort by expert, rank within expert, drop over capacity)."""
     n, k = experts.shape
-    expert_flat = experts.t().reshape(-1)                                      # (k*N,) choice-major
+    order, e_sorted, counts, slot = sort_by_expert(experts, n_experts)
     token_flat = torch.arange(n, device=experts.device).repeat(k)             # (k*N,)
     gate_flat = gates.t().reshape(-1)
-    order = torch.argsort(expert_flat, stable=True)                            # group by expert, keep priority
-    e_sorted = expert_flat[order]
-    counts = torch.bincount(expert_flat, minlength=n_experts)                  # (E,)
-    starts = torch.cumsum(counts, 0) - counts                                  # first row of each block
-    slot = torch.arange(order.numel(), device=experts.device) - starts[e_sorted]  # rank inside the block
     keep_sorted = slot < capacity if capacity is not None else torch.ones_like(slot, dtype=torch.bool)
     keep_flat = torch.empty_like(keep_sorted).scatter(0, order, keep_sorted)  # back to (k*N,) order
     kept = order[keep_sorted] if capacity is not None else order
     return DispatchPlan(
-        token_sorted=token_flat[kept], expert_sorted=expert_flat[kept],
+        token_sorted=token_flat[kept], expert_sorted=e_sorted[keep_sorted] if capacity is not None else e_sorted,
         slot_sorted=slot[keep_sorted] if capacity is not None else slot, gate_sorted=gate_flat[kept],
         counts=counts, kept_counts=counts.clamp(max=capacity) if capacity is not None else counts,
         keep=keep_flat.view(k, n).t(), capacity=capacity)
@@ -196,12 +206,7 @@ def route_rows(experts: torch.Tensor, n_experts: int, capacity: int | None, layo
     n, k = experts.shape
     a = n * k
     dev = experts.device
-    e_flat = experts.t().reshape(-1)                                           # (A,) choice-major: priority order
-    order = torch.argsort(e_flat, stable=True)                                 # sorted position -> pair
-    e_sorted = e_flat.index_select(0, order)
-    counts = torch.zeros(n_experts, dtype=torch.long, device=dev).scatter_add_(0, e_flat, torch.ones_like(e_flat))
-    starts = torch.cumsum(counts, 0) - counts
-    slot = torch.arange(a, device=dev) - starts.index_select(0, e_sorted)      # rank inside the expert's block
+    order, e_sorted, counts, slot = sort_by_expert(experts, n_experts)        # order: sorted position -> pair
     kept_counts = counts if capacity is None else counts.clamp(max=capacity)
     expert_of_row = None
     if layout == "padded":
@@ -359,7 +364,7 @@ def grouped_mm_available(x: torch.Tensor, *dims: int) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# The MoE layer: router + experts + dispatch; a drop-in `ffn=` for blocks.TransformerBlock
+# The MoE layer: router + experts + dispatch; blocks.TransformerBlock builds it from BlockConfig.moe
 # --------------------------------------------------------------------------------------------------
 
 class MoE(nn.Module):
@@ -367,28 +372,36 @@ class MoE(nn.Module):
 
     After each forward: `aux_loss` (balance_weight * balance + z_weight * z, differentiable, to add to
     the training loss), and for inspection (detached) `last_balance_loss`, `last_z_loss`,
-    `last_counts` (E,) assignments per expert, `last_experts` (N, k), `last_dropped` (share of
-    assignments dropped for capacity).
+    `last_counts` (E,) assignments per expert, `last_gates` and `last_experts` (N, k) (the routing,
+    before capacity), `last_dropped` (share of assignments dropped for capacity).
     """
 
-    def __init__(self, cfg: MoEConfig):
+    def __init__(self, d_model: int, cfg: MoEConfig, *, d_ff: int | None = None, activation: str = "gelu",
+                 bias: bool = False, dropout: float = 0.0):
+        """d_model, activation, bias, dropout (on the expert hidden layer) and `d_ff` (the expert width when
+        `cfg.d_ff` is None) are the model's; a block passes its own. Everything else comes from `cfg`."""
         super().__init__()
         if not 1 <= cfg.top_k <= cfg.n_experts:
             raise ValueError(f"MoEConfig: expected 1 <= top_k <= n_experts={cfg.n_experts}, got top_k={cfg.top_k}")
         if cfg.dispatch not in DISPATCH:
             raise ValueError(f"MoEConfig.dispatch must be one of {DISPATCH}, got {cfg.dispatch!r}")
+        width = cfg.d_ff or d_ff
+        if width is None:
+            raise ValueError("MoE: an expert's width is MoEConfig.d_ff, or the model's d_ff=; got neither")
         self.cfg = cfg
-        self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)       # W_r
-        self.experts = Experts(cfg.n_experts, cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, cfg.dropout)
+        self.d_model, self.d_ff, self.activation = d_model, width, activation
+        self.router = nn.Linear(d_model, cfg.n_experts, bias=False)          # W_r
+        self.experts = Experts(cfg.n_experts, d_model, width, activation, bias, dropout)
         self.aux_loss: torch.Tensor | float = 0.0
         self.last_balance_loss = self.last_z_loss = self.last_dropped = None
         self.last_counts: torch.Tensor | None = None
+        self.last_gates: torch.Tensor | None = None
         self.last_experts: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
         c = self.cfg
-        return (f"n_experts={c.n_experts}, top_k={c.top_k}, activation={c.activation!r}, "
-                f"capacity_factor={c.capacity_factor}, dispatch={c.dispatch!r}")
+        return (f"d_model={self.d_model}, d_ff={self.d_ff}, n_experts={c.n_experts}, top_k={c.top_k}, "
+                f"activation={self.activation!r}, capacity_factor={c.capacity_factor}, dispatch={c.dispatch!r}")
 
     def params_total_active(self) -> tuple[int, int]:
         """(total, active per token): a token uses the router and k of the E experts."""
@@ -402,30 +415,26 @@ class MoE(nn.Module):
             return c.dispatch
         # grouped: no padding and no host sync where grouped_mm is one kernel (sm90/sm100) and on a CPU
         # (measured faster than padded there: benchmarks/bench_moe.py); on other GPUs it loops with a sync
-        if grouped_mm_available(x, c.d_model, c.d_ff) and gpu.grouped_mm_fast(x.device):   # autocast included
+        if grouped_mm_available(x, self.d_model, self.d_ff) and gpu.grouped_mm_fast(x.device):   # autocast included
             return "grouped"
         return "padded"
 
     def forward(self, x: torch.Tensor, dispatch: str | None = None) -> torch.Tensor:
         check_rank(x, (2, 3), "MoE(x)", "(B, T, d_model) or (N, d_model)")
-        check_dim(x, -1, self.cfg.d_model, "MoE(x)", "d_model")
+        check_dim(x, -1, self.d_model, "MoE(x)", "d_model")
         c = self.cfg
         shape = x.shape
-        xf = x.reshape(-1, c.d_model)                                          # (N, d)
-        n = xf.shape[0]
+        xf = x.reshape(-1, self.d_model)                                       # (N, d)
         logits = self.router(xf)                                               # (N, E)
-        probs = torch.softmax(_at_least_fp32(logits), dim=-1)                 # (N, E), fp32 under autocast
-        gates, experts = probs.topk(c.top_k, dim=-1)                           # (N, k)
-        if c.normalize_top_k:
-            gates = gates / gates.sum(dim=-1, keepdim=True)
+        gates, experts, probs = top_k_route(logits, c.top_k, c.normalize_top_k, return_probs=True)  # fp32 probs
         factor = c.capacity_factor if self.training else c.eval_capacity_factor
-        capacity = expert_capacity(n, c.n_experts, c.top_k, factor)
+        capacity = expert_capacity(xf.shape[0], c.n_experts, c.top_k, factor)
 
         balance = load_balancing_loss(probs, experts, c.n_experts)
         z = router_z_loss(logits)
         self.aux_loss = c.balance_weight * balance + c.z_weight * z
         self.last_balance_loss, self.last_z_loss = balance.detach(), z.detach()
-        self.last_experts = experts.detach()
+        self.last_gates, self.last_experts = gates.detach(), experts.detach()
 
         path = dispatch or self.choose_dispatch(xf)
         if path == "naive":
@@ -440,25 +449,25 @@ class MoE(nn.Module):
     def _dispatch(self, xf: torch.Tensor, gates: torch.Tensor, experts: torch.Tensor, capacity: int | None,
                   path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The fast paths: xf (N, d) -> (y (N, d), keep (N, k), counts (E,)). See the module docstring."""
-        c = self.cfg
+        c, d = self.cfg, self.d_model
         n, k = experts.shape
-        if path == "grouped" and not grouped_mm_available(xf, c.d_model, c.d_ff):
+        if path == "grouped" and not grouped_mm_available(xf, d, self.d_ff):
             raise RuntimeError(
                 f"MoE dispatch='grouped' needs torch.nn.functional.grouped_mm (PyTorch >= 2.8), bf16 on an sm80+ "
                 f"GPU (or fp32/bf16 on a CPU), and d_model, d_ff whose rows are 16-byte aligned; got "
-                f"{compute_dtype(xf)} on {xf.device}, d_model={c.d_model}, d_ff={c.d_ff}. Use dispatch='padded'.")
+                f"{compute_dtype(xf)} on {xf.device}, d_model={d}, d_ff={self.d_ff}. Use dispatch='padded'.")
         if path not in ("padded", "grouped"):
             raise ValueError(f"MoE: unknown dispatch {path!r}; expected one of {DISPATCH}")
         rows = route_rows(experts, c.n_experts, capacity, path, GROUP_ALIGN if xf.device.type == "cuda" else 1)
         # dispatch: buffer row r holds token src[r] % N; its gradient comes back by gathering at dest
         buf = _RowGather.apply(xf, rows.src % n, rows.dest, rows.keep_flat, k)               # (R, d)
         if path == "padded":
-            ys = self.experts.padded(buf.view(c.n_experts, -1, c.d_model)).view(-1, c.d_model)
+            ys = self.experts.padded(buf.view(c.n_experts, -1, d)).view(-1, d)
         else:
             buf = buf.to(compute_dtype(xf))
             ys = self.experts.grouped(buf, rows.expert_of_row, rows.ends)
         # combine: pair a reads row dest[a]; the gradient of row r is gathered from pair src[r]
-        y_pairs = _RowGather.apply(ys, rows.dest, rows.src, rows.used, 1).view(k, n, c.d_model)   # (k, N, d)
+        y_pairs = _RowGather.apply(ys, rows.dest, rows.src, rows.used, 1).view(k, n, d)   # (k, N, d)
         g = gates.t() if rows.keep_flat is None else gates.t() * rows.keep_flat.view(k, n)      # dropped: 0
         y = (y_pairs.to(xf.dtype) * g.to(xf.dtype)[:, :, None]).sum(0)    # (N, d), summed in the residual's dtype
         keep = torch.ones_like(experts, dtype=torch.bool) if rows.keep_flat is None else rows.keep_flat.view(k, n).t().bool()
@@ -486,7 +495,8 @@ class MoE(nn.Module):
 
 
 def collect_aux_loss(model: nn.Module) -> torch.Tensor | float:
-    """Sum of `aux_loss` over every MoE layer in `model` (from the last forward); 0.0 if there are none."""
+    """Sum of `aux_loss` over every MoE layer in `model` (from the last forward); 0.0 if there are none.
+    The one place the auxiliary losses are collected (`GPT.aux_loss` is this, for its own layers)."""
     total: torch.Tensor | float = 0.0
     for m in model.modules():
         if isinstance(m, MoE):
@@ -534,3 +544,48 @@ QWEN3_235B_A22B = dict(vocab_size=151936, hidden_size=4096, num_layers=94, num_h
 MIXTRAL_8X7B = dict(vocab_size=32000, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
                     head_dim=128, num_experts=8, experts_per_token=2, expert_ffn=14336,
                     tie_embeddings=False, qk_norm=False)
+
+
+# DeepSeek-V3, from its published config.json (huggingface.co/deepseek-ai/DeepSeek-V3) and the technical
+# report (arXiv:2412.19437): "671B total, 37B activated"; the 685B checkpoint adds a 14B MTP module.
+DEEPSEEK_V3 = dict(vocab_size=129280, hidden_size=7168, num_hidden_layers=61, first_k_dense_replace=3,
+                   intermediate_size=18432, num_attention_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256,
+                   n_shared_experts=1, num_experts_per_tok=8, moe_intermediate_size=2048)
+
+
+def mla_params(c: dict) -> int:
+    """One multi-head latent attention block (DeepSeek-V2/V3), with keys as in their config.json: query
+    down-projection, norm and up-projection; joint key-value down-projection (+ the shared RoPE key), norm
+    and up-projection; output projection."""
+    d, h, r_q, r_kv = c["hidden_size"], c["num_attention_heads"], c["q_lora_rank"], c["kv_lora_rank"]
+    qk_dim = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    query = d * r_q + r_q + r_q * h * qk_dim
+    key_value = d * (r_kv + c["qk_rope_head_dim"]) + r_kv + r_kv * h * (c["qk_nope_head_dim"] + c["v_head_dim"])
+    return query + key_value + h * c["v_head_dim"] * d
+
+
+def deepseek_v3_param_counts(c: dict) -> dict[str, int]:
+    """Total and active parameters of a DeepSeek-V3-layout LM from its config.json keys (e.g. `DEEPSEEK_V3`).
+
+    Every layer: MLA and two RMSNorms; the first `first_k_dense_replace` a dense SwiGLU FFN, the others a
+    router, `n_shared_experts` shared experts (every token) and `n_routed_experts` routed SwiGLU experts
+    (`num_experts_per_tok` per token); untied input and output embeddings and a final norm. `mtp`: the
+    multi-token-prediction module (one more MoE layer, a 2d -> d projection, two norms and its own copy of
+    the embedding and head), which is in the checkpoint but not in the reported total. The routers' bias
+    terms (buffers, not trained by gradient) are not counted.
+    """
+    d, n_layers, n_dense = c["hidden_size"], c["num_hidden_layers"], c["first_k_dense_replace"]
+    expert = 3 * d * c["moe_intermediate_size"]                           # one SwiGLU expert
+    n_moe = n_layers - n_dense
+    embeddings = 2 * c["vocab_size"] * d
+    every_token = (embeddings + d                                          # embeddings, head, final norm
+                   + n_layers * (mla_params(c) + 2 * d)                    # attention and its norms
+                   + n_dense * 3 * d * c["intermediate_size"]              # dense FFNs
+                   + n_moe * (c["n_routed_experts"] * d + c["n_shared_experts"] * expert))   # routers, shared
+    moe_layer = (mla_params(c) + 2 * d + c["n_routed_experts"] * d
+                 + (c["n_routed_experts"] + c["n_shared_experts"]) * expert)
+    return {"total": every_token + n_moe * c["n_routed_experts"] * expert,
+            "active": every_token + n_moe * c["num_experts_per_tok"] * expert,
+            "embeddings": embeddings, "attention": n_layers * mla_params(c),
+            "mtp": moe_layer + 2 * d * d + 2 * d + embeddings}

@@ -46,7 +46,7 @@ print("small mode:", tformer.SMALL)
 
 # %%
 d_model, T = 32, 9
-layer = tformer.TransformerBlock(d_model, n_heads=4, d_ff=64, dropout=0.0).eval()
+layer = tformer.TransformerBlock(tformer.BlockConfig(d_model=d_model, n_heads=4, d_ff=64, dropout=0.0)).eval()
 x = torch.randn(1, T, d_model)
 perm = torch.randperm(T)
 with torch.no_grad():
@@ -133,7 +133,8 @@ class TinyLM(nn.Module):
         self.pos = {"sinusoidal": tformer.SinusoidalPositionalEncoding(d, max_len),
                     "learned": tformer.LearnedPositionalEmbedding(max_len, d), "rope": None}[positions]
         self.rope = tformer.RotaryEmbedding(d // n_heads, max_len) if positions == "rope" else None
-        self.block = tformer.TransformerBlock(d, n_heads, 4 * d, dropout=0.0, norm_first=True)
+        block = tformer.BlockConfig(d_model=d, n_heads=n_heads, d_ff=4 * d, dropout=0.0, norm_first=True)
+        self.block = tformer.TransformerBlock(block)
         self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, V)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:      # (B, T) -> (B, T, V)

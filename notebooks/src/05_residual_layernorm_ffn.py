@@ -12,7 +12,7 @@
 # b_1) + b_2$ expands each token to $d_{ff} = 4\,d_{model}$ and contracts it back, with the same
 # weights at every position. Each claim is measured below.
 #
-# **The tformer code it uses**: `tformer/blocks.py: FeedForward, TransformerBlock`,
+# **The tformer code it uses**: `tformer/blocks.py: FeedForward, TransformerBlock, BlockConfig`,
 # `tformer/attention.py: MultiHeadAttention`, `tformer/utils/plot.py: curves`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
@@ -86,7 +86,8 @@ assert post[-1] > 0.5 * post[0] and post[-1] > 20 * no_res[-1]  # with it: stays
 # %% [markdown]
 # ## 2. Post-LN (the paper) vs pre-LN
 #
-# Both are `tformer.TransformerBlock` (`norm_first=False` / `True`). First, build one post-LN layer from
+# Both are `tformer.TransformerBlock`, built from a `tformer.BlockConfig` whose `norm_first` is `False` /
+# `True` (every model in the course fills one such config for its blocks). First, build one post-LN layer from
 # its parts and check it is the module. Then stack 12 of each and watch the residual stream: post-LN
 # renormalizes after every layer (each token's features keep standard deviation 1), pre-LN keeps
 # adding to an un-normalized stream whose size grows with depth, with a clean identity path from the
@@ -95,13 +96,14 @@ assert post[-1] > 0.5 * post[0] and post[-1] > 20 * no_res[-1]  # with it: stays
 # usually does not (chapter 10 trains both, with and without warmup).
 
 # %%
-layer = tformer.TransformerBlock(d, n_heads=4, d_ff=4 * d, dropout=0.0, norm_first=False).eval()
+cfg = tformer.BlockConfig(d_model=d, n_heads=4, d_ff=4 * d, dropout=0.0, norm_first=False)
+layer = tformer.TransformerBlock(cfg).eval()
 x = torch.randn(2, 6, d)
 with torch.no_grad():
     h = layer.norm1(x + layer.attn(x))                         # x = LN(x + MHA(x))
     h = layer.norm2(h + layer.ffn(h))                          # x = LN(x + FFN(x))
     torch.testing.assert_close(h, layer(x))
-print("LN(x + FFN(LN(x + MHA(x)))) == tformer.TransformerBlock(norm_first=False)")
+print("LN(x + FFN(LN(x + MHA(x)))) == tformer.TransformerBlock(BlockConfig(norm_first=False))")
 
 # %% [markdown]
 # Now 12 layers of each kind: the size of the residual stream after every layer, and the gradient each
@@ -112,7 +114,8 @@ n_layers = 12 if tformer.SMALL else 48
 stream_std, layer_grads = {}, {}
 for norm_first, name in ((False, "post-LN"), (True, "pre-LN")):
     torch.manual_seed(0)
-    stack = nn.ModuleList(tformer.TransformerBlock(d, 4, 4 * d, dropout=0.0, norm_first=norm_first) for _ in range(n_layers))
+    block = tformer.BlockConfig(d_model=d, n_heads=4, d_ff=4 * d, dropout=0.0, norm_first=norm_first)
+    stack = nn.ModuleList(tformer.TransformerBlock(block) for _ in range(n_layers))
     h, stds = torch.randn(8, 16, d, generator=torch.Generator().manual_seed(1)), []
     for blk in stack:
         h = blk(h)

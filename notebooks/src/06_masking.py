@@ -88,7 +88,7 @@ future_change = (la[:, 6:] - lb[:, 6:]).abs().max().item()
 print(f"causal GPT: change in outputs at positions 0..5 = {past_change:.1e}, at 6..11 = {future_change:.2f}")
 assert past_change < 1e-5 and future_change > 1e-2
 
-layer = tformer.TransformerBlock(32, 2, 64, dropout=0.0).eval()
+layer = tformer.TransformerBlock(tformer.BlockConfig(d_model=32, n_heads=2, d_ff=64, dropout=0.0)).eval()
 x = torch.randn(1, 12, 32)
 x2 = x.clone()
 x2[:, 6:] = torch.randn(1, 6, 32)

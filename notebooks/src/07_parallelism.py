@@ -59,7 +59,8 @@ with torch.no_grad():
     torch.testing.assert_close(lstm_reference(lstm, x), lstm(x)[0], rtol=1e-5, atol=1e-6)
 print("lstm_reference (a Python loop over time) == nn.LSTM")
 
-layer = tformer.TransformerBlock(32, 4, 128, dropout=0.0, norm_first=True).eval()
+layer = tformer.TransformerBlock(tformer.BlockConfig(d_model=32, n_heads=4, d_ff=128, dropout=0.0,
+                                                     norm_first=True)).eval()
 
 
 rows = []

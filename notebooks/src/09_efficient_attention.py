@@ -167,8 +167,8 @@ class Lookup(nn.Module):
         super().__init__()
         self.key_emb, self.val_emb = nn.Embedding(N_KEYS, d), nn.Embedding(N_VALS + 1, d)
         self.pos = nn.Parameter(torch.randn(T, d) * 0.02)
-        self.layers = nn.ModuleList(tformer.TransformerBlock(d, n_heads, 4 * d, dropout=0.0, norm_first=True)
-                                    for _ in range(n_layers))
+        block = tformer.BlockConfig(d_model=d, n_heads=n_heads, d_ff=4 * d, dropout=0.0, norm_first=True)
+        self.layers = nn.ModuleList(tformer.TransformerBlock(block) for _ in range(n_layers))
         for layer in self.layers:
             layer.attn = make_attention(d, n_heads)                               # the swap
         self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, N_VALS)

@@ -301,7 +301,7 @@ assert share[384, 4] < 0.02 < share[64, 4]
 
 # %%
 for name, p in lora.named_parameters():
-    if "norm" in name or "ln_f" in name:
+    if "norm" in name or "final_norm" in name:
         p.requires_grad_(True)
 lora_trainable, total = trainable_params(lora)
 tformer.seed_everything(0)

@@ -448,11 +448,11 @@ def vlm_logits(images, ids, shapes=None):
     with torch.no_grad():
         vis = clip.visual.encode(images)                   # (B, 1 + 16, d_vision): class + patch tokens, frozen
     img_tokens = projector(vis)                            # (B, 17, d_lm)
-    txt_tokens = lm.wte(ids)                               # (B, T, d_lm)
-    x = lm.wpe(torch.cat([img_tokens, txt_tokens], 1))     # (B, 17 + T, d_lm), learned positions over both
+    txt_tokens = lm.tok_embed(ids)                               # (B, T, d_lm)
+    x = lm.pos_embed(torch.cat([img_tokens, txt_tokens], 1))     # (B, 17 + T, d_lm), learned positions over both
     for block in lm.blocks:
         x = block(x, is_causal=True)                       # text tokens attend to every image token
-    logits = lm.lm_head(lm.ln_f(x))                        # (B, 17 + T, V): next-token predictions
+    logits = lm.head(lm.final_norm(x))                        # (B, 17 + T, V): next-token predictions
     if shapes is not None:
         shapes.update(images=images, vision_features=vis, image_tokens=img_tokens, text_embeddings=txt_tokens,
                       joint_sequence=x, logits=logits)
@@ -469,10 +469,10 @@ with torch.no_grad():
 for name, tns in shapes.items():
     print(f"{name:24s} {tuple(tns.shape)}")
 with torch.no_grad():
-    h = lm.wpe(lm.wte(prompt))
+    h = lm.pos_embed(lm.tok_embed(prompt))
     for block in lm.blocks:
         h = block(h, is_causal=True)
-    torch.testing.assert_close(lm.lm_head(lm.ln_f(h)), lm(prompt))
+    torch.testing.assert_close(lm.head(lm.final_norm(h)), lm(prompt))
 
 # %% [markdown]
 # ### Training it on the digits' captions

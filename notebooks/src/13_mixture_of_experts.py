@@ -18,8 +18,10 @@
 # **Where the code lives** (its router and balancing loss are printed at the end, after you have
 # written them in the exercises):
 # * `tformer/moe.py: MoE, MoEConfig, top_k_route, make_plan, expert_capacity, load_balancing_loss, router_z_loss`
-# * `tformer/moe.py: moe_lm_param_counts, QWEN3_235B_A22B, MIXTRAL_8X7B` (parameter counts of published models)
-# * `tformer/models/gpt.py: GPT, GPTConfig` (`n_experts`, `moe_top_k`, `moe_d_ff` make its FFNs MoE layers)
+# * `tformer/moe.py: moe_lm_param_counts, QWEN3_235B_A22B, MIXTRAL_8X7B, deepseek_v3_param_counts, DEEPSEEK_V3`
+#   and `mla_params` (parameter counts of published models)
+# * `tformer/models/gpt.py: GPT, GPTConfig` (`moe=MoEConfig(n_experts=..., top_k=..., d_ff=...)` makes its FFNs
+#   MoE layers)
 # * `tformer/utils/flash.py: force_flash, run_with_flash, lm_throughput`
 # * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, train_tokenizer, encode`
 #
@@ -47,8 +49,9 @@ from tformer.utils.flash import force_flash, lm_throughput, run_with_flash, sdpa
 from tformer.grading import check
 from tformer.data.text import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
-from tformer.moe import (MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, expert_capacity, grouped_mm_available,
-                         load_balancing_loss, make_plan, moe_lm_param_counts, top_k_route)
+from tformer.moe import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, deepseek_v3_param_counts,
+                         expert_capacity, grouped_mm_available, load_balancing_loss, make_plan, mla_params,
+                         moe_lm_param_counts, top_k_route)
 from tformer.utils.plot import curves, heatmap
 from tformer.utils.timing import time_fn
 from tformer.training import TrainConfig, Trainer
@@ -63,11 +66,13 @@ print("small mode:", SMALL, "| device:", dev)
 #
 # The router is one linear map to $E$ scores. After the softmax each token keeps its $k$ best experts;
 # their probabilities, renormalised over the $k$ (Mixtral, Qwen3), weight the experts' outputs. Written
-# out with a loop over tokens it is exactly `tformer.moe.MoE`:
+# out with a loop over tokens it is exactly `tformer.moe.MoE`. The layer takes its width, activation and
+# bias from the model that builds it; `MoEConfig` holds only what is MoE's own (experts, $k$, an expert's
+# width, capacity, loss weights):
 
 # %%
 E, k, d = 8, 2, 16
-layer = MoE(MoEConfig(d_model=d, d_ff=32, n_experts=E, top_k=k, activation="swiglu"))
+layer = MoE(d, MoEConfig(n_experts=E, top_k=k, d_ff=32), activation="swiglu")
 x = torch.randn(6, d)                                                   # 6 tokens
 
 probs = torch.softmax(layer.router(x), dim=-1)                          # (N, E)
@@ -117,7 +122,7 @@ print("paths that agree with the per-token loop:", paths[1:])
 n_tok, flops, params, times = 512, {}, {}, {}
 xt = torch.randn(n_tok, 64)
 for n_exp in (2, 4, 8, 16, 32):
-    m = MoE(MoEConfig(d_model=64, d_ff=128, n_experts=n_exp, top_k=2, capacity_factor=1.0, dispatch="padded"))
+    m = MoE(64, MoEConfig(n_experts=n_exp, top_k=2, d_ff=128, capacity_factor=1.0, dispatch="padded"))
     with torch.no_grad(), FlopCounterMode(display=False) as fc:
         m(xt)
     flops[n_exp], params[n_exp] = fc.get_total_flops(), m.params_total_active()
@@ -177,37 +182,16 @@ assert round(mixtral["total"] / 1e9, 1) == 46.7 and round(mixtral["active"] / 1e
 # 14B of MTP module. We count it separately. The routers' bias terms used for load balancing are not
 # trained by gradient (Hugging Face keeps them as buffers); at 256 numbers a layer they change nothing.
 
-# %%
-DEEPSEEK_V3 = dict(vocab_size=129280, hidden_size=7168, num_hidden_layers=61, first_k_dense_replace=3,
-                   intermediate_size=18432, num_attention_heads=128, q_lora_rank=1536, kv_lora_rank=512,
-                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256,
-                   n_shared_experts=1, num_experts_per_tok=8, moe_intermediate_size=2048)
-
-
-def mla_params(c):
-    """One MLA block: query down/norm/up, joint key-value down (+ shared RoPE key)/norm/up, output."""
-    d, h, r_q, r_kv = c["hidden_size"], c["num_attention_heads"], c["q_lora_rank"], c["kv_lora_rank"]
-    qk_dim = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
-    query = d * r_q + r_q + r_q * h * qk_dim
-    key_value = d * (r_kv + c["qk_rope_head_dim"]) + r_kv + r_kv * h * (c["qk_nope_head_dim"] + c["v_head_dim"])
-    return query + key_value + h * c["v_head_dim"] * d
-
 # %% [markdown]
-# The whole model: every layer has MLA and two RMSNorms; the first 3 a dense FFN, the other 58 a
-# router, the shared expert and 256 routed experts; plus untied input and output embeddings.
+# `tformer.moe.deepseek_v3_param_counts` adds it up: every layer has MLA (`mla_params`: query down/norm/up,
+# joint key-value down with the shared RoPE key, norm, up, output) and two RMSNorms; the first 3 a dense
+# FFN, the other 58 a router, the shared expert and 256 routed experts; plus untied input and output
+# embeddings. It also counts the MTP module.
 
 # %%
-def deepseek_param_counts(c):
-    d, n_layers, n_dense = c["hidden_size"], c["num_hidden_layers"], c["first_k_dense_replace"]
-    expert = 3 * d * c["moe_intermediate_size"]                           # one SwiGLU expert
-    n_moe = n_layers - n_dense
-    every_token = (2 * c["vocab_size"] * d + d                             # embeddings, head, final norm
-                   + n_layers * (mla_params(c) + 2 * d)                    # attention and its norms
-                   + n_dense * 3 * d * c["intermediate_size"]              # dense FFNs
-                   + n_moe * (c["n_routed_experts"] * d + c["n_shared_experts"] * expert))   # routers, shared
-    return {"total": every_token + n_moe * c["n_routed_experts"] * expert,
-            "active": every_token + n_moe * c["num_experts_per_tok"] * expert,
-            "embeddings": 2 * c["vocab_size"] * d, "attention": n_layers * mla_params(c)}
+print(DEEPSEEK_V3)
+print(inspect.getsource(mla_params))
+print(inspect.getsource(deepseek_v3_param_counts))
 
 # %% [markdown]
 # The function is checked against Hugging Face's `DeepseekV3ForCausalLM` built from a tiny configuration
@@ -220,8 +204,8 @@ tiny = dict(DEEPSEEK_V3, vocab_size=100, hidden_size=32, num_hidden_layers=4, fi
             num_experts_per_tok=2, n_group=2, topk_group=1)
 with torch.device("meta"):
     hf_tiny = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**tiny, tie_word_embeddings=False))
-assert sum(p.numel() for p in hf_tiny.parameters()) == deepseek_param_counts(tiny)["total"]
-deepseek = deepseek_param_counts(DEEPSEEK_V3)
+assert sum(p.numel() for p in hf_tiny.parameters()) == deepseek_v3_param_counts(tiny)["total"]
+deepseek = deepseek_v3_param_counts(DEEPSEEK_V3)
 lookup = DEEPSEEK_V3["vocab_size"] * DEEPSEEK_V3["hidden_size"]           # the input embedding: a lookup
 print(f"DeepSeek-V3: total {deepseek['total'] / 1e9:.1f} B, active {deepseek['active'] / 1e9:.1f} B "
       f"({(deepseek['active'] - lookup) / 1e9:.1f} B without the input embedding, which is a table lookup)")
@@ -235,10 +219,7 @@ assert 36.5e9 < deepseek["active"] - lookup < 37.5e9 < deepseek["active"]   # "3
 # checkpoint. Side by side with the other two models:
 
 # %%
-c, d = DEEPSEEK_V3, DEEPSEEK_V3["hidden_size"]
-moe_layer = (mla_params(c) + 2 * d + c["n_routed_experts"] * d
-             + (c["n_routed_experts"] + c["n_shared_experts"]) * 3 * d * c["moe_intermediate_size"])
-mtp = moe_layer + 2 * d * d + 2 * d + deepseek["embeddings"]
+mtp = deepseek["mtp"]
 print(f"MTP module {mtp / 1e9:.1f} B; with it the checkpoint holds {(deepseek['total'] + mtp) / 1e9:.1f} B "
       "(the model card: 685B = 671B + 14B)")
 assert 684e9 < deepseek["total"] + mtp < 686e9
@@ -295,9 +276,9 @@ print(f"{len(train_ids):,} training tokens, {len(val_ids):,} validation tokens, 
 base = dict(vocab_size=vocab, context_length=block, n_layers=layers, n_heads=heads, d_model=width, dropout=0.0)
 configs = {
     "dense": GPTConfig(**base, d_ff=4 * width),
-    "MoE 8x top-2": GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width),
-    "MoE, no balancing loss": GPTConfig(**base, n_experts=8, moe_top_k=2, moe_d_ff=2 * width,
-                                        moe_balance_weight=0.0, moe_z_weight=0.0),
+    "MoE 8x top-2": GPTConfig(**base, moe=MoEConfig(n_experts=8, top_k=2, d_ff=2 * width)),
+    "MoE, no balancing loss": GPTConfig(**base, moe=MoEConfig(n_experts=8, top_k=2, d_ff=2 * width,
+                                                              balance_weight=0.0, z_weight=0.0)),
 }
 for name, cfg in configs.items():
     torch.manual_seed(0)
@@ -387,14 +368,10 @@ assert loads["MoE, no balancing loss"].max() > loads["MoE 8x top-2"].max()
 def dropped_share(model, factor):
     model.eval()
     first = next(b.ffn for b in model.blocks if isinstance(b.ffn, MoE))
-    seen = {}
-    hook = first.register_forward_pre_hook(lambda mod, args: seen.update(x=args[0]))
     xb, _ = next(iter(val_batches))
-    model(xb.to(dev))
-    hook.remove()
-    h = seen["x"].reshape(-1, width)
-    g, e = top_k_route(first.router(h), 2)
-    cap = expert_capacity(len(h), 8, 2, factor)
+    model(xb.to(dev))                                    # the layer records its routing: last_gates, last_experts
+    g, e = first.last_gates, first.last_experts
+    cap = expert_capacity(len(e), 8, 2, factor)
     return 1 - make_plan(g, e, 8, cap).keep.float().mean().item()
 
 factors = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0]
@@ -412,13 +389,10 @@ print({name: [round(v, 3) for v in vals] for name, vals in drops.items()})
 # %%
 model = runs["MoE 8x top-2"][0].eval()
 first = model.blocks[0].ffn
-seen = {}
-hook = first.register_forward_pre_hook(lambda mod, args: seen.update(x=args[0]))
 snippet = val_ids[:24][None].to(dev)
 with torch.no_grad():
     model(snippet)
-hook.remove()
-g, e = top_k_route(first.router(seen["x"][0]), 2)
+g, e = first.last_gates, first.last_experts                             # (24, 2): the routing of this forward
 grid = torch.zeros(24, 8, device=g.device).scatter(1, e, g)
 labels = [repr(tok.decode([i]))[1:-1] for i in snippet[0].tolist()]
 ax = heatmap(grid.detach().cpu(), y_labels=labels, x_labels=[str(i) for i in range(8)],
@@ -529,8 +503,10 @@ check("ch13.balance_loss", my_balance_loss)
 
 # %% [markdown]
 # ## The package's versions
-# What `tformer.moe` runs, now that you have written both: the same top-k gating (with the softmax in
-# float32 even under bf16 autocast, and checks that name the expected shapes), and the Switch balancing loss.
+# What `tformer.moe` runs, now that you have written both: `MoE.forward` routes every token with this
+# `top_k_route` (asking it for the router probabilities too, `return_probs=True`, which the balancing loss
+# needs), the same top-k gating as yours with the softmax in float32 even under bf16 autocast and checks that
+# name the expected shapes; then it adds the Switch balancing loss below to its auxiliary loss.
 
 # %%
 print(inspect.getsource(top_k_route))

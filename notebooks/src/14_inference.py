@@ -271,7 +271,7 @@ quant = {"float32": target, "int8": quantize_model(copy_of(target), bits=8),
 linear_bytes = {}
 for name, m in quant.items():
     linear_bytes[name] = sum(model_bytes(mod) for mod in m.modules() if isinstance(mod, (QuantLinear, torch.nn.Linear))
-                             and mod is not m.lm_head)
+                             and mod is not m.head)
     print(f"{name:12s} transformer-block weights {linear_bytes[name] / 1e6:6.3f} MB   "
           f"whole model {model_bytes(m) / 1e6:6.3f} MB   validation perplexity {val_perplexity(m):7.2f}")
 assert linear_bytes["int8"] < 0.3 * linear_bytes["float32"] and linear_bytes["int4 (g=32)"] < 0.2 * linear_bytes["float32"]

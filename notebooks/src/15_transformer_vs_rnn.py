@@ -158,7 +158,7 @@ def grad_by_position(model, t_len, n=8):
     def keep(module, inputs, output):
         output.retain_grad()
         saved["emb"] = output
-    handle = model.wte.register_forward_hook(keep)
+    handle = model.tok_embed.register_forward_hook(keep)
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, VOCAB, (n, t_len), generator=g).to(dev)
     target = torch.randint(0, VOCAB, (n,), generator=g).to(dev)
@@ -259,7 +259,7 @@ val = LMBatches(val_ids, lm_batch, lm_block, 4 if SMALL else 50, shuffle=False)
 
 
 def non_embedding(model):
-    return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(("wte", "wpe")))
+    return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(("tok_embed", "pos_embed")))
 
 # %% [markdown]
 # The sweep: one `Trainer` run per family and width, same seed, same batches.

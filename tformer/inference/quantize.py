@@ -31,7 +31,7 @@ from ..utils.checks import check_float, check_rank
 class QuantConfig:
     bits: int = 8                      # 8: int8 per output channel; 4: int4 group-wise, packed two per byte
     group_size: int = 64               # int4 only: input features sharing one scale
-    skip: tuple[str, ...] = ("lm_head", "generator", "cross_attn.qkv")  # left in float (see quantize_model)
+    skip: tuple[str, ...] = ("head", "cross_attn.qkv")  # left in float (see quantize_model)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,8 +154,8 @@ def quantize_model(model: nn.Module, bits: int = 8, group_size: int = 64,
                    skip: tuple[str, ...] = QuantConfig.skip) -> nn.Module:
     """Replace every nn.Linear of `model` (in place) by a QuantLinear; returns the model.
 
-    Linear layers whose name ends with one of `skip` stay in float: GPT's lm_head and the Transformer's
-    generator share their weight with the token embedding, and cross-attention slices its `qkv.weight`. With bits=4, a layer whose in_features is not a multiple of group_size
+    Linear layers whose name ends with one of `skip` stay in float: the output `head` of GPT and of the
+    Transformer shares its weight with the token embedding, and cross-attention slices its `qkv.weight`. With bits=4, a layer whose in_features is not a multiple of group_size
     stays in float too.
     """
     targets = []

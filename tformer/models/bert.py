@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.checks import check_tokens
-from ..blocks import ACTIVATIONS, TransformerBlock
+from ..blocks import ACTIVATIONS, BlockConfig, TransformerBlock
 from ..masks import padding_mask
 
 
@@ -38,6 +38,11 @@ class BertConfig:
     eps: float = 1e-12                 # LayerNorm epsilon
     pad_id: int = 0                    # [PAD]: masked out of attention when no attention_mask is given
 
+    def block(self) -> BlockConfig:
+        """Every layer's config: post-LN, biases, this model's sizes."""
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
+                           norm_first=False, activation=self.activation, eps=self.eps)
+
 
 class BERT(nn.Module):
     """Bidirectional encoder. `model(idx)`: (B, T) ids -> hidden states (B, T, d_model).
@@ -54,11 +59,9 @@ class BERT(nn.Module):
         self.tok_embed = nn.Embedding(cfg.vocab_size, d)
         self.pos_embed = nn.Embedding(cfg.context_length, d)
         self.type_embed = nn.Embedding(cfg.type_vocab_size, d)
-        self.ln_embed = nn.LayerNorm(d, eps=cfg.eps)
+        self.embed_norm = nn.LayerNorm(d, eps=cfg.eps)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(d, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=False, activation=cfg.activation,
-                         eps=cfg.eps) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.n_layers))
         self.pooler = nn.Linear(d, d)                               # [CLS] -> tanh(W h + b)
         self.mlm_dense = nn.Linear(d, d)                            # MLM head: transform ...
         self.mlm_norm = nn.LayerNorm(d, eps=cfg.eps)
@@ -92,7 +95,7 @@ class BERT(nn.Module):
             mask = None                                              # no padding: the fused kernel without a mask
         pos = torch.arange(t, device=idx.device)
         x = self.tok_embed(idx) + self.pos_embed(pos) + self.type_embed(token_type_ids)   # (B, T, d)
-        x = self.drop(self.ln_embed(x))
+        x = self.drop(self.embed_norm(x))
         for block in self.blocks:
             x = block(x, mask)
         return x
@@ -127,7 +130,7 @@ class BERT(nn.Module):
         ours = {"tok_embed.weight": sd["embeddings.word_embeddings.weight"],
                 "pos_embed.weight": sd["embeddings.position_embeddings.weight"],
                 "type_embed.weight": sd["embeddings.token_type_embeddings.weight"],
-                "ln_embed.weight": sd["embeddings.LayerNorm.weight"], "ln_embed.bias": sd["embeddings.LayerNorm.bias"]}
+                "embed_norm.weight": sd["embeddings.LayerNorm.weight"], "embed_norm.bias": sd["embeddings.LayerNorm.bias"]}
         for i in range(cfg.n_layers):
             p, me = f"encoder.layer.{i}.", f"blocks.{i}."
             for t in ("weight", "bias"):

@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.checks import check_rank, check_tokens
-from ..blocks import TransformerBlock
+from ..blocks import BlockConfig, TransformerBlock
 from .vit import ViT, ViTConfig
 
 
@@ -53,7 +53,12 @@ class CLIPConfig:
         return ViTConfig(image_size=self.image_size, patch_size=self.patch_size, in_channels=self.in_channels,
                          d_model=self.vision_d_model, n_layers=self.vision_n_layers, n_heads=self.vision_n_heads,
                          d_ff=self.vision_d_ff, n_classes=None, dropout=self.dropout, activation=self.activation,
-                         eps=self.eps, pool="cls", pre_norm=True, patch_bias=False)
+                         eps=self.eps, pool="cls", embed_norm=True, patch_bias=False)
+
+    def text_block(self) -> BlockConfig:
+        """Every text layer's config: pre-LN (causal at run time), the text tower's sizes."""
+        return BlockConfig(d_model=self.text_d_model, n_heads=self.text_n_heads, d_ff=self.text_d_ff,
+                           dropout=self.dropout, norm_first=True, activation=self.activation, eps=self.eps)
 
 
 class TextTransformer(nn.Module):
@@ -66,10 +71,8 @@ class TextTransformer(nn.Module):
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.text_d_model)
         self.pos_embed = nn.Embedding(cfg.context_length, cfg.text_d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(cfg.text_d_model, cfg.text_n_heads, cfg.text_d_ff, cfg.dropout, norm_first=True,
-                         activation=cfg.activation, eps=cfg.eps) for _ in range(cfg.text_n_layers))
-        self.norm = nn.LayerNorm(cfg.text_d_model, eps=cfg.eps)
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.text_block()) for _ in range(cfg.text_n_layers))
+        self.final_norm = nn.LayerNorm(cfg.text_d_model, eps=cfg.eps)
 
     def forward(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         check_tokens(idx, "text ids")
@@ -86,7 +89,7 @@ class TextTransformer(nn.Module):
         x = self.drop(self.tok_embed(idx) + self.pos_embed(torch.arange(t, device=idx.device)))
         for block in self.blocks:
             x = block(x, mask, is_causal=True)
-        return self.norm(x)
+        return self.final_norm(x)
 
     def pool(self, hidden: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, d): the hidden state at the end-of-text token (causal: it has read the whole text)."""
@@ -184,14 +187,14 @@ class CLIP(nn.Module):
                 "visual_proj.weight": sd["visual_projection.weight"], "text_proj.weight": sd["text_projection.weight"],
                 "text.tok_embed.weight": sd["text_model.embeddings.token_embedding.weight"],
                 "text.pos_embed.weight": sd["text_model.embeddings.position_embedding.weight"],
-                "text.norm.weight": sd["text_model.final_layer_norm.weight"],
-                "text.norm.bias": sd["text_model.final_layer_norm.bias"],
+                "text.final_norm.weight": sd["text_model.final_layer_norm.weight"],
+                "text.final_norm.bias": sd["text_model.final_layer_norm.bias"],
                 "visual.cls_token": sd["vision_model.embeddings.class_embedding"].view(1, 1, -1),
                 "visual.pos_embed": sd["vision_model.embeddings.position_embedding.weight"].unsqueeze(0),
                 "visual.patch_embed.proj.weight": sd["vision_model.embeddings.patch_embedding.weight"]}
         for t in ("weight", "bias"):
-            ours[f"visual.ln_pre.{t}"] = sd[f"vision_model.pre_layrnorm.{t}"]
-            ours[f"visual.norm.{t}"] = sd[f"vision_model.post_layernorm.{t}"]
+            ours[f"visual.embed_norm.{t}"] = sd[f"vision_model.pre_layrnorm.{t}"]
+            ours[f"visual.final_norm.{t}"] = sd[f"vision_model.post_layernorm.{t}"]
         for tower, me, n in (("text_model", "text", cfg.text_n_layers), ("vision_model", "visual", cfg.vision_n_layers)):
             for i in range(n):
                 p, m = f"{tower}.encoder.layers.{i}.", f"{me}.blocks.{i}."

@@ -2,10 +2,10 @@
 
     idx (B, T) -> token + position embeddings -> N x pre-LN block (causal) -> LayerNorm -> logits (B, T, V)
 
-The output projection is the token embedding matrix (tied). With `n_experts > 0` the FFN of the chosen
-blocks is a mixture of experts (`tformer.moe.MoE`, chapter 13); after each forward `model.aux_loss` holds
-their load-balancing + z losses to add to the LM loss, and `num_params(active=True)` counts the
-parameters one token uses. `GPT.from_hf_gpt2` loads weights named as
+The output projection `head` is the token embedding matrix `tok_embed` (tied). With `moe=MoEConfig(...)`
+the FFN of the chosen blocks (`MoEConfig.layers`) is a mixture of experts (`tformer.moe.MoE`, chapter 13);
+after each forward `model.aux_loss` holds their load-balancing + z losses to add to the LM loss, and
+`num_params(active=True)` counts the parameters one token uses. `GPT.from_hf_gpt2` loads weights named as
 in Hugging Face's `GPT2LMHeadModel`, so the course's own model can run real GPT-2.
 """
 from __future__ import annotations
@@ -18,10 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.checks import check_tokens
-from ..blocks import TransformerBlock
+from ..blocks import BlockConfig, TransformerBlock
 from ..inference.cache import KVCache, make_caches
 from ..inference.decode import sample_next  # noqa: F401  (decoding lives in tformer.inference.decode)
-from ..moe import Experts, MoE, MoEConfig
+from ..moe import Experts, MoE, MoEConfig, collect_aux_loss
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 
 
@@ -42,68 +42,57 @@ class GPTConfig:
     rope_base: float = 10000.0
     rope_scaling: str | None = None    # None, "linear", "ntk", "yarn" (chapter 8)
     rope_factor: float = 1.0
-    # mixture of experts (chapter 13); n_experts = 0 keeps every FFN dense
-    n_experts: int = 0                 # E expert FFNs in each MoE layer
-    moe_top_k: int = 2                 # k experts per token
-    moe_layers: tuple[int, ...] | None = None  # blocks whose FFN is an MoE; None = all of them
-    moe_d_ff: int | None = None        # each expert's width; None = d_ff
-    moe_capacity_factor: float | None = None   # training capacity; None = no token dropping
-    moe_balance_weight: float = 0.01   # alpha of the Switch load-balancing loss
-    moe_z_weight: float = 0.001        # router z-loss weight
-    moe_normalize_top_k: bool = True   # renormalise the k gates to sum to 1
-    moe_dispatch: str = "auto"         # see tformer.moe: "auto", "padded", "grouped", "naive"
+    moe: MoEConfig | None = None       # mixture of experts (chapter 13); None keeps every FFN dense
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    def moe_layer_ids(self) -> list[int]:
+        """Indices of the blocks whose FFN is a mixture of experts (none without `moe`)."""
+        if self.moe is None:
+            return []
+        ids = list(range(self.n_layers)) if self.moe.layers is None else sorted(set(self.moe.layers))
+        if any(not 0 <= i < self.n_layers for i in ids):
+            raise ValueError(f"MoEConfig.layers must index blocks 0..{self.n_layers - 1}, got {self.moe.layers}")
+        return ids
+
+    def block(self, i: int = 0) -> BlockConfig:
+        """Block i's config: pre-LN, this model's sizes, and `moe` where block i is an MoE layer."""
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff or 4 * self.d_model,
+                           dropout=self.dropout, norm_first=True, activation=self.activation,
+                           n_kv_heads=self.n_kv_heads, bias=self.bias, eps=self.eps,
+                           moe=self.moe if i in self.moe_layer_ids() else None)
 
 
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        d_ff = cfg.d_ff or 4 * cfg.d_model
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.positional == "learned":
-            self.wpe, self.rope = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model), None
+            self.pos_embed, self.rope = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model), None
         elif cfg.positional == "rope":
-            self.wpe = None
+            self.pos_embed = None
             self.rope = RotaryEmbedding(cfg.head_dim, cfg.context_length, cfg.rope_base, cfg.rope_scaling,
                                         cfg.rope_factor, original_max_len=cfg.context_length)
         else:
             raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
-        moe_layers = set(self.moe_layer_ids(cfg))
-        self.blocks = nn.ModuleList(
-            TransformerBlock(cfg.d_model, cfg.n_heads, d_ff, cfg.dropout, norm_first=True, activation=cfg.activation,
-                         n_kv_heads=cfg.n_kv_heads, bias=cfg.bias, eps=cfg.eps,
-                         ffn=self._make_moe(cfg, d_ff) if i in moe_layers else None) for i in range(cfg.n_layers))
-        self.aux_loss: torch.Tensor | float = 0.0                    # MoE auxiliary losses of the last forward
-        self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight                       # weight tying
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.block(i)) for i in range(cfg.n_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok_embed.weight                       # weight tying
         self.apply(self._init)
         for name, p in self.named_parameters():                      # GPT-2: scale residual projections
             if name.endswith(("attn.out.weight", "ffn.fc2.weight", "ffn.experts.fc2")):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layers))
 
-    @staticmethod
-    def moe_layer_ids(cfg: GPTConfig) -> list[int]:
-        """Indices of the blocks whose FFN is a mixture of experts (none when n_experts = 0)."""
-        if cfg.n_experts <= 0:
-            return []
-        ids = list(range(cfg.n_layers)) if cfg.moe_layers is None else sorted(set(cfg.moe_layers))
-        if any(not 0 <= i < cfg.n_layers for i in ids):
-            raise ValueError(f"GPTConfig.moe_layers must index blocks 0..{cfg.n_layers - 1}, got {cfg.moe_layers}")
-        return ids
-
-    @staticmethod
-    def _make_moe(cfg: GPTConfig, d_ff: int) -> MoE:
-        return MoE(MoEConfig(d_model=cfg.d_model, d_ff=cfg.moe_d_ff or d_ff, n_experts=cfg.n_experts,
-                             top_k=cfg.moe_top_k, activation=cfg.activation, bias=cfg.bias,
-                             normalize_top_k=cfg.moe_normalize_top_k, capacity_factor=cfg.moe_capacity_factor,
-                             balance_weight=cfg.moe_balance_weight, z_weight=cfg.moe_z_weight,
-                             dropout=cfg.dropout, dispatch=cfg.moe_dispatch))
+    @property
+    def aux_loss(self) -> torch.Tensor | float:
+        """The MoE layers' auxiliary losses of the last forward, summed (`tformer.moe.collect_aux_loss`);
+        0.0 for a dense model."""
+        return collect_aux_loss(self)
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -125,25 +114,23 @@ class GPT(nn.Module):
         check_tokens(idx, "idx")
         past = cache[0].length if cache is not None else 0
         t = idx.shape[1]
-        if self.wpe is not None and past + t > self.cfg.context_length:
+        if self.pos_embed is not None and past + t > self.cfg.context_length:
             raise ValueError(f"GPT: {past + t} positions exceed context_length={self.cfg.context_length} "
                              "(learned positions exist only up to context_length; crop the input)")
-        x = self.wte(idx)                                            # (B, T, d)
-        if self.wpe is not None:
-            x = self.wpe(x, past)
+        x = self.tok_embed(idx)                                            # (B, T, d)
+        if self.pos_embed is not None:
+            x = self.pos_embed(x, past)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None)
-        if self.cfg.n_experts > 0:                                   # sum of the MoE layers' aux losses
-            self.aux_loss = sum(b.ffn.aux_loss for b in self.blocks if isinstance(b.ffn, MoE))
-        return self.lm_head(self.ln_f(x))
+        return self.head(self.final_norm(x))
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         """Parameters (the tied LM head counted once). non_embedding: without position embeddings.
         active: what one token uses, counting k of the E experts in each MoE layer (dense: all)."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.wpe is not None:
-            n -= self.wpe.weight.numel()
+        if non_embedding and self.pos_embed is not None:
+            n -= self.pos_embed.weight.numel()
         if active:
             for b in self.blocks:
                 if isinstance(b.ffn, MoE):
@@ -201,8 +188,8 @@ class GPT(nn.Module):
         cfg = GPTConfig(vocab_size=vocab, context_length=sd["wpe.weight"].shape[0], n_layers=n_layers, n_heads=n_heads,
                         d_model=d, d_ff=sd["h.0.mlp.c_fc.weight"].shape[1], eps=eps, activation=act)
         model = cls(cfg)
-        ours = {"wte.weight": sd["wte.weight"], "wpe.weight": sd["wpe.weight"],
-                "ln_f.weight": sd["ln_f.weight"], "ln_f.bias": sd["ln_f.bias"]}
+        ours = {"tok_embed.weight": sd["wte.weight"], "pos_embed.weight": sd["wpe.weight"],
+                "final_norm.weight": sd["ln_f.weight"], "final_norm.bias": sd["ln_f.bias"]}
         names = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_attn": "attn.qkv", "attn.c_proj": "attn.out",
                  "mlp.c_fc": "ffn.fc1", "mlp.c_proj": "ffn.fc2"}
         for i in range(n_layers):
@@ -210,7 +197,7 @@ class GPT(nn.Module):
                 w, b = sd[f"h.{i}.{hf}.weight"], sd[f"h.{i}.{hf}.bias"]
                 ours[f"blocks.{i}.{me}.weight"] = w.t() if hf.startswith(("attn", "mlp")) else w  # Conv1D is (in, out)
                 ours[f"blocks.{i}.{me}.bias"] = b
-        ours["lm_head.weight"] = ours["wte.weight"]
+        ours["head.weight"] = ours["tok_embed.weight"]
         missing, unexpected = model.load_state_dict(ours, strict=False)
         if missing or unexpected:
             raise ValueError(f"GPT.from_hf_gpt2: missing {missing}, unexpected {unexpected}")

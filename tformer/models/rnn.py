@@ -74,16 +74,16 @@ class LSTMLM(nn.Module):
     def __init__(self, cfg: LSTMConfig):
         super().__init__()
         self.cfg = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = LSTMEncoder(cfg.d_model, cfg.d_model, cfg.n_layers, cfg.dropout)
-        self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        nn.init.normal_(self.wte.weight, 0.0, 0.02)
+        self.final_norm = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        nn.init.normal_(self.tok_embed.weight, 0.0, 0.02)
         if cfg.tie_weights:
-            self.lm_head.weight = self.wte.weight
+            self.head.weight = self.tok_embed.weight
         else:
-            nn.init.normal_(self.lm_head.weight, 0.0, 0.02)
+            nn.init.normal_(self.head.weight, 0.0, 0.02)
 
     def forward(self, idx: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None,
                 return_state: bool = False):
@@ -91,9 +91,9 @@ class LSTMLM(nn.Module):
         check_tokens(idx, "idx")
         if self.cfg.context_length is not None and idx.shape[1] > self.cfg.context_length:
             raise ValueError(f"LSTMLM: {idx.shape[1]} tokens exceed context_length={self.cfg.context_length}")
-        x = self.drop(self.wte(idx))                                   # (B, T, d)
+        x = self.drop(self.tok_embed(idx))                                   # (B, T, d)
         h, state = self.encoder(x, state)                              # (B, T, d): step t waits for t-1
-        logits = self.lm_head(self.ln_f(self.drop(h)))                 # (B, T, V)
+        logits = self.head(self.final_norm(self.drop(h)))                 # (B, T, V)
         return (logits, state) if return_state else logits
 
     def num_params(self) -> int:

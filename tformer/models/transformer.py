@@ -57,44 +57,50 @@ class TransformerConfig:
 
     def block(self) -> BlockConfig:
         """The sizes and switches every encoder and decoder layer shares."""
-        return BlockConfig(self.d_model, self.n_heads, self.d_ff, self.dropout, self.norm_first, self.activation,
-                           self.n_kv_heads, self.bias, self.eps, self.attn_dropout, self.ffn_dropout)
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
+                           norm_first=self.norm_first, activation=self.activation, n_kv_heads=self.n_kv_heads,
+                           bias=self.bias, eps=self.eps, attn_dropout=self.attn_dropout,
+                           ffn_dropout=self.ffn_dropout)
 
     @property
     def tgt_vocab(self) -> int:
         return self.src_vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
 
 
-class Encoder(nn.Module):
-    """A stack of encoder layers (+ a final LayerNorm for pre-LN)."""
+class Stack(nn.Module):
+    """N layers built from `cfg.block()` + a final LayerNorm (pre-LN; `final_norm`): the encoder and the decoder."""
+
+    def __init__(self, cfg: TransformerConfig, layer: type[nn.Module], n_layers: int):
+        super().__init__()
+        self.layers = nn.ModuleList(layer(cfg.block()) for _ in range(n_layers))
+        final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+
+
+class Encoder(Stack):
+    """A stack of encoder layers (`TransformerBlock`, bidirectional)."""
 
     def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.layers = nn.ModuleList(TransformerBlock.from_config(cfg.block()) for _ in range(cfg.n_encoder_layers))
-        final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+        super().__init__(cfg, TransformerBlock, cfg.n_encoder_layers)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
             x = layer(x, mask)
-        return self.norm(x)
+        return self.final_norm(x)
 
 
-class Decoder(nn.Module):
-    """A stack of decoder layers (+ a final LayerNorm for pre-LN)."""
+class Decoder(Stack):
+    """A stack of decoder layers (`DecoderLayer`: causal self-attention, cross-attention, FFN)."""
 
     def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer.from_config(cfg.block()) for _ in range(cfg.n_decoder_layers))
-        final = cfg.norm_first if cfg.final_norm is None else cfg.final_norm
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if final else nn.Identity()
+        super().__init__(cfg, DecoderLayer, cfg.n_decoder_layers)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
             sc, cc = cache[i] if cache is not None else (None, None)
             x = layer(x, memory, memory_mask=memory_mask, is_causal=True, self_cache=sc, cross_cache=cc)
-        return self.norm(x)
+        return self.final_norm(x)
 
 
 class Transformer(nn.Module):
@@ -109,16 +115,16 @@ class Transformer(nn.Module):
         self.src_embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab, cfg.d_model)
         if cfg.positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(cfg.d_model, cfg.context_length)
+            self.pos_embed = SinusoidalPositionalEncoding(cfg.d_model, cfg.context_length)
         elif cfg.positional == "learned":
-            self.pos = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model)
+            self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model)
         else:
             raise ValueError(f"TransformerConfig.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder, self.decoder = Encoder(cfg), Decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+        self.head = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
         if cfg.share_embeddings:
-            self.generator.weight = self.tgt_embed.weight            # three-way weight tying
+            self.head.weight = self.tgt_embed.weight            # three-way weight tying
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -132,7 +138,7 @@ class Transformer(nn.Module):
     def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0) -> torch.Tensor:
         if offset + tokens.shape[1] > self.cfg.context_length:
             raise ValueError(f"Transformer: sequence of {offset + tokens.shape[1]} tokens exceeds context_length={self.cfg.context_length}")
-        return self.drop(self.pos(table(tokens) * math.sqrt(self.cfg.d_model), offset))
+        return self.drop(self.pos_embed(table(tokens) * math.sqrt(self.cfg.d_model), offset))
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S) (True = real token)."""
@@ -146,7 +152,7 @@ class Transformer(nn.Module):
         check_tokens(tgt, "tgt")
         offset = cache[0][0].length if cache is not None else 0
         h = self.decoder(self.embed(tgt, self.tgt_embed, offset), memory, src_mask, cache)
-        return self.generator(h)
+        return self.head(h)
 
     def new_cache(self, max_len: int | None = None) -> list[tuple[KVCache, KVCache]]:
         """One (self-attention, cross-attention) cache pair per decoder layer."""

@@ -10,7 +10,7 @@ matrix, one matmul per patch); `patchify` shows the flattening explicitly.
 
 `ViT.from_hf_vit` loads weights named as in Hugging Face's `ViTModel` / `ViTForImageClassification`
 (both the classic `encoder.layer.N.attention.attention.query` names and the newer `layers.N.attention.q_proj`).
-The same class, with `pre_norm=True`, `patch_bias=False`, quick-GELU and eps 1e-5, is CLIP's image tower.
+The same class, with `embed_norm=True`, `patch_bias=False`, quick-GELU and eps 1e-5, is CLIP's image tower.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from ..utils.checks import check_float, check_rank
 from ..attention import capture_attention
-from ..blocks import TransformerBlock
+from ..blocks import BlockConfig, TransformerBlock
 
 
 @dataclass
@@ -38,8 +38,13 @@ class ViTConfig:
     activation: str = "gelu"           # "quick_gelu" for CLIP
     eps: float = 1e-12                 # LayerNorm epsilon (Hugging Face ViT: 1e-12, CLIP: 1e-5)
     pool: str = "cls"                  # "cls": head reads the class token (ViT); "mean": average of all tokens
-    pre_norm: bool = False             # LayerNorm right after the embeddings (CLIP's `pre_layrnorm`)
+    embed_norm: bool = False           # a LayerNorm on the embeddings, before the blocks (CLIP's `pre_layrnorm`)
     patch_bias: bool = True            # bias in the patch projection (CLIP: False)
+
+    def block(self) -> BlockConfig:
+        """Every layer's config: pre-LN, this model's sizes."""
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
+                           norm_first=True, activation=self.activation, eps=self.eps)
 
     @property
     def grid(self) -> int:
@@ -93,11 +98,9 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         self.pos_embed = nn.Parameter(torch.zeros(1, cfg.n_patches + 1, cfg.d_model))   # learned positions
         self.drop = nn.Dropout(cfg.dropout)
-        self.ln_pre = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if cfg.pre_norm else nn.Identity()
-        self.blocks = nn.ModuleList(
-            TransformerBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=True,
-                         activation=cfg.activation, eps=cfg.eps) for _ in range(cfg.n_layers))
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
+        self.embed_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if cfg.embed_norm else nn.Identity()
+        self.blocks = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.n_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
         self.head = nn.Linear(cfg.d_model, cfg.n_classes) if cfg.n_classes else None
         self.apply(self._init)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
@@ -123,14 +126,14 @@ class ViT(nn.Module):
         x = self.patch_embed(images)                                # (B, N, d)
         cls = self.cls_token.expand(x.shape[0], -1, -1)             # (B, 1, d)
         x = torch.cat([cls, x], dim=1) + self.pos_embed             # (B, N+1, d)
-        return self.ln_pre(self.drop(x))
+        return self.embed_norm(self.drop(x))
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, N+1, d) after the final LayerNorm (Hugging Face's `last_hidden_state`)."""
         x = self.embed(images)
         for block in self.blocks:
             x = block(x)
-        return self.norm(x)
+        return self.final_norm(x)
 
     def pool(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, N+1, d) -> (B, d): the class token, or the mean over all tokens."""
@@ -174,7 +177,7 @@ class ViT(nn.Module):
         ours = {"cls_token": sd["embeddings.cls_token"], "pos_embed": sd["embeddings.position_embeddings"],
                 "patch_embed.proj.weight": sd["embeddings.patch_embeddings.projection.weight"],
                 "patch_embed.proj.bias": sd["embeddings.patch_embeddings.projection.bias"],
-                "norm.weight": sd["layernorm.weight"], "norm.bias": sd["layernorm.bias"]}
+                "final_norm.weight": sd["layernorm.weight"], "final_norm.bias": sd["layernorm.bias"]}
         if head:
             ours["head.weight"], ours["head.bias"] = sd["classifier.weight"], sd["classifier.bias"]
         new_names = any(k.startswith("layers.") for k in sd)

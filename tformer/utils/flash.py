@@ -26,6 +26,7 @@ import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, grad_scaler, peak_flops
+from ..moe import collect_aux_loss
 from ..training.losses import causal_lm_loss
 from .timing import profiled, time_fn
 
@@ -111,7 +112,7 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
         with autocast:
             logits = step_model(x)
             loss = causal_lm_loss(logits.float(), targets=y)
-            loss = loss + getattr(model, "aux_loss", 0.0)
+            loss = loss + collect_aux_loss(model)                      # the MoE layers' losses (0 if none)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()

@@ -145,7 +145,7 @@ register(Exercise(
 def _enc_case(name, seed, b, t, h, hd, random=False) -> Case:
     g = torch.Generator().manual_seed(seed)
     d = h * hd
-    layer = blocks.TransformerBlock(d, h, 4 * d, dropout=0.0, norm_first=False)
+    layer = blocks.TransformerBlock(blocks.BlockConfig(d_model=d, n_heads=h, d_ff=4 * d, dropout=0.0, norm_first=False))
     with torch.no_grad():
         for p in layer.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.1 if p.dim() == 1 else p.shape[-1] ** -0.5))
@@ -164,9 +164,11 @@ def _enc_random_case(seed: int) -> Case:
 
 
 def encoder_layer_reference(x, params, n_heads):
-    """tformer.TransformerBlock(norm_first=False) loaded with `params` (its state_dict)."""
+    """tformer.TransformerBlock(BlockConfig(norm_first=False)) loaded with `params` (its state_dict)."""
     d = x.shape[-1]
-    layer = blocks.TransformerBlock(d, n_heads, params["ffn.fc1.weight"].shape[0], dropout=0.0, norm_first=False)
+    cfg = blocks.BlockConfig(d_model=d, n_heads=n_heads, d_ff=params["ffn.fc1.weight"].shape[0], dropout=0.0,
+                             norm_first=False)
+    layer = blocks.TransformerBlock(cfg)
     layer.load_state_dict(params)
     return layer.eval()(x)
 
