@@ -35,6 +35,8 @@ TRANSLATED = LOCALE / "translated.txt"
 ZH_NOTEBOOKS = ROOT / "notebooks" / "zh"
 GRADING_PO = ROOT / "tformer" / "grading" / "locale" / LANG / "LC_MESSAGES" / "tformer.po"
 GRADING_SOURCES = [ROOT / "tformer" / "grading" / "core.py"]
+LANDING = ROOT / "book" / "index.md"
+GLOSSARY_TOCTREE = "```{toctree}\n:caption: 参考\n:maxdepth: 1\n\nglossary\n```"
 NB_LANGUAGE = "zh-CN"          # the notebook metadata's `language` (BCP 47), read by the checker
 
 HEADER = {
@@ -62,6 +64,36 @@ def markdown_cells(src: Path) -> list[tuple[int, str]]:
     from tools.notebooks import build_notebook
     nb = build_notebook(src, solutions=False)
     return [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "markdown"]
+
+
+def landing_blocks() -> list[tuple[bool, str]]:
+    """book/index.md as blocks separated by blank lines: (is prose, text). Directives (```{...}```) are kept
+    as they are; every other block (the title, a paragraph) is a message of locale/.../index.po."""
+    blocks, current, fenced = [], [], False
+    for line in LANDING.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced if line.strip() == "```" or not fenced else fenced
+        if not line.strip() and not fenced:
+            if current:
+                blocks.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    return [(not b.startswith("```"), b) for b in blocks]
+
+
+def landing_page_zh() -> str:
+    """The Chinese landing page: book/index.md with its prose from index.po (English where missing), and
+    the glossary in its own table of contents after the chapters'."""
+    zh = translations("index") if (PO_DIR / "index.po").exists() else {}
+    out = []
+    for prose, block in landing_blocks():
+        out.append(zh.get(block, block) if prose else block)
+        if block.startswith("```{toctree}") and "chapters/" in block:
+            out.append(GLOSSARY_TOCTREE)
+    return "\n\n".join(out) + "\n"
 
 
 def grading_messages() -> list[tuple[str, str]]:
@@ -148,6 +180,8 @@ def update() -> None:
         rel = src.relative_to(ROOT).as_posix()
         c = merge(path, [(text, f"{rel}:cell {i}") for i, text in markdown_cells(src)])
         print(f"{path.relative_to(ROOT)}: {c}")
+    c = merge(PO_DIR / "index.po", [(b, f"book/index.md:block {i}") for i, (prose, b) in enumerate(landing_blocks()) if prose])
+    print(f"{(PO_DIR / 'index.po').relative_to(ROOT)}: {c}")
     c = merge(GRADING_PO, grading_messages())
     print(f"{GRADING_PO.relative_to(ROOT)}: {c}")
 
@@ -155,18 +189,19 @@ def update() -> None:
 def problems(src: Path, po_path: Path | None = None) -> list[str]:
     """What keeps a chapter from counting as translated: messages untranslated, fuzzy, or stale."""
     import polib
-    po_path = po_path or PO_DIR / f"{src.stem}.po"
+    po_path = po_path or PO_DIR / f"{'index' if src == LANDING else src.stem}.po"
     if not po_path.exists():
         return [f"{po_path.name}: no catalog (run `python -m tools.i18n update`)"]
     po = polib.pofile(str(po_path))
     by_id = {e.msgid: e for e in po if not e.obsolete}
     out = []
-    wanted = [t for _, t in markdown_cells(src)]
+    wanted = ([b for prose, b in landing_blocks() if prose] if src == LANDING
+              else [t for _, t in markdown_cells(src)])
     for i, text in enumerate(wanted):
         e = by_id.get(text)
         head = text.strip().splitlines()[0][:60] if text.strip() else ""
         if e is None:
-            out.append(f"{po_path.name}: markdown cell {head!r} has no entry (run `python -m tools.i18n update`)")
+            out.append(f"{po_path.name}: message {head!r} has no entry (run `python -m tools.i18n update`)")
         elif "fuzzy" in e.flags:
             out.append(f"{po_path.name}: fuzzy (English changed, translation not updated): {head!r}")
         elif not e.msgstr.strip():
@@ -246,6 +281,7 @@ def check() -> list[str]:
         dst = ZH_NOTEBOOKS / f"{stem}.ipynb"
         if not dst.exists() or dst.read_text() != render_zh(src):
             bad.append(f"notebooks/zh/{stem}.ipynb is out of date (run `python -m tools.i18n build`)")
+    bad += problems(LANDING)
     if not compile_grading(check_only=True):
         bad.append("tformer/grading/locale/.../tformer.mo is out of date (run `python -m tools.i18n build`)")
     return bad

@@ -84,6 +84,8 @@ def main(argv: list[str]) -> int:
 
     grading.check = core.check = collect
     nb = nbformat.read(argv[0], as_version=4)
+    if not os.environ.get("TFORMER_LANG") and nb.metadata.get("language"):   # notebooks/zh: zh-CN
+        os.environ["TFORMER_LANG"] = str(nb.metadata["language"])       # the learner's messages in it
     shell = InteractiveShell.instance()
     errors = []
     cells = [c for c in nb.cells if c.cell_type == "code"]
