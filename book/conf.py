@@ -53,7 +53,7 @@ source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
-html_css_files = ["book.css"]
+html_css_files = ["book.css", "i18n.css"]
 html_copy_source = True                # the download button offers the learner notebook (.ipynb)
 html_show_sourcelink = False
 html_show_search_summary = False     # summaries fetch() each page: blocked from file://

@@ -171,6 +171,11 @@ def temp_exercise():
         REGISTRY.pop(n, None)
 
 
+def _softmax(x):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
 def _one(x):
     return [Case("one", (x,))]
 
@@ -186,7 +191,7 @@ def test_every_checker_message_has_a_chinese_text():
 
 
 def test_zh_passed(zh, capsys):
-    r = check("ch01.softmax", lambda x: torch.softmax(x, dim=-1))
+    r = check("ch01.softmax", lambda x: _softmax(x))
     assert r.passed and "全部" in r.message and "个用例通过" in r.message
     assert "[通过] ch01.softmax" in capsys.readouterr().out
 
@@ -199,9 +204,9 @@ def test_zh_not_attempted(zh):
 
 
 def test_zh_wrong_shape_with_smallest_case_and_hint(zh):
-    r = check("ch01.softmax", lambda x: torch.softmax(x, dim=-1)[..., :1])
+    r = check("ch01.softmax", lambda x: _softmax(x)[..., :1])
     assert r.status == "failed" and r.message.startswith("未通过：") and "最小的失败用例" in r.message
-    assert re.search(r"形状应为 \(\d+(, \d+)*\)，实际为 \(\d+(, \d+)*\)", r.message), r.message
+    assert re.search(r"形状应为 \([\d, ]*\)，实际为 \([\d, ]*\)", r.message), r.message
     assert "提示：先减去每行的最大值" in r.message and "dim=-1" in r.message
 
 
@@ -209,12 +214,12 @@ def test_zh_largest_difference_and_named_mistake(zh):
     r = check("ch01.softmax", lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True))
     assert r.status == "failed", r.message
     assert "常见错误" in r.message and "没有减去最大值" in r.message, r.message
-    r = check("ch01.softmax", lambda x: torch.softmax(x, dim=-1) * 1.01)
+    r = check("ch01.softmax", lambda x: _softmax(x) * 1.01)
     assert "但数值不同：最大差值" in r.message and "应为" in r.message and "相对误差" in r.message, r.message
 
 
 def test_zh_dtype(zh):
-    r = check("ch01.softmax", lambda x: torch.softmax(x, dim=-1).double())
+    r = check("ch01.softmax", lambda x: _softmax(x).double())
     assert "dtype 应为 torch.float32，实际为 torch.float64" in r.message, r.message
 
 

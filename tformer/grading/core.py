@@ -498,7 +498,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
         if problem is not None:
             failures.append((_size(case), i, case, problem))
     if failures:
-        _, _, case, problem = min(failures, key=lambda f: (f[0], f[1]))
+        case, problem = min(failures, key=lambda f: (f[0], f[1]))[2:]
         msg = _("FAILED {failed} of {total} cases. Smallest failing case {case}: {problem}.").format(
             failed=len(failures), total=n_done, case=_where(case), problem=problem)
         mistakes = _named_mistakes(ex, cases, outcome.outputs)
