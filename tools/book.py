@@ -197,6 +197,8 @@ def stage_landing_zh() -> None:
 def stage_readme(readme: Path = ROOT / "README.md", stage: Path = STAGE) -> None:
     """README.md -> _readme/intro.md (before the first section) and sections.md (the rest)."""
     text = readme.read_text()
+    text = "\n".join(l for l in text.split("\n")            # the line linking the other language's README
+                     if not re.fullmatch(r"\[[^\]]*\]\((README\.md|README\.zh-CN\.md)\)", l.strip()))
     body = text.split("\n", 1)[1] if text.startswith("# ") else text
     intro, _, rest = body.partition("\n## ")
     _write(stage / "_readme" / "intro.md", intro.strip() + "\n")

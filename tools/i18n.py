@@ -155,7 +155,7 @@ def landing_page_zh() -> str:
     zh = translations("index") if (PO_DIR / "index.po").exists() else {}
     out = []
     for prose, block in landing_blocks():
-        out.append(zh.get(block, block) if prose else block)
+        out.append(zh.get(block, block) if prose else block.replace(":caption: Chapters", ":caption: 章节"))
         if block.startswith("```{toctree}") and "chapters/" in block:
             out.append(GLOSSARY_TOCTREE)
     return "\n\n".join(out) + "\n"
