@@ -3,7 +3,7 @@
 #              (as root it adds --allow-root; server options go in LAB_ARGS, e.g.
 #               make lab LAB_ARGS="--ip=0.0.0.0 --no-browser --port=8888")
 #   make test  create .venv if missing, install, run every test (package, graders, notebooks, website)
-#   make book  build the course website into build/book/ (open build/book/index.html)
+#   make book  build the course website into build/book/ (open build/book/index.html; Chinese: build/book/zh/)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -64,6 +64,15 @@ browser:
 	  || echo "could not install chromium: the browser test will skip"; \
 	else \
 	  echo "no chromium and not root: the browser test will skip (sudo apt-get install chromium)"; \
+	fi
+	@if fc-list 2>/dev/null | grep -qi "CJK"; then \
+	  echo "CJK font found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing a CJK font for the Chinese pages (apt-get install fonts-noto-cjk)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-noto-cjk >/dev/null; } \
+	  || echo "could not install fonts-noto-cjk: the Chinese pages' font check will skip"; \
+	else \
+	  echo "no CJK font and not root: the Chinese pages' font check will skip (sudo apt-get install fonts-noto-cjk)"; \
 	fi
 
 # The course website: chapters executed in small mode (learner form), cached in build/book_cache.
