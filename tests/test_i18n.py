@@ -308,3 +308,36 @@ def test_contributing_says_english_prose_changes_fail_until_translated():
     text = (ROOT / "CONTRIBUTING.md").read_text()
     assert "python -m tools.i18n update" in text and "python -m tools.i18n build" in text
     assert "locale/translated.txt" in text
+
+
+# ---- the Chinese site reuses the English executions ----
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_the_chinese_site_hashes_like_the_english_one(stem, tmp_path, monkeypatch):
+    """jupyter-cache keys an execution by the code cells (source and metadata) and the kernelspec: the staged
+    Chinese chapter must give the English one's key, so `make book` serves both from one execution."""
+    from jupyter_cache import get_cache
+    from tools import book
+    monkeypatch.setattr(book, "STAGE", tmp_path / "en")
+    monkeypatch.setattr(book, "STAGE_ZH", tmp_path / "zh")
+    book.stage_chapters([stem])
+    book.stage_chapters_zh([stem])
+    cache = get_cache(str(tmp_path / "cache"))
+    en = nbformat.read(tmp_path / "en" / "chapters" / f"{stem}.ipynb", as_version=4)
+    zh = nbformat.read(tmp_path / "zh" / "chapters" / f"{stem}.ipynb", as_version=4)
+    assert cache.create_hashed_notebook(en)[1] == cache.create_hashed_notebook(zh)[1]
+    assert any(CJK.search(c.source) for c in zh.cells if c.cell_type == "markdown")
+
+
+def test_readme_messages_translated_where_the_chinese_readme_carries_them_in_full():
+    """Every message before the Results section (intro, quick start, grading, chapter map) is translated and
+    not fuzzy; a Results row not yet translated is shown in English (its numbers are then the English ones)."""
+    zh = i18n.translations("README")
+    text = i18n.README.read_text().split("\n## Results", 1)[0]
+    missing = [m[:60] for m in i18n.readme_messages() if m in text and m not in zh]
+    assert not missing, missing
+    for e in polib.pofile(str(i18n.PO_DIR / "README.po")):
+        if e.msgstr and not e.obsolete:
+            assert "fuzzy" not in e.flags, e.msgid[:60]
+            lost = set(NUMBER.findall(e.msgid)) - set(NUMBER.findall(e.msgstr))
+            assert not lost, (sorted(lost), e.msgid[:60])
