@@ -341,3 +341,21 @@ def test_readme_messages_translated_where_the_chinese_readme_carries_them_in_ful
             assert "fuzzy" not in e.flags, e.msgid[:60]
             lost = set(NUMBER.findall(e.msgid)) - set(NUMBER.findall(e.msgstr))
             assert not lost, (sorted(lost), e.msgid[:60])
+
+
+def test_tformer_grade_passes_the_language_to_its_worker(tmp_path, capsys, monkeypatch):
+    """TFORMER_LANG=zh tformer grade: the worker's text (the error its notebook's function raised) and the
+    grader's (the verdict around it) are both Chinese; numbers and names unchanged."""
+    from tformer.cli import main
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import torch\nfrom tformer.grading import check\n"
+        "def sm(x):\n    return x / 0 if x.numel() > 10**9 else {}['missing']\ncheck('ch01.softmax', sm)")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                  "language": "zh-CN"})
+    nbformat.write(nb, tmp_path / "01_zh.ipynb")
+    monkeypatch.setenv("TFORMER_LANG", "zh")
+    out = tmp_path / "report.json"
+    main(["grade", str(tmp_path), "--json", str(out), "--timeout", "120"])
+    row = next(r for r in json.loads(out.read_text())["notebooks"][0]["exercises"] if r["exercise"] == "ch01.softmax")
+    assert row["status"] == "error" and "抛出了 KeyError: 'missing'" in row["message"], row["message"]
+    assert "你的函数在用例" in row["message"] and "你的代码第 4 行" in row["message"], row["message"]
