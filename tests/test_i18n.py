@@ -338,7 +338,7 @@ def test_readme_messages_translated_where_the_chinese_readme_carries_them_in_ful
     assert not missing, missing
     for e in polib.pofile(str(i18n.PO_DIR / "README.po")):
         if e.msgstr and not e.obsolete:
-            assert "fuzzy" not in e.flags, e.msgid[:60]
+            assert "fuzzy" not in e.flags or e.msgid not in text, e.msgid[:60]   # a fuzzy Results row: English
             lost = set(NUMBER.findall(e.msgid)) - set(NUMBER.findall(e.msgstr))
             assert not lost, (sorted(lost), e.msgid[:60])
 

@@ -1,15 +1,18 @@
 """The Chinese edition, built from the English sources and gettext catalogs.
 
 One segmentation for everything: a message per markdown cell of the jupytext sources
-(`notebooks/src/NN_slug.py` -> `locale/zh_CN/LC_MESSAGES/NN_slug.po`). Code cells are never
-translated or copied: the Chinese notebooks take them from the same sources, so both editions run the
-same code. The checker's messages live in their own catalog (`tformer/grading/locale/`, shipped
-with the package); `update` extracts them from tformer/grading/core.py's `_("...")` calls.
+(`notebooks/src/NN_slug.py` -> `locale/zh_CN/LC_MESSAGES/NN_slug.po`), per block of the landing page
+(`book/index.md` -> `index.po`) and per heading, paragraph, list item, table row or fenced block of the
+README (`README.md` -> `README.po` -> `README.zh-CN.md`). Code cells are never translated or copied: the
+Chinese notebooks take them from the same sources, so both editions run the same code. The checker's
+messages live in their own catalog (`tformer/grading/locale/`, shipped with the package, compiled to
+.mo); `update` extracts them from tformer/grading/core.py's `_("...")` / `N_("...")` calls, plus the hints
+and named mistakes of the translated chapters' exercises.
 
     python -m tools.i18n update     # extract the catalogs from the English sources: a changed cell keeps
                                     # its old translation marked fuzzy; a deleted one becomes obsolete (#~)
-    python -m tools.i18n build      # notebooks/zh/NN_slug.ipynb for the translated chapters, and the
-                                    # checker's compiled catalog (.mo)
+    python -m tools.i18n build      # notebooks/zh/NN_slug.ipynb for the translated chapters, README.zh-CN.md
+                                    # and the checker's compiled catalog (.mo)
     python -m tools.i18n check      # exit 1 if a translated chapter has an untranslated, fuzzy or stale
                                     # message, or notebooks/zh/ or the .mo is out of date
     python -m tools.i18n stats      # messages translated / fuzzy / untranslated per catalog
@@ -306,13 +309,9 @@ def render_zh(src: Path) -> str:
 
 def compile_grading(check_only: bool = False) -> bool:
     """tformer.po -> tformer.mo beside it; True if the .mo was (or, with check_only, is) up to date."""
-    import io
     import polib
-    po = polib.pofile(str(GRADING_PO))
     mo = GRADING_PO.with_suffix(".mo")
-    tmp = io.BytesIO()
-    data = po.to_binary()
-    tmp.write(data)
+    data = polib.pofile(str(GRADING_PO)).to_binary()
     same = mo.exists() and mo.read_bytes() == data
     if not check_only and not same:
         mo.write_bytes(data)

@@ -108,7 +108,9 @@ def link_literals(app, doctree, fromdocname):
 
 
 def _other_docs(app) -> set[str]:
-    if not hasattr(app.env, "_tformer_other_docs"):
+    """The other language's pages (its staged sources), computed once per run (kept on the app: the
+    environment is pickled between builds and would keep an old list)."""
+    if not hasattr(app, "_tformer_other_docs"):
         root = Path(app.config.tformer_other_stage) if app.config.tformer_other_stage else None
         docs = set()
         if root and root.is_dir():
@@ -116,8 +118,18 @@ def _other_docs(app) -> set[str]:
                 rel = f.relative_to(root)
                 if f.suffix in (".md", ".ipynb") and not rel.parts[0].startswith("_"):
                     docs.add(rel.with_suffix("").as_posix())
-        app.env._tformer_other_docs = docs
-    return app.env._tformer_other_docs
+        app._tformer_other_docs = docs
+    return app._tformer_other_docs
+
+
+def relink_when_the_other_site_changes(app, env, added, changed, removed):
+    """Rewrite every page when the other language's set of pages changed since the last build (a page's link
+    goes to its counterpart or, if there is none, to the landing page); otherwise nothing extra."""
+    docs = sorted(_other_docs(app))
+    if getattr(env, "tformer_other_docs_seen", None) == docs:
+        return []
+    env.tformer_other_docs_seen = docs
+    return sorted(env.found_docs - set(added) - set(changed) - set(removed))
 
 
 def language_link(app, pagename, templatename, context, doctree):
@@ -145,10 +157,10 @@ def _key(text: str) -> str:
 def translate_captions(app, doctree):
     if app.config.tformer_lang != "zh":
         return
-    if not hasattr(app.env, "_tformer_captions"):
+    if not hasattr(app, "_tformer_captions"):
         path = Path(app.srcdir) / "_captions.json"
-        app.env._tformer_captions = json.loads(path.read_text()) if path.exists() else {}
-    pairs = app.env._tformer_captions.get(app.env.docname)
+        app._tformer_captions = json.loads(path.read_text()) if path.exists() else {}
+    pairs = app._tformer_captions.get(app.env.docname)
     if not pairs:
         return
     for cap in list(doctree.findall(nodes.caption)):
@@ -173,4 +185,5 @@ def setup(app):
     app.connect("doctree-read", translate_captions)
     app.connect("doctree-resolved", link_literals)
     app.connect("html-page-context", language_link)
+    app.connect("env-get-outdated", relink_when_the_other_site_changes)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
