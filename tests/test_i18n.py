@@ -340,7 +340,7 @@ def test_readme_messages_translated_where_the_chinese_readme_carries_them_in_ful
         if e.msgstr and not e.obsolete:
             assert "fuzzy" not in e.flags or e.msgid not in text, e.msgid[:60]   # a fuzzy Results row: English
             lost = set(NUMBER.findall(e.msgid)) - set(NUMBER.findall(e.msgstr))
-            assert not lost, (sorted(lost), e.msgid[:60])
+            assert not lost or "fuzzy" in e.flags, (sorted(lost), e.msgid[:60])
 
 
 def test_tformer_grade_passes_the_language_to_its_worker(tmp_path, capsys, monkeypatch):

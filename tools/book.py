@@ -199,6 +199,7 @@ def stage_readme(readme: Path = ROOT / "README.md", stage: Path = STAGE) -> None
     text = readme.read_text()
     text = "\n".join(l for l in text.split("\n")            # the line linking the other language's README
                      if not re.fullmatch(r"\[[^\]]*\]\((README\.md|README\.zh-CN\.md)\)", l.strip()))
+    text = re.sub(r"\[([^\]]*)\]\((?:README\.md|README\.zh-CN\.md)\)", r"\1", text)   # the site links pages itself
     body = text.split("\n", 1)[1] if text.startswith("# ") else text
     intro, _, rest = body.partition("\n## ")
     _write(stage / "_readme" / "intro.md", intro.strip() + "\n")

@@ -177,7 +177,20 @@ def translate_captions(app, doctree):
                 cap += nodes.Text(part)
 
 
+def _chinese_search_with_its_stemmer() -> None:
+    """Sphinx's Chinese search stems Latin words with the English stemmer but names it `ChineseStemmer` in
+    language_data.js (a page error: "ChineseStemmer is not defined"); give the class the stemmer's name."""
+    from sphinx import search
+    from sphinx.search.zh import SearchChinese
+
+    class Chinese(SearchChinese):
+        language_name = "English"           # only names the JS stemmer class: english-stemmer.js's EnglishStemmer
+
+    search.languages["zh"] = Chinese
+
+
 def setup(app):
+    _chinese_search_with_its_stemmer()
     app.add_config_value("tformer_lang", "en", "html")
     app.add_config_value("tformer_other_stage", "", "html")
     app.add_config_value("tformer_other_url", "", "html")
