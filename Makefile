@@ -65,7 +65,7 @@ browser:
 	else \
 	  echo "no chromium and not root: the browser test will skip (sudo apt-get install chromium)"; \
 	fi
-	@if fc-list 2>/dev/null | grep -qi "CJK"; then \
+	@if fc-list :lang=zh 2>/dev/null | grep -q .; then \
 	  echo "CJK font found"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing a CJK font for the Chinese pages (apt-get install fonts-noto-cjk)"; \
@@ -75,8 +75,10 @@ browser:
 	  echo "no CJK font and not root: the Chinese pages' font check will skip (sudo apt-get install fonts-noto-cjk)"; \
 	fi
 
-# The course website: chapters executed in small mode (learner form), cached in build/book_cache.
+# The course website: chapters executed in small mode (learner form), cached in build/book_cache; the Chinese
+# site (build/book/zh/) reuses those executions; notebooks/zh/ and README.zh-CN.md are regenerated first.
 book: install
+	$(PY) -m tools.i18n build
 	$(PY) -m tools.book
 
 # Builds the website, then runs the package tests, the grader tests, every notebook (both forms) in small
