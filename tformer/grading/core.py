@@ -63,7 +63,9 @@ def language() -> str:
     JPY_SESSION_NAME; the grading worker sets TFORMER_LANG from the notebook it runs)."""
     lang = os.environ.get("TFORMER_LANG", "")
     if not lang:
-        nb = os.environ.get("JPY_SESSION_NAME", "")
+        nb = os.environ.get("JPY_SESSION_NAME", "")       # the notebook's path (an older server: its URL path,
+        if nb.endswith(".ipynb") and not os.path.exists(nb):   # and the kernel runs in the notebook's folder)
+            nb = os.path.basename(nb)
         lang = _notebook_language(nb) if nb.endswith(".ipynb") else ""
     return "zh" if lang.lower().replace("-", "_").startswith("zh") else "en"
 
