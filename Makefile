@@ -3,7 +3,7 @@
 #              (as root it adds --allow-root; server options go in LAB_ARGS, e.g.
 #               make lab LAB_ARGS="--ip=0.0.0.0 --no-browser --port=8888")
 #   make test  create .venv if missing, install, run every test (package, graders, notebooks, website)
-#   make book  build the course website into build/book/ (open build/book/index.html)
+#   make book  build the course website into build/book/ (open build/book/index.html; Chinese: build/book/zh/)
 #   make constraints  upgrade within pyproject.toml's ranges, record the versions in
 #              requirements/constraints.txt, run the tests (commit the file if they pass)
 #
@@ -83,9 +83,20 @@ browser:
 	else \
 	  echo "no chromium and not root: the browser test will skip (sudo apt-get install chromium)"; \
 	fi
+	@if fc-list :lang=zh 2>/dev/null | grep -q .; then \
+	  echo "CJK font found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing a CJK font for the Chinese pages (apt-get install fonts-noto-cjk)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-noto-cjk >/dev/null; } \
+	  || echo "could not install fonts-noto-cjk: the Chinese pages' font check will skip"; \
+	else \
+	  echo "no CJK font and not root: the Chinese pages' font check will skip (sudo apt-get install fonts-noto-cjk)"; \
+	fi
 
-# The course website: chapters executed in small mode (learner form), cached in build/book_cache.
+# The course website: chapters executed in small mode (learner form), cached in build/book_cache; the Chinese
+# site (build/book/zh/) reuses those executions; notebooks/zh/ and README.zh-CN.md are regenerated first.
 book: install
+	$(PY) -m tools.i18n build
 	$(PY) -m tools.book
 
 # Builds the website, then runs the package tests, the grader tests, every notebook (both forms) in small

@@ -5,6 +5,8 @@ and the tformer sources into build/book_src/, then runs Sphinx on it. MyST-NB ex
 small mode with the exercise stubs in place (TFORMER_GRADE=blank: every check cell reports, nothing
 raises) and caches the executed notebook with jupyter-cache, so an unchanged chapter is not run again.
 Everything the pages load is in the site: MathJax is bundled, no widget or font comes from a CDN.
+The same configuration builds the Chinese site (TFORMER_BOOK_LANG=zh, from build/book_src_zh/): Sphinx's
+Chinese labels and its Chinese search (words split by jieba); the executions come from the same cache.
 """
 import os
 import sys
@@ -51,7 +53,7 @@ source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
-html_css_files = ["book.css"]
+html_css_files = ["book.css", "i18n.css"]
 html_copy_source = True                # the download button offers the learner notebook (.ipynb)
 html_show_sourcelink = False
 html_show_search_summary = False     # summaries fetch() each page: blocked from file://
@@ -69,3 +71,16 @@ html_theme_options = {
     "search_bar_text": "Search the course...",
 }
 html_context = {"default_mode": "light"}
+
+# The other language (tools/book.py sets these): every page links to the same page there.
+tformer_lang = os.environ.get("TFORMER_BOOK_LANG", "en")
+tformer_other_stage = os.environ.get("TFORMER_BOOK_OTHER", "")
+tformer_other_url = os.environ.get("TFORMER_BOOK_OTHER_URL", "")
+if tformer_lang == "zh":
+    language = "zh_CN"
+    html_search_language = "zh"           # sphinx.search.zh: jieba splits the words
+    html_title = "tformer：讲清、实现并验证 Transformer"
+    html_theme_options["search_bar_text"] = "搜索课程……"
+    # a chapter the English build could not execute is shown without outputs, never executed a second time
+    nb_execution_excludepatterns += [f"chapters/{c}.ipynb" for c in
+                                     os.environ.get("TFORMER_BOOK_NO_EXECUTE", "").split(",") if c]

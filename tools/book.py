@@ -10,9 +10,18 @@
    build/book_cache/<hash of tformer/'s sources>: a rebuild with unchanged chapters and package
    runs no notebook, and pytest skips a learner notebook whose exact code ran there without error
    (conftest.py).
+4. The Chinese site, build/book/zh/, from build/book_src_zh/: the same chapters with the prose of the
+   catalogs (tools/i18n.py; a chapter not yet translated is shown in English with a note), the landing
+   page from README.zh-CN.md, and a glossary. Its code cells are the English ones, figure metadata
+   included, so jupyter-cache serves the English build's executions: no notebook runs a second time
+   (a chapter that has no execution in the cache is shown without outputs, never executed here). The
+   figure captions are translated in the page (book/_ext/tformer_book.py). Every page links to the
+   same page in the other language.
 
-    python -m tools.book                 # build (incremental)
+    python -m tools.book                 # build both sites (incremental)
     python -m tools.book --clean         # from scratch: no cache, no Sphinx environment
+    python -m tools.book --lang zh       # the Chinese site only (after an English build)
+    python -m tools.book --chapters 01_attention,02_self_attention    # only these chapters (a quick check)
 """
 from __future__ import annotations
 
@@ -32,6 +41,10 @@ BUILD = ROOT / "build"
 STAGE = BUILD / "book_src"
 OUT = BUILD / "book"
 DOCTREES = BUILD / "book_doctrees"
+STAGE_ZH = BUILD / "book_src_zh"
+OUT_ZH = OUT / "zh"
+DOCTREES_ZH = BUILD / "book_doctrees_zh"
+UNTRANSLATED_NOTE = "*本章尚未翻译，以下为英文原文（代码与英文版相同）。*"
 CACHES = BUILD / "book_cache"
 PLOT = re.compile(r"\bplt\.|\bplot_\w+\(|\bshow_\w+\(|\.imshow\(|\bfig\b|\bplot\.|heatmap|subplots")
 CAPTION = re.compile(r"^\s*#\s*Figure:\s*(.+)$", re.M)
@@ -58,7 +71,7 @@ def _write(path: Path, text: str) -> None:
 
 def _first_sentence(markdown: str) -> str:
     text = " ".join(l.strip() for l in markdown.splitlines() if l.strip() and not l.lstrip().startswith(("#", "$$", "|")))
-    m = re.match(r"(.+?[.!?])(\s|$)", text)
+    m = re.match(r"(.+?(?:[.!?](?=\s|$)|[。！？]))", text)
     return (m.group(1) if m else text)[:300]
 
 
@@ -103,12 +116,17 @@ def add_captions(nb) -> None:
                 cell.metadata["mystnb"] = {"figure": {"caption": caption}}
 
 
-def stage_chapters() -> list[str]:
+def _sources(only: list[str] | None):
+    from tools.notebooks import sources
+    return [s for s in sources() if not only or s.stem in only]
+
+
+def stage_chapters(only: list[str] | None = None) -> list[str]:
     import nbformat
-    from tools.notebooks import build_notebook, sources
+    from tools.notebooks import build_notebook
 
     names = []
-    for src in sources():
+    for src in _sources(only):
         nb = build_notebook(src, solutions=False)
         add_captions(nb)
         _write(STAGE / "chapters" / f"{src.stem}.ipynb", nbformat.writes(nb) + "\n")
@@ -119,16 +137,76 @@ def stage_chapters() -> list[str]:
     return names
 
 
-def stage_readme() -> None:
+def caption_key(text: str) -> str:
+    """A caption as the page shows it, for matching: no markdown marks, no dollar signs, one space."""
+    return " ".join(re.sub(r"[`*$\\{}]", "", text).split())
+
+
+def stage_chapters_zh(only: list[str] | None = None) -> list[str]:
+    """The Chinese chapters: the English notebook's code cells (with their figure metadata, so the cache
+    matches), the catalog's prose; captions to translate in the page go to _captions.json."""
+    import copy
+    import json
+
+    import nbformat
+    from tools import i18n
+    from tools.notebooks import build_notebook
+
+    translated = set(i18n.translated_chapters())
+    names, captions = [], {}
+    for src in _sources(only):
+        en = build_notebook(src, solutions=False)
+        add_captions(en)
+        if src.stem in translated:
+            zh = i18n.build_zh_notebook(src)
+            for_captions = copy.deepcopy(zh)
+            add_captions(for_captions)
+            pairs = {}
+            for a, b, z in zip(en.cells, for_captions.cells, zh.cells):
+                if a.cell_type == "code":
+                    z.metadata = copy.deepcopy(a.metadata)        # identical code cells: the cache serves them
+                    ca = a.metadata.get("mystnb", {}).get("figure", {}).get("caption")
+                    cb = b.metadata.get("mystnb", {}).get("figure", {}).get("caption")
+                    if ca and cb:
+                        pairs[caption_key(ca)] = cb
+                elif a.cell_type == "markdown":
+                    z.source = separate_display_math(z.source)
+            captions[f"chapters/{src.stem}"] = pairs
+        else:
+            zh = en
+            zh.metadata["language"] = "en"
+            zh.cells.insert(1, nbformat.v4.new_markdown_cell(UNTRANSLATED_NOTE, id=f"{src.stem[:2]}-zh-note"))
+        _write(STAGE_ZH / "chapters" / f"{src.stem}.ipynb", nbformat.writes(zh) + "\n")
+        names.append(src.stem)
+    for old in (STAGE_ZH / "chapters").glob("*.ipynb"):
+        if old.stem not in names:
+            old.unlink()
+    _write(STAGE_ZH / "_captions.json", json.dumps(captions, ensure_ascii=False, indent=1) + "\n")
+    return names
+
+
+def stage_landing_zh() -> None:
+    """index.md from book/index.md with its prose from locale/zh_CN/LC_MESSAGES/index.po, the README's
+    parts from README.zh-CN.md, and the glossary."""
+    from tools import i18n
+    _write(STAGE_ZH / "index.md", i18n.landing_page_zh())
+    _write(STAGE_ZH / "glossary.md", (i18n.LOCALE / i18n.LANG / "glossary.md").read_text())
+    stage_readme(ROOT / "README.zh-CN.md", STAGE_ZH)
+
+
+def stage_readme(readme: Path = ROOT / "README.md", stage: Path = STAGE) -> None:
     """README.md -> _readme/intro.md (before the first section) and sections.md (the rest)."""
-    text = (ROOT / "README.md").read_text()
+    text = readme.read_text()
+    text = "\n".join(l for l in text.split("\n")            # the line linking the other language's README
+                     if not re.fullmatch(r"\[[^\]]*\]\((README\.md|README\.zh-CN\.md)\)", l.strip()))
+    text = re.sub(r"\[([^\]]*)\]\((?:README\.md|README\.zh-CN\.md)\)", r"\1", text)   # the site links pages itself
     body = text.split("\n", 1)[1] if text.startswith("# ") else text
     intro, _, rest = body.partition("\n## ")
-    _write(STAGE / "_readme" / "intro.md", intro.strip() + "\n")
-    _write(STAGE / "_readme" / "sections.md", ("## " + rest).strip() + "\n" if rest else "\n")
+    _write(stage / "_readme" / "intro.md", intro.strip() + "\n")
+    _write(stage / "_readme" / "sections.md", ("## " + rest).strip() + "\n" if rest else "\n")
 
 
-def stage_sources() -> None:
+def stage_sources(STAGE: Path = STAGE) -> None:
     keep = set()
     for py in sorted((ROOT / "tformer").rglob("*.py")):
         rel = py.relative_to(ROOT)
@@ -145,19 +223,36 @@ def stage_sources() -> None:
                 old.unlink()
 
 
-def stage() -> list[str]:
+def _stage_conf(stage: Path, skip: tuple[str, ...] = ()) -> None:
     for item in CONF.rglob("*"):
-        if item.is_file() and "__pycache__" not in item.parts:
-            dst = STAGE / item.relative_to(CONF)
+        if item.is_file() and "__pycache__" not in item.parts and item.relative_to(CONF).as_posix() not in skip:
+            dst = stage / item.relative_to(CONF)
             dst.parent.mkdir(parents=True, exist_ok=True)
             if not dst.exists() or dst.read_bytes() != item.read_bytes():
                 shutil.copyfile(item, dst)
+
+
+def stage(only: list[str] | None = None) -> list[str]:
+    _stage_conf(STAGE)
     stage_readme()
     stage_sources()
-    return stage_chapters()
+    return stage_chapters(only)
 
 
-def unexecuted(chapters: list[str], cache: Path) -> list[str]:
+def stage_zh(only: list[str] | None = None) -> list[str]:
+    _stage_conf(STAGE_ZH, skip=("index.md",))
+    stage_landing_zh()
+    stage_sources(STAGE_ZH)
+    return stage_chapters_zh(only)
+
+
+def sphinx(stage_dir: Path, out: Path, doctrees: Path, jobs: str, env: dict) -> int:
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-j", jobs, "-q", "--keep-going",
+           "-d", str(doctrees), str(stage_dir), str(out)]
+    return subprocess.call(cmd, env=env, cwd=ROOT)
+
+
+def unexecuted(chapters: list[str], cache: Path, stage_dir: Path = STAGE) -> list[str]:
     """Chapters whose code has no error-free execution in the cache (MyST-NB caches only those)."""
     import nbformat
     from jupyter_cache import get_cache
@@ -166,7 +261,7 @@ def unexecuted(chapters: list[str], cache: Path) -> list[str]:
     missing = []
     for name in chapters:
         try:
-            db.match_cache_notebook(nbformat.read(STAGE / "chapters" / f"{name}.ipynb", as_version=4))
+            db.match_cache_notebook(nbformat.read(stage_dir / "chapters" / f"{name}.ipynb", as_version=4))
         except KeyError:
             missing.append(name)
     return missing
@@ -176,28 +271,46 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.book", description=__doc__.split("\n\n")[0])
     p.add_argument("--clean", action="store_true", help="drop the site, Sphinx's environment and the cache")
     p.add_argument("-j", default="1", help="Sphinx parallel jobs (default 1: the chapters use the cores)")
+    p.add_argument("--lang", choices=["both", "en", "zh"], default="both",
+                   help="which site to build (zh reuses the English build's executions)")
+    p.add_argument("--chapters", default="", help="comma-separated chapter stems: build only these (a quick check)")
     args = p.parse_args(argv)
+    only = [c.strip() for c in args.chapters.split(",") if c.strip()] or None
     if args.clean:
-        for d in (STAGE, OUT, DOCTREES, CACHES):
+        for d in (STAGE, OUT, DOCTREES, CACHES, STAGE_ZH, DOCTREES_ZH):
             shutil.rmtree(d, ignore_errors=True)
     t0 = time.perf_counter()
-    chapters = stage()
+    chapters = stage(only)
+    chapters_zh = stage_zh(only) if args.lang != "en" else []
     cache = cache_dir()
     for old in CACHES.glob("*"):         # executions against an older package are never reused
         if old != cache:
             shutil.rmtree(old, ignore_errors=True)
     env = dict(os.environ, TFORMER_BOOK_CACHE=str(cache),
                PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-j", args.j, "-q", "--keep-going",
-           "-d", str(DOCTREES), str(STAGE), str(OUT)]
-    print(f"book: {len(chapters)} chapters, cache {cache.relative_to(ROOT)}", flush=True)
-    rc = subprocess.call(cmd, env=env, cwd=ROOT)
-    failed = unexecuted(chapters, cache)
-    if failed:   # shown on the site with their error; pytest reruns them (they are not in the cache)
-        print(f"book: {len(failed)} chapter(s) failed to execute: {', '.join(failed)}", flush=True)
-        rc = rc or 1
-    print(f"book: {'built' if rc == 0 else 'FAILED'} in {time.perf_counter() - t0:.0f} s -> "
-          f"{(OUT / 'index.html').relative_to(ROOT)}", flush=True)
+    rc = 0
+    if args.lang != "zh":
+        print(f"book: {len(chapters)} chapters, cache {cache.relative_to(ROOT)}", flush=True)
+        rc = sphinx(STAGE, OUT, DOCTREES, args.j,
+                    dict(env, TFORMER_BOOK_LANG="en", TFORMER_BOOK_OTHER=str(STAGE_ZH), TFORMER_BOOK_OTHER_URL="zh/"))
+        failed = unexecuted(chapters, cache)
+        if failed:   # shown on the site with their error; pytest reruns them (they are not in the cache)
+            print(f"book: {len(failed)} chapter(s) failed to execute: {', '.join(failed)}", flush=True)
+            rc = rc or 1
+        print(f"book: English site {'built' if rc == 0 else 'FAILED'} in {time.perf_counter() - t0:.0f} s -> "
+              f"{(OUT / 'index.html').relative_to(ROOT)}", flush=True)
+    if args.lang != "en":
+        t1 = time.perf_counter()
+        missing = unexecuted(chapters_zh, cache, STAGE_ZH) if (STAGE_ZH / "chapters").exists() else []
+        if missing:  # never executed a second time: shown without outputs until the English build runs them
+            print(f"book: {len(missing)} chapter(s) without an execution in the cache, shown without outputs "
+                  f"in Chinese: {', '.join(missing)}", flush=True)
+        zh_rc = sphinx(STAGE_ZH, OUT_ZH, DOCTREES_ZH, args.j,
+                       dict(env, TFORMER_BOOK_LANG="zh", TFORMER_BOOK_OTHER=str(STAGE), TFORMER_BOOK_OTHER_URL="../",
+                            TFORMER_BOOK_NO_EXECUTE=",".join(missing)))
+        print(f"book: Chinese site {'built' if zh_rc == 0 else 'FAILED'} in {time.perf_counter() - t1:.0f} s "
+              f"(no execution) -> {(OUT_ZH / 'index.html').relative_to(ROOT)}", flush=True)
+        rc = rc or zh_rc
     return rc
 
 

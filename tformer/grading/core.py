@@ -24,7 +24,10 @@ notebook and `judge` in its own process, which alone holds the expected answers 
 from __future__ import annotations
 
 import contextlib
+import functools
+import gettext
 import inspect
+import json
 import os
 import signal
 import sys
@@ -41,6 +44,46 @@ from torch.overrides import TorchFunctionMode
 
 MODES = ("learner", "strict", "blank")
 _mode: str | None = None
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+
+
+@functools.lru_cache(maxsize=8)
+def _notebook_language(path: str) -> str:
+    """The `language` in a notebook's metadata ("zh-CN" in notebooks/zh/), "" if none or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return str(json.load(f).get("metadata", {}).get("language", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def language() -> str:
+    """The learner's language for the checker's messages: "zh" or "en". TFORMER_LANG (zh, zh_CN, en, ...)
+    first; else the metadata of the notebook this kernel runs (Jupyter gives kernels its path in
+    JPY_SESSION_NAME; the grading worker sets TFORMER_LANG from the notebook it runs)."""
+    lang = os.environ.get("TFORMER_LANG", "")
+    if not lang:
+        nb = os.environ.get("JPY_SESSION_NAME", "")       # the notebook's path (an older server: its URL path,
+        if nb.endswith(".ipynb") and not os.path.exists(nb):   # and the kernel runs in the notebook's folder)
+            nb = os.path.basename(nb)
+        lang = _notebook_language(nb) if nb.endswith(".ipynb") else ""
+    return "zh" if lang.lower().replace("-", "_").startswith("zh") else "en"
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog() -> gettext.NullTranslations:
+    return gettext.translation("tformer", localedir=str(LOCALE_DIR), languages=["zh_CN"], fallback=True)
+
+
+def N_(message: str) -> str:
+    """Marks a message for the catalog where it is defined; `_()` translates it where it is shown."""
+    return message
+
+
+def _(message: str) -> str:
+    """A checker message in the learner's language (the catalog tformer/grading/locale/zh_CN/.../tformer.po);
+    placeholders ({expected}, {got}, ...) are filled after translation, so numbers and names stay as they are."""
+    return _catalog().gettext(message) if language() == "zh" else message
 
 
 def set_mode(mode: str | None) -> None:
@@ -168,7 +211,7 @@ def _forbid(pairs: list[tuple[Any, str]]):
                 original.__code__ = code
 
 
-IGNORED_LIMIT = ("tformer-grading: your function keeps running after the time limit (a bare `except:` or "
+IGNORED_LIMIT = N_("tformer-grading: your function keeps running after the time limit (a bare `except:` or "
                  "`except BaseException` swallows the stop); the checker keeps trying. If it does not stop, "
                  "interrupt the kernel (the stop button, or Kernel > Interrupt; Kernel > Restart if that is "
                  "swallowed too), then catch only the exceptions you expect.")
@@ -196,7 +239,7 @@ def _time_limit(seconds: float):
         if clock.armed:
             clock.stops += 1
             if clock.stops == 2:                    # the first stop was swallowed: tell the learner what to do
-                print(IGNORED_LIMIT, file=sys.stderr, flush=True)
+                print(_(IGNORED_LIMIT), file=sys.stderr, flush=True)
             raise _TimeLimit()
 
     old = signal.signal(signal.SIGALRM, on_alarm)
@@ -218,8 +261,8 @@ def _flatten(x) -> list[torch.Tensor]:
     if isinstance(x, (int, float, bool)):
         return [torch.tensor(x)]
     if isinstance(x, dict) and "tformer_unsupported" in x:       # a value a grading worker could not send
-        raise TypeError(f"expected a tensor (or a tuple of tensors), got {x['tformer_unsupported']}")
-    raise TypeError(f"expected a tensor (or a tuple of tensors), got {type(x).__name__}")
+        raise TypeError(_("expected a tensor (or a tuple of tensors), got {got}").format(got=x['tformer_unsupported']))
+    raise TypeError(_("expected a tensor (or a tuple of tensors), got {got}").format(got=type(x).__name__))
 
 
 def _pair(e: float, g: float) -> str:
@@ -229,7 +272,8 @@ def _pair(e: float, g: float) -> str:
         if a != b:
             break
     rel = abs(g - e) / abs(e) if e not in (0.0,) and abs(e) != float("inf") else None
-    return f"expected {a}, got {b}" + (f", relative error {rel:.2g}" if rel is not None and rel == rel else "")
+    return (_("expected {expected}, got {got}").format(expected=a, got=b)
+            + (_(", relative error {rel}").format(rel=f"{rel:.2g}") if rel is not None and rel == rel else ""))
 
 
 def compare(got, expected, atol: float, rtol: float, nan_equal: bool = True) -> str | None:
@@ -242,29 +286,31 @@ def compare(got, expected, atol: float, rtol: float, nan_equal: bool = True) -> 
         return str(e)
     e_list = _flatten(expected)
     if len(g_list) != len(e_list):
-        return f"expected {len(e_list)} output tensor(s), got {len(g_list)}"
+        return _("expected {expected} output tensor(s), got {got}").format(expected=len(e_list), got=len(g_list))
     for i, (g, e) in enumerate(zip(g_list, e_list)):
-        which = f"output {i}: " if len(e_list) > 1 else ""
+        which = _("output {i}: ").format(i=i) if len(e_list) > 1 else ""
         if tuple(g.shape) != tuple(e.shape):
-            return f"{which}expected shape {tuple(e.shape)}, got {tuple(g.shape)}"
+            return which + _("expected shape {expected}, got {got}").format(expected=tuple(e.shape), got=tuple(g.shape))
         if g.dtype != e.dtype:
-            return f"{which}expected dtype {e.dtype}, got {g.dtype}"
+            return which + _("expected dtype {expected}, got {got}").format(expected=e.dtype, got=g.dtype)
         if not e.is_floating_point():
             if not torch.equal(g, e):
                 bad = tuple((g != e).nonzero()[0].tolist())
-                return f"{which}values differ, first at index {bad}: expected {e[bad].item()}, got {g[bad].item()}"
+                return which + _("values differ, first at index {index}: expected {expected}, got {got}").format(
+                    index=bad, expected=e[bad].item(), got=g[bad].item())
             continue
         g64, e64 = g.detach().double(), e.detach().double()
         both_nan = torch.isnan(g64) & torch.isnan(e64) & nan_equal  # NaN where NaN is expected counts as equal
         if (torch.isnan(g64) & ~both_nan).any():
-            return f"{which}got NaN where the expected output has none (shape {tuple(e.shape)})"
+            return which + _("got NaN where the expected output has none (shape {shape})").format(shape=tuple(e.shape))
         same_inf = torch.isinf(g64) & (g64 == e64)                # +-inf where the same inf is expected
         diff = (g64 - e64).abs().nan_to_num(nan=float("inf")).masked_fill(both_nan | same_inf, 0.0)
         if not torch.all(diff <= atol + rtol * e64.abs().nan_to_num(nan=0.0, posinf=0.0)):
             idx = tuple(torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
             idx = tuple(int(j) for j in idx)
-            return (f"{which}shape {tuple(e.shape)} {e.dtype} ok, values differ: largest difference "
-                    f"{diff.max().item():.3g} at index {idx} ({_pair(e64[idx].item(), g64[idx].item())})")
+            return which + _("shape {shape} {dtype} ok, values differ: largest difference {diff} at index {index} "
+                             "({pair})").format(shape=tuple(e.shape), dtype=e.dtype, diff=f"{diff.max().item():.3g}",
+                                                index=idx, pair=_pair(e64[idx].item(), g64[idx].item()))
     return None
 
 
@@ -311,13 +357,13 @@ def _modified_inputs(ex: Exercise, case: Case, after: tuple[tuple, dict]) -> str
     except (TypeError, ValueError):
         params = []
     args, kwargs = after
-    names = [f"`{params[i]}`" if i < len(params) else f"argument {i + 1}"
+    names = [f"`{params[i]}`" if i < len(params) else _("argument {n}").format(n=i + 1)
              for i, (a, b) in enumerate(zip(case.args, args)) if not _same(a, b)]
     names += [f"`{k}`" for k, v in case.kwargs.items() if k in kwargs and not _same(v, kwargs[k])]
     if not names:
         return None
-    return (f"your function modified its input {', '.join(names)} in place (the caller's tensor changed); "
-            "work on new tensors (y = x + 1, x.clone(), masked_fill instead of masked_fill_)")
+    return _("your function modified its input {names} in place (the caller's tensor changed); "
+             "work on new tensors (y = x + 1, x.clone(), masked_fill instead of masked_fill_)").format(names=", ".join(names))
 
 
 _LIBRARY_DIRS = tuple({str(Path(p).resolve()) + os.sep for p in (
@@ -334,8 +380,8 @@ def _learner_line(tb) -> str:
     f = (mine or frames)[-1] if frames else None
     if f is None:
         return ""
-    where = "your line" if mine else "line"
-    return f" ({where} {f.lineno}: `{(f.line or '').strip()}`)"
+    where = _("your line {n}") if mine else _("line {n}")
+    return f" ({where.format(n=f.lineno)}: `{(f.line or '').strip()}`)"
 
 
 @dataclass
@@ -379,7 +425,8 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case]) -> Outcome:
                 out.status = "reference"
             else:
                 out.status = "error"
-                what = "called exit()" if isinstance(e, SystemExit) else f"raised {type(e).__name__}: {e}"
+                what = _("called exit()") if isinstance(e, SystemExit) else _("raised {error}").format(
+                    error=f"{type(e).__name__}: {e}")
                 out.error = f"{what}{_learner_line(e.__traceback__)}"
         out.ignored_limit = clock.stops > 1
     return out
@@ -421,7 +468,7 @@ def _size(case: Case) -> int:
 
 
 def _where(case: Case) -> str:
-    return f"'{case.name}'" + (f" (seed {case.seed})" if case.seed is not None else "")
+    return f"'{case.name}'" + (_(" (seed {seed})").format(seed=case.seed) if case.seed is not None else "")
 
 
 def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
@@ -430,19 +477,20 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
     n_done = len(outcome.outputs)
     if outcome.status == "not attempted":
         return Result(ex.name, ex.points, False, "not attempted",
-                      "not attempted yet: replace `raise NotImplementedError` with your code.", 1)
+                      _("not attempted yet: replace `raise NotImplementedError` with your code."), 1)
     if outcome.status == "reference":
-        return Result(ex.name, ex.points, False, "error", "your function called the reference implementation it "
-                      "is compared with; write it yourself from torch operations.", n_done + 1)
+        return Result(ex.name, ex.points, False, "error", _("your function called the reference implementation it "
+                      "is compared with; write it yourself from torch operations."), n_done + 1)
     if outcome.status == "timeout":
-        msg = f"stopped after {ex.time_limit:g} s (an infinite loop, or a Python loop over every element?)."
+        msg = _("stopped after {seconds} s (an infinite loop, or a Python loop over every element?).").format(
+            seconds=f"{ex.time_limit:g}")
         if outcome.ignored_limit:
-            msg += (" Your function kept running after the first stop: a bare `except:` (or `except "
-                    "BaseException`) swallows it; catch only the exceptions you expect.")
+            msg += _(" Your function kept running after the first stop: a bare `except:` (or `except "
+                     "BaseException`) swallows it; catch only the exceptions you expect.")
         return Result(ex.name, ex.points, False, "timeout", msg, n_done + 1)
     if outcome.status == "error":
-        return Result(ex.name, ex.points, False, "error", f"your function {outcome.error} on case "
-                      f"{_where(cases[n_done])}.", n_done + 1)
+        return Result(ex.name, ex.points, False, "error", _("your function {error} on case {case}.").format(
+                      error=outcome.error, case=_where(cases[n_done])), n_done + 1)
     failures: list[tuple[int, int, Case, str]] = []
     for i, (case, got, after) in enumerate(zip(cases, outcome.outputs, outcome.inputs_after)):
         args, kwargs = _clone_args(case)
@@ -452,15 +500,18 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
         if problem is not None:
             failures.append((_size(case), i, case, problem))
     if failures:
-        _, _, case, problem = min(failures, key=lambda f: (f[0], f[1]))
-        msg = f"FAILED {len(failures)} of {n_done} cases. Smallest failing case {_where(case)}: {problem}."
+        case, problem = min(failures, key=lambda f: (f[0], f[1]))[2:]
+        msg = _("FAILED {failed} of {total} cases. Smallest failing case {case}: {problem}.").format(
+            failed=len(failures), total=n_done, case=_where(case), problem=problem)
         mistakes = _named_mistakes(ex, cases, outcome.outputs)
         if mistakes:
-            msg += f"\nYour output equals a known mistake: {'; or '.join(mistakes)} (on every case)."
+            msg += "\n" + _("Your output equals a known mistake: {mistakes} (on every case).").format(
+                mistakes=_("; or ").join(_(m) for m in mistakes))
         if ex.hint:
-            msg += f"\nHint: {ex.hint}"
+            msg += "\n" + _("Hint: {hint}").format(hint=_(ex.hint))
         return Result(ex.name, ex.points, False, "failed", msg, n_done)
-    return Result(ex.name, ex.points, True, "passed", f"passed all {n_done} cases. {ex.points} point(s).", n_done)
+    return Result(ex.name, ex.points, True, "passed", _("passed all {total} cases. {points} point(s).").format(
+        total=n_done, points=ex.points), n_done)
 
 
 def exercise(name: str) -> Exercise:
@@ -468,7 +519,7 @@ def exercise(name: str) -> Exercise:
     if name not in REGISTRY:
         from . import exercises  # noqa: F401  (registers every chapter's exercises)
     if name not in REGISTRY:
-        raise KeyError(f"no exercise named {name!r}; known: {sorted(REGISTRY)}")
+        raise KeyError(_("no exercise named {name}; known: {known}").format(name=repr(name), known=sorted(REGISTRY)))
     return REGISTRY[name]
 
 
@@ -480,12 +531,12 @@ def check(name: str, fn: Callable) -> Result:
         msg = e.args[0]
         if get_mode() != "learner":
             raise
-        print(f"[FAIL] {msg}")                       # learner mode: never raise, so "Run All" finishes
+        print(f"[{_('FAIL')}] {msg}")                       # learner mode: never raise, so "Run All" finishes
         return Result(name, 0, False, "error", msg)
     t0 = time.perf_counter()
     cases = _cases(ex)
     result = judge(ex, cases, run_learner(ex, fn, cases))
-    mark = "PASS" if result.passed else ("TODO" if result.status == "not attempted" else "FAIL")
+    mark = _("PASS") if result.passed else (_("TODO") if result.status == "not attempted" else _("FAIL"))
     print(f"[{mark}] {ex.name} ({ex.title}): {result.message} [{time.perf_counter() - t0:.1f}s]")
     mode = get_mode()
     if mode == "strict" and not result.passed:

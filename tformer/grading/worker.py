@@ -84,6 +84,9 @@ def main(argv: list[str]) -> int:
 
     grading.check = core.check = collect
     nb = nbformat.read(argv[0], as_version=4)
+    # the messages the worker writes (an error's text, the time-limit warning) in the grader's language, the one
+    # its report uses (TFORMER_LANG, passed through; "en" unless set), not the notebook's: one language per report
+    os.environ["TFORMER_LANG"] = os.environ.get("TFORMER_LANG") or "en"
     shell = InteractiveShell.instance()
     errors = []
     cells = [c for c in nb.cells if c.cell_type == "code"]
