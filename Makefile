@@ -42,7 +42,7 @@ torch: $(PY)
 	fi
 
 $(VENV)/.installed: pyproject.toml | torch
-	$(PIP) install --quiet -e ".[lab,dev,book]"
+	$(PIP) install --quiet -e ".[lab,dev,serve,book]"
 	touch $@
 
 install: $(VENV)/.installed
