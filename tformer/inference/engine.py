@@ -437,6 +437,8 @@ class Engine:
         w_off = positions % bs
         key_pos = torch.arange(nb * bs, device=tokens.device)
         mask = (key_pos[None, None, :] <= positions[:, :, None])[:, None]        # (B, 1, T, nb*bs)
+        h_kv, hd = pool.cfg.n_kv_heads, pool.cfg.head_dim
+        rows = (table[:, None, :] * h_kv + torch.arange(h_kv, device=tokens.device)[None, :, None]).flatten()
         x = m.wte(tokens)
         if m.wpe is not None:
             x = x + m.wpe.weight[positions]
@@ -453,8 +455,9 @@ class Engine:
                 q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             pool.k[layer][w_blk, :, w_off] = k.transpose(1, 2).to(pool.k.dtype)  # (B, T, H_kv, hd)
             pool.v[layer][w_blk, :, w_off] = v.transpose(1, 2).to(pool.v.dtype)
-            kk = pool.k[layer][table].permute(0, 2, 1, 3, 4).reshape(b, attn.n_kv_heads, nb * bs, -1)
-            vv = pool.v[layer][table].permute(0, 2, 1, 3, 4).reshape(b, attn.n_kv_heads, nb * bs, -1)
+            # one row gather straight into (B, H_kv, nb * bs, hd): row (block, head) of the flattened pool
+            kk = pool.k[layer].view(-1, bs * hd).index_select(0, rows).view(b, attn.n_kv_heads, nb * bs, hd)
+            vv = pool.v[layer].view(-1, bs * hd).index_select(0, rows).view(b, attn.n_kv_heads, nb * bs, hd)
             y = fast_attention(q, kk.to(q.dtype), vv.to(q.dtype), mask)
             x = x + blk.drop1(attn.out(merge_heads(y)))
             x = x + blk.drop2(blk.ffn(blk.norm2(x)))
