@@ -127,6 +127,21 @@ def can_admit(n_free: int, n_tokens: int, n_shared: int, block_size: int, waterm
     return n_free - need >= watermark
 
 
+def plan_admission(lengths: list[int], shared: list[int], n_free: int, block_size: int, watermark: int = 0) -> int:
+    """How many requests from the head of the queue are admitted now (first come, first served).
+
+    lengths[i]: tokens request i needs computed or cached; shared[i]: its leading blocks already cached.
+    Requests are taken in order while `can_admit` holds, each taking its blocks from the free count; the
+    first that does not fit stops admission (the ones behind it wait too, so it is not starved)."""
+    n = 0
+    for length, sh in zip(lengths, shared):
+        if not can_admit(n_free, length, sh, block_size, watermark):
+            break
+        n_free -= blocks_needed(length, block_size) - sh
+        n += 1
+    return n
+
+
 class PrefixBlocks:
     """Reference-counted blocks over a `BlockPool`, with full blocks findable by their token prefix."""
 
@@ -469,4 +484,5 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-__all__ = ["Engine", "SamplingParams", "Request", "QueueFull", "PrefixBlocks", "can_admit", "blocks_needed"]
+__all__ = ["Engine", "SamplingParams", "Request", "QueueFull", "PrefixBlocks", "can_admit", "blocks_needed",
+           "plan_admission"]
