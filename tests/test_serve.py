@@ -189,3 +189,12 @@ def test_load_and_disconnects(server):
     assert metric(server.url, "tformer_free_blocks") == 200
     assert metric(server.url, "tformer_used_blocks") == 0
     print(json.dumps({k: (len(v) if isinstance(v, list) else v) for k, v in log.items()}))
+
+
+def test_cli_errors_are_one_line(capsys, tmp_path):
+    from tformer.cli import main
+    assert main(["serve"]) == 2
+    assert main(["serve", "--run", str(tmp_path / "missing")]) == 2
+    assert main(["serve", "--run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "exactly one of" in err[0] and "no such folder" in err[1] and "not a run folder" in err[2]

@@ -441,6 +441,11 @@ def closed_loop(clients, work):
     return eng.generated_tokens / (time.perf_counter() - t0)
 
 
+# %% [markdown]
+# The same requests for every concurrency; the baseline serves the first 8 of them one after another
+# with `GPT.generate`.
+
+# %%
 concurrency = (1, 2, 4, 8) if SMALL else (1, 4, 16, 64)
 work = workload(16 if SMALL else 128, 2)
 t0 = time.perf_counter()
