@@ -4,7 +4,7 @@ import torch
 
 from tformer.cli import main
 from tformer.models.gpt import GPT, GPTConfig
-from tformer.serve.runs import byte_tokenizer, load_gpt_run, save_gpt_run
+from tformer.serve.runs import byte_tokenizer, load_gpt_run, load_hf, save_gpt_run
 
 
 def run_folder(tmp_path, **kw):
@@ -29,6 +29,9 @@ def test_export_loads_in_transformers_with_the_same_logits(tmp_path, kw, monkeyp
         torch.testing.assert_close(hf(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
     fast = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), local_files_only=True)
     assert fast("Hello, export!")["input_ids"] == ids[0].tolist()
+    back, tok_back = load_hf(tmp_path / "hf")                          # what `tformer serve --hf DIR` loads
+    torch.testing.assert_close(back(ids), model(ids), atol=1e-5, rtol=1e-5)
+    assert tok_back.encode("Hello").ids == tok.encode("Hello").ids
 
 
 @pytest.mark.parametrize("kw, feature", [({"positional": "rope"}, "RoPE"), ({"activation": "swiglu"}, "SwiGLU"),

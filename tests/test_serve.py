@@ -31,7 +31,9 @@ def expected(prompt: str, max_tokens: int) -> str:
 
 @pytest.fixture(scope="module")
 def server():
-    with start_in_background(build_app(MODEL, TOK, name="demo", n_blocks=200, block_size=8, max_running=16, max_waiting=32)) as s:
+    app = build_app(MODEL, TOK, name="demo", n_blocks=200, block_size=8, max_running=16, max_waiting=32)
+    with start_in_background(app) as s:
+        s.engine = app.state.server.engine
         yield s
 
 
@@ -147,24 +149,26 @@ def test_load_and_disconnects(server):
     afterwards every block is free and the metrics say so."""
     prompts = [f"client {i % 8}: " + "ab" * (i % 8) for i in range(64)]      # 8 distinct, shared prefixes
     log = {"sent": 0, "done": [], "429": 0, "dropped": 0, "ids": []}
+    aborted_before = server.engine.finished.get("abort", 0)
 
     async def one(c, i, deadline):
-        p, n = prompts[i], 8 + i % 8
+        p, n = prompts[i], (60 if i < 10 else 8 + i % 8)                 # the leavers ask for long answers
         while time.time() < deadline:
             log["sent"] += 1
             try:
                 stream = await c.completions.create(model="demo", prompt=p, max_tokens=n, temperature=0, stream=True)
-                parts, rid = [], None
+                parts, rid, left = [], None, False
                 async for ch in stream:
                     rid = ch.id
                     parts.append(ch.choices[0].text)
-                    if i < 10 and len(parts) == 2:                     # disconnect mid-stream
+                    if i < 10 and len(parts) == 2 and ch.choices[0].finish_reason is None:
+                        left = True                                    # disconnect mid-stream
                         break
                 await stream.close()
-                if i < 10:
+                if left:
                     log["dropped"] += 1
                 else:
-                    log["done"].append((p, "".join(parts)))
+                    log["done"].append((p, n, "".join(parts)))
                 log["ids"].append(rid)
             except openai.RateLimitError:
                 log["429"] += 1
@@ -178,15 +182,18 @@ def test_load_and_disconnects(server):
         await c.close()
 
     asyncio.run(main())
-    assert log["sent"] == len(log["done"]) + log["429"] + log["dropped"]      # none lost
+    assert log["sent"] == len(log["done"]) + log["429"] + log["dropped"], log  # none lost
     assert len(set(log["ids"])) == len(log["ids"])                            # none duplicated
     assert log["done"] and log["dropped"] >= 10 and log["429"] > 0
-    want = {p: expected(p, 8 + prompts.index(p) % 8) for p in {p for p, _ in log["done"]}}
-    assert all(text == want[p] for p, text in log["done"])                  # outputs unchanged by the crowd
+    want = {(p, n): expected(p, n) for p, n in {(p, n) for p, n, _ in log["done"]}}
+    assert all(text == want[p, n] for p, n, text in log["done"])                  # outputs unchanged by the crowd
     t0 = time.time()
     while metric(server.url, "tformer_running") + metric(server.url, "tformer_waiting") > 0 and time.time() - t0 < 10:
         time.sleep(0.05)
     assert metric(server.url, "tformer_free_blocks") == 200
+    # the leavers' requests were aborted, not run to the end (one whose last tokens were already being
+    # generated when its client left may finish first)
+    assert server.engine.finished.get("abort", 0) - aborted_before >= 0.8 * log["dropped"]
     assert metric(server.url, "tformer_used_blocks") == 0
     print(json.dumps({k: (len(v) if isinstance(v, list) else v) for k, v in log.items()}))
 

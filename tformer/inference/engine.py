@@ -256,6 +256,7 @@ class Engine:
         self.generated_tokens = 0                     # since construction
         self.prefill_tokens = 0                       # prompt tokens computed (not found cached)
         self.steps = 0
+        self.finished: dict[str, int] = {}            # finish_reason -> requests, since construction
 
     # -- requests ---------------------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: SamplingParams | None = None, request_id: str | None = None,
@@ -381,6 +382,7 @@ class Engine:
         if r.blocks:
             self.blocks.release(r.blocks)
         r.blocks, r.finish_reason, r.error, r.finished_at = [], reason, error, time.perf_counter()
+        self.finished[reason] = self.finished.get(reason, 0) + 1
         finished.append(r)
         if r.on_finish is not None:
             r.on_finish(r)
