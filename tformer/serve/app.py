@@ -27,6 +27,7 @@ import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from ..inference.engine import Engine, QueueFull, SamplingParams
@@ -293,13 +294,13 @@ def build_app(model, tokenizer, name: str = "tformer", api_key: str | None = Non
     async def _crash(request, e):
         return error(APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error"))
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        if srv.api_key and request.url.path.startswith("/v1/"):
-            if request.headers.get("authorization", "") != f"Bearer {srv.api_key}":
-                return error(APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
-                                      "authentication_error", code="invalid_api_key"))
-        return await call_next(request)
+    def auth(request: Request) -> None:
+        """With --api-key, every /v1/ route wants 'Authorization: Bearer KEY'. (Checked in each handler, not
+        in an HTTP middleware: Starlette's BaseHTTPMiddleware wraps streaming responses and turns a client's
+        disconnect into an error of its own.)"""
+        if srv.api_key and request.headers.get("authorization", "") != f"Bearer {srv.api_key}":
+            raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
+                           "authentication_error", code="invalid_api_key")
 
     @app.get("/health")
     async def health():
@@ -310,12 +311,15 @@ def build_app(model, tokenizer, name: str = "tformer", api_key: str | None = Non
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
-    async def models():
+    async def models(request: Request):
+        auth(request)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": srv.created, "owned_by": "tformer"}]}
 
     async def body_of(request: Request) -> dict:
         try:
             body = json.loads(await request.body())
+        except ClientDisconnect:
+            raise APIError(400, "the client disconnected before sending its request") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise APIError(400, f"the request body is not valid JSON: {e}") from None
         if not isinstance(body, dict):
@@ -326,6 +330,7 @@ def build_app(model, tokenizer, name: str = "tformer", api_key: str | None = Non
         return body
 
     async def complete(request: Request, chat: bool):
+        auth(request)
         body = await body_of(request)
         ids = srv.prompt_ids(body, chat)
         params, stop = srv.params(body, len(ids), chat)
