@@ -14,7 +14,9 @@ What the chapters build sits flat at the top; the rest is grouped by what it hol
     models/      transformer (encoder-decoder), gpt, bert, vit, clip, rnn (LSTM baselines)
     training/    schedules, losses, checkpoint (atomic save, run lock, RNG state), distributed, trainer;
                  metrics; the recipes sft, lora, dpo and vision (ViT / CLIP)                   ch. 10-13
-    inference/   decode (sampling, greedy, beam), cache (KV), paged_cache, quantize, speculative, rag ch. 10-14
+    inference/   decode (sampling, greedy, beam), cache (KV), paged_cache, engine (continuous batching),
+                 quantize, speculative, rag                                                     ch. 10-14
+    serve/       `tformer serve` (an OpenAI-compatible server), run folders, `tformer export --to hf`  ch. 14
     data/        every loader and tokenizer: translation corpora (sources, corpus), tokenizer (shared BPE),
                  batching, text (LM text and MLM masking), bpe (from scratch), images, captions, augment
     utils/       runtime (SMALL, device(), seeds), gpu, flash (tokens/s, MFU), timing, plot, checks

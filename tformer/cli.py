@@ -22,6 +22,7 @@ COMMANDS = [
     "tformer.grading.cli",        # tformer grade PATH
     "tformer.translate.cli",      # tformer translate ...
     "tformer.utils.doctor",       # tformer doctor [--json]
+    "tformer.serve.cli",          # tformer serve, tformer export
 ]
 
 EXIT_USER, EXIT_FAILED = 2, 1

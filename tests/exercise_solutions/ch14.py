@@ -1,4 +1,4 @@
-"""Chapter 14: a KV-cache step, speculative acceptance, int8 quantization."""
+"""Chapter 14: a KV-cache step, speculative acceptance, int8 quantization, the admission rule."""
 import math
 
 import torch
@@ -29,4 +29,16 @@ def int8(w):
     return torch.clamp(torch.round(w / scale[:, None]), -128, 127).to(torch.int8), scale
 
 
-SOLUTIONS = {"ch14.kv_step": kv_step, "ch14.accept": accept, "ch14.int8": int8}
+def admit(lengths, shared, n_free, block_size, watermark):
+    admitted = 0
+    for length, sh in zip(lengths, shared):
+        held = math.ceil(length / block_size) - sh              # blocks its tokens take now
+        opens = math.ceil((length + 1) / block_size) - sh       # ... and with its first new token
+        if n_free - opens < watermark:
+            break
+        n_free -= held
+        admitted += 1
+    return admitted
+
+
+SOLUTIONS = {"ch14.kv_step": kv_step, "ch14.accept": accept, "ch14.int8": int8, "ch14.admit": admit}

@@ -3,6 +3,7 @@
     decode       sample_next and its filters; greedy and beam search for the encoder-decoder
     cache        KVCache: one layer's keys and values while decoding
     paged_cache  a paged KV cache (blocks of `block_size` tokens, block tables), vLLM's vocabulary
+    engine       continuous batching over the paged cache: admission, preemption, prefix sharing
     quantize     int8 / int4 weights (QuantLinear, quantize_model)
     speculative  speculative decoding with a draft model
     rag          a TF-IDF retriever for retrieval-augmented generation

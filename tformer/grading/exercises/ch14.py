@@ -1,5 +1,5 @@
-"""Chapter 14: efficient inference. A KV-cache decoding step, the speculative accept/reject rule, and
-int8 per-channel weight quantization."""
+"""Chapter 14: efficient inference. A KV-cache decoding step, the speculative accept/reject rule,
+int8 per-channel weight quantization, and the continuous-batching scheduler's admission rule."""
 import math
 
 import torch
@@ -9,6 +9,8 @@ from ...inference import quantize, speculative
 from ...attention import scaled_dot_product_attention
 from ...inference.cache import KVCache
 from ...masks import causal_mask
+from ...inference import engine
+from ...inference.engine import plan_admission
 from ...inference.quantize import quantize_int8
 from ...inference.speculative import speculative_accept
 from ..core import Case, Exercise, compare, register
@@ -278,4 +280,101 @@ register(Exercise(
               "truncated toward zero instead of rounding": _q8_truncate},
     forbidden=[(quantize, "quantize_int8"), (torch, "quantize_per_channel")],
     compare=_q8_compare,
+))
+
+
+# ---------------------------------------------------------------------------------------------------
+# ch14.admit: how many waiting requests the scheduler admits (block accounting, first come first served)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def _adm_no_headroom(lengths, shared, n_free, bs, watermark):
+    n = 0
+    for length, sh in zip(lengths, shared):
+        need = _ceil(length, bs) - sh
+        if n_free - need < watermark:
+            break
+        n_free, n = n_free - need, n + 1
+    return n
+
+
+def _adm_plain(lengths, shared, n_free, bs, watermark):
+    n = 0
+    for length, sh in zip(lengths, shared):
+        if n_free - (_ceil(length + 1, bs) - sh) < watermark:
+            break
+        n_free, n = n_free - (_ceil(length, bs) - sh), n + 1
+    return n
+
+
+def _adm_ignores_shared(lengths, shared, n_free, bs, watermark):
+    return _adm_plain(lengths, [0] * len(lengths), n_free, bs, watermark)
+
+
+def _adm_skips_ahead(lengths, shared, n_free, bs, watermark):
+    n = 0
+    for length, sh in zip(lengths, shared):
+        need = _ceil(length + 1, bs) - sh
+        if n_free - need >= watermark:
+            n_free, n = n_free - _ceil(length, bs) + sh, n + 1
+    return n
+
+
+def _adm_no_watermark(lengths, shared, n_free, bs, watermark):
+    return _adm_plain(lengths, shared, n_free, bs, 0)
+
+
+def _adm_floor(lengths, shared, n_free, bs, watermark):
+    n = 0
+    for length, sh in zip(lengths, shared):
+        need = (length + 1) // bs - sh
+        if n_free - need < watermark:
+            break
+        n_free, n = n_free - (length // bs - sh), n + 1
+    return n
+
+
+def _adm_edge_cases() -> list[Case]:
+    return [
+        Case("one request of 15 tokens, blocks of 16, 1 free (its first new token still fits)", ([15], [0], 1, 16, 0)),
+        Case("16 tokens need 2 blocks: the first new token opens the second", ([16], [0], 1, 16, 0)),
+        Case("3 cached blocks cover most of a 50-token prompt", ([50], [3], 1, 16, 0)),
+        Case("the watermark keeps 2 blocks back", ([20, 20], [0, 0], 5, 16, 2)),
+        Case("the second request does not fit: the third (small) waits behind it", ([10, 100, 3], [0, 0, 0], 4, 16, 0)),
+        Case("an empty queue", ([], [], 10, 16, 0)),
+    ]
+
+
+def _adm_random_case(seed: int) -> Case:
+    g = torch.Generator().manual_seed(14900 + seed)
+
+    def r(lo, hi):
+        return int(torch.randint(lo, hi, (1,), generator=g))
+    bs, n = (4, 8, 16)[r(0, 3)], r(1, 8)
+    lengths = [r(1, 120) for _ in range(n)]
+    shared = [r(0, (x - 1) // bs + 1) if r(0, 2) else 0 for x in lengths]
+    return Case(f"random #{seed}: {n} requests, blocks of {bs}", (lengths, shared, r(0, 40), bs, r(0, 3)),
+                seed=14900 + seed)
+
+
+register(Exercise(
+    name="ch14.admit",
+    title="the continuous-batching admission rule -> number of requests admitted from the head of the queue",
+    reference=plan_admission,
+    edge_cases=_adm_edge_cases,
+    random_case=_adm_random_case,
+    points=2,
+    hint="request i needs ceil((lengths[i] + 1) / block_size) - shared[i] blocks free (its tokens plus the block "
+         "its first new token may open, minus the blocks it shares) and must leave `watermark` free; it then "
+         "takes ceil(lengths[i] / block_size) - shared[i] blocks. Stop at the first request that does not fit.",
+    mistakes={"forgot the block the first generated token may need (no +1)": _adm_no_headroom,
+              "counted shared (cached) blocks as new ones": _adm_ignores_shared,
+              "skipped past a request that did not fit (not first come, first served)": _adm_skips_ahead,
+              "ignored the watermark": _adm_no_watermark,
+              "rounded the block count down instead of up": _adm_floor},
+    forbidden=[(engine, "plan_admission"), (engine, "can_admit"), (engine, "blocks_needed")],
 ))

@@ -1,0 +1,89 @@
+"""`tformer serve` (an OpenAI-compatible server) and `tformer export --to hf RUN DIR`.
+
+    tformer serve --demo                          # a small random model, the byte-level tokenizer
+    tformer serve --run runs/ch11 --port 8000     # a run folder (tformer.serve.runs)
+    tformer serve --hf path/to/gpt2 --api-key KEY # a local GPT-2-format folder; a bearer key required
+    tformer export --to hf runs/ch11 exported/
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _load(args):
+    from ..cli import UserError
+    from .runs import demo_model, load_gpt_run, load_hf
+    chosen = [x for x in (args.run, args.hf) if x] + (["demo"] if args.demo else [])
+    if len(chosen) != 1:
+        raise UserError("give exactly one of --run RUN, --hf DIR or --demo")
+    if args.demo:
+        return (*demo_model(), "demo")
+    path = Path(args.run or args.hf)
+    if not path.is_dir():
+        raise UserError(f"{path}: no such folder")
+    try:
+        if args.run:
+            model, tok, _ = load_gpt_run(path)
+        else:
+            model, tok = load_hf(path)
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(str(e)) from None
+    return model, tok, args.name or path.name
+
+
+def serve(args) -> int:
+    import uvicorn
+
+    from .app import build_app
+    model, tok, name = _load(args)
+    app = build_app(model, tok, name=args.name or name, api_key=args.api_key, block_size=args.block_size,
+                    n_blocks=args.n_blocks, max_running=args.max_running, max_waiting=args.max_waiting)
+    print(f"tformer serve: {args.name or name} ({model.num_params() / 1e6:.1f}M parameters) on "
+          f"http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def export(args) -> int:
+    from ..cli import UserError
+    from .export import gpt2_incompatibility, to_hf_gpt2
+    from .runs import load_gpt_run
+    if args.to != "hf":
+        raise UserError(f"--to {args.to}: only 'hf' (a Hugging Face GPT-2 folder) is supported")
+    try:
+        model, tok, _ = load_gpt_run(args.run)
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(str(e)) from None
+    why = gpt2_incompatibility(model.cfg)
+    if why:
+        raise UserError(f"cannot export {args.run} to GPT-2 format: {why}")
+    to_hf_gpt2(model, tok, args.dir)
+    print(f"tformer export: wrote {args.dir} (load it with transformers.AutoModelForCausalLM.from_pretrained)")
+    return 0
+
+
+def add_cli(sub) -> None:
+    from ..cli import add_debug, positive_int
+    p = sub.add_parser("serve", help="an OpenAI-compatible server (continuous batching over a paged cache)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="a run folder (config.json, model.safetensors, tokenizer.json)")
+    p.add_argument("--hf", help="a local Hugging Face GPT-2-format folder")
+    p.add_argument("--demo", action="store_true", help="a small randomly initialised model (offline, seconds)")
+    p.add_argument("--name", help="the model name clients send (default: the folder's name, or 'demo')")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ routes")
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block")
+    p.add_argument("--n-blocks", type=positive_int, default=None, help="KV blocks in the pool")
+    p.add_argument("--max-running", type=positive_int, default=64, help="sequences decoded together at most")
+    p.add_argument("--max-waiting", type=positive_int, default=256, help="queue length before answering 429")
+    add_debug(p)
+    p.set_defaults(func=serve)
+    e = sub.add_parser("export", help="write a run as a Hugging Face GPT-2 folder",
+                       description="tformer export --to hf RUN DIR")
+    e.add_argument("--to", required=True, help="the format: hf")
+    e.add_argument("run", help="a run folder")
+    e.add_argument("dir", help="the folder to write")
+    add_debug(e)
+    e.set_defaults(func=export)
