@@ -128,7 +128,7 @@ def test_fault_in_one_request_fails_it_alone():
     def hook(module, args):
         if (args[0] == poison).any():
             raise RuntimeError("injected fault")
-    handle = model.wte.register_forward_pre_hook(hook)
+    handle = model.tok_embed.register_forward_pre_hook(hook)
     try:
         eng = Engine(model, n_blocks=60, block_size=8)
         good = [eng.add_request([1, 2, 3], SamplingParams(max_tokens=10)),

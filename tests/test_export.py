@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from tformer.moe import MoEConfig
 from tformer.cli import main
 from tformer.models.gpt import GPT, GPTConfig
 from tformer.serve.runs import byte_tokenizer, load_gpt_run, load_hf, save_gpt_run
@@ -35,11 +36,8 @@ def test_export_loads_in_transformers_with_the_same_logits(tmp_path, kw, monkeyp
 
 
 @pytest.mark.parametrize("kw, feature", [({"positional": "rope"}, "RoPE"), ({"activation": "swiglu"}, "SwiGLU"),
-                                         ({"n_kv_heads": 2}, "GQA"), ({"n_experts": 2}, "MoE")])
+                                         ({"n_kv_heads": 2}, "GQA"), ({"moe": MoEConfig(n_experts=2)}, "MoE")])
 def test_export_refuses_what_gpt2_cannot_express(tmp_path, capsys, kw, feature):
-    if "n_experts" in kw and "n_experts" not in GPTConfig.__dataclass_fields__:
-        from tformer.moe import MoEConfig
-        kw = {"moe": MoEConfig(d_model=32, d_ff=64, n_experts=2)}
     run, _ = run_folder(tmp_path, **kw)
     assert main(["export", "--to", "hf", str(run), str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -132,7 +132,7 @@ def test_fault_inside_the_model_fails_that_request_with_500(server):
     def hook(module, args):
         if (args[0] == poison).any():
             raise RuntimeError("injected fault")
-    handle = MODEL.wte.register_forward_pre_hook(hook)
+    handle = MODEL.tok_embed.register_forward_pre_hook(hook)
     try:
         c = client(server)
         with pytest.raises(openai.InternalServerError, match="injected fault"):

@@ -456,9 +456,9 @@ class Engine:
         mask = (key_pos[None, None, :] <= positions[:, :, None])[:, None]        # (B, 1, T, nb*bs)
         h_kv, hd = pool.cfg.n_kv_heads, pool.cfg.head_dim
         rows = (table[:, None, :] * h_kv + torch.arange(h_kv, device=tokens.device)[None, :, None]).flatten()
-        x = m.wte(tokens)
-        if m.wpe is not None:
-            x = x + m.wpe.weight[positions]
+        x = m.tok_embed(tokens)
+        if m.pos_embed is not None:
+            x = x + m.pos_embed.weight[positions]
         cos = sin = None
         if m.rope is not None:
             if int(positions.max()) >= m.rope.cos.shape[0]:
@@ -478,7 +478,7 @@ class Engine:
             y = fast_attention(q, kk.to(q.dtype), vv.to(q.dtype), mask)
             x = x + blk.drop1(attn.out(merge_heads(y)))
             x = x + blk.drop2(blk.ffn(blk.norm2(x)))
-        return m.lm_head(m.ln_f(x))
+        return m.head(m.final_norm(x))
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

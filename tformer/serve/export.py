@@ -29,7 +29,7 @@ def gpt2_incompatibility(cfg) -> str | None:
         return f"activation={cfg.activation!r}: GPT-2 supports {sorted(ACT)}"
     if cfg.n_kv_heads not in (None, cfg.n_heads):
         return f"n_kv_heads={cfg.n_kv_heads} of n_heads={cfg.n_heads} (GQA/MQA): GPT-2 has one key/value head per query head"
-    if getattr(cfg, "n_experts", 0) or getattr(cfg, "moe", None) is not None:
+    if cfg.moe is not None:
         return "a mixture of experts (MoE): GPT-2's FFNs are dense"
     return None
 
@@ -48,8 +48,8 @@ def to_hf_gpt2(model, tokenizer, folder) -> Path:
 
     def bias(name, n):
         return sd.get(name, torch.zeros(n))
-    out = {"transformer.wte.weight": sd["wte.weight"], "transformer.wpe.weight": sd["wpe.weight"],
-           "transformer.ln_f.weight": sd["ln_f.weight"], "transformer.ln_f.bias": bias("ln_f.bias", d)}
+    out = {"transformer.wte.weight": sd["tok_embed.weight"], "transformer.wpe.weight": sd["pos_embed.weight"],
+           "transformer.ln_f.weight": sd["final_norm.weight"], "transformer.ln_f.bias": bias("final_norm.bias", d)}
     names = {"ln_1": ("norm1", d), "ln_2": ("norm2", d), "attn.c_attn": ("attn.qkv", 3 * d),
              "attn.c_proj": ("attn.out", d), "mlp.c_fc": ("ffn.fc1", d_ff), "mlp.c_proj": ("ffn.fc2", d)}
     for i in range(cfg.n_layers):

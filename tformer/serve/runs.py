@@ -42,7 +42,7 @@ def save_gpt_run(folder, model, tokenizer, extra: dict | None = None) -> Path:
     from safetensors.torch import save_file
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k != "head.weight"}
     save_file(sd, str(folder / "model.safetensors"))
     tokenizer.save(str(folder / "tokenizer.json"))
     cfg = {"model": FORMAT, "gpt_config": gpt_config_dict(model.cfg), **(extra or {})}
@@ -67,7 +67,7 @@ def load_gpt_run(folder, device: str | torch.device = "cpu"):
                          f"got model={cfg.get('model')!r}")
     model = GPT(gpt_config_from_dict(cfg["gpt_config"]))
     sd = load_file(str(folder / "model.safetensors"))
-    sd["lm_head.weight"] = sd["wte.weight"]
+    sd["head.weight"] = sd["tok_embed.weight"]
     model.load_state_dict(sd)
     return model.to(device).eval(), Tokenizer.from_file(str(folder / "tokenizer.json")), cfg
 
