@@ -103,14 +103,16 @@ def my_patchify(images, p):
 check("ch12.patchify", my_patchify)
 
 # %% [markdown]
-# The package's version, which ViT uses (the same reshape and permute):
+# The package's version. `tformer`'s ViT does not call it: its patch embedding is a strided `Conv2d`
+# (`kernel_size=stride=p`, the layout pretrained ViT checkpoints store), which is the same linear map of
+# the same flattened patches; the cell after this one asserts that `Conv2d == patchify + linear`.
 
 # %%
 print(inspect.getsource(patchify))
 
 # %% [markdown]
-# The patch embedding *is* a linear map of flattened patches: the strided convolution in `tformer`'s ViT
-# and `patchify(x) @ W^T + b` agree.
+# The patch embedding *is* a linear map of flattened patches: the strided convolution ViT runs and
+# `patchify(x) @ W^T + b`, with W the convolution's weight flattened, agree.
 
 # %%
 vit_demo = ViT(ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=32, n_layers=1, n_heads=4, d_ff=64,

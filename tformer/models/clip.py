@@ -150,8 +150,10 @@ class CLIP(nn.Module):
 
     def loss(self, images: torch.Tensor, idx: torch.Tensor, attention_mask: torch.Tensor | None = None
              ) -> torch.Tensor:
-        """Symmetric contrastive loss of B matching (image i, text i) pairs."""
-        return contrastive_logits_loss(self(images, idx, attention_mask))
+        """Symmetric contrastive loss of B matching (image i, text i) pairs: `clip_loss` of the two towers'
+        embeddings at the model's temperature (the logits are `forward`'s, op for op)."""
+        return clip_loss(self.encode_image(images, normalize=False),
+                         self.encode_text(idx, attention_mask, normalize=False), self.scale())
 
     @torch.no_grad()
     def class_embeddings(self, prompts: list[torch.Tensor]) -> torch.Tensor:
