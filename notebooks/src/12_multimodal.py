@@ -414,13 +414,12 @@ print("tformer CLIP == transformers CLIPModel on the same weights")
 
 # %%
 if not SMALL:
-    try:
-        real = transformers.CLIPModel.from_pretrained("openai/clip-vit-base-patch32")
-        proc = transformers.CLIPProcessor.from_pretrained("openai/clip-vit-base-patch32")
-    except Exception as e:  # offline: say what to do
-        print(f"could not download openai/clip-vit-base-patch32 ({type(e).__name__}). Run once online "
-              "(it is cached in ~/.cache/huggingface), or skip this cell.")
-    else:
+    from tformer.data.pretrained import load_pretrained
+    loaded = load_pretrained(lambda: (transformers.CLIPModel.from_pretrained("openai/clip-vit-base-patch32"),
+                                      transformers.CLIPProcessor.from_pretrained("openai/clip-vit-base-patch32")),
+                             "openai/clip-vit-base-patch32")
+    if loaded is not None:                                    # offline: load_pretrained said what to do
+        real, proc = loaded
         ours_real = CLIP.from_hf_clip(real).eval()
         big = F.interpolate(data.x_test[:4].repeat(1, 3, 1, 1), size=224)   # any images work; digits are a toy
         inputs = proc(text=[f"a photo of a {n}" for n in CIFAR10_NAMES], return_tensors="pt", padding=True)

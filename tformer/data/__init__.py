@@ -10,6 +10,7 @@
     images     digits, CIFAR-10, image-caption sets (Flickr8k)
     captions   template captions and byte-level caption ids for CLIP
     augment    batched random affine transforms and pixel shifts
+    pretrained load_pretrained: hub weights for an optional cell, or a printed reason and what to do
 """
 from .batching import Seq2SeqBatch, TokenBatcher, collate
 from .tokenizer import SharedBPE
