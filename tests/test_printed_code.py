@@ -189,3 +189,20 @@ def test_ch14_quantize_model_uses_quantize_int8(monkeypatch):
     spy = Spy(monkeypatch, quantize, "quantize_int8")
     quantize.quantize_model(tiny_gpt(), bits=8)
     assert spy.calls >= 1
+
+
+# -- one way to build learned positions -----------------------------------------------------------------
+def test_learned_positions_are_one_module_in_every_text_model():
+    """GPT, the encoder-decoder (learned option), BERT and CLIP's text tower add learned positions
+    with `tformer.positional.LearnedPositionalEmbedding` (ViT keeps a (1, N+1, d) parameter, the layout
+    of its pretrained checkpoints, added the same way)."""
+    from tformer.models import BERT, BertConfig
+    from tformer.models.clip import TextTransformer, CLIPConfig
+    from tformer.positional import LearnedPositionalEmbedding
+    models = [tiny_gpt(), BERT(BertConfig(vocab_size=20, context_length=8, n_layers=1, n_heads=2, d_model=16, d_ff=32)),
+              TextTransformer(CLIPConfig(vocab_size=20, context_length=8, text_d_model=16, text_n_layers=1,
+                                         text_n_heads=2, text_d_ff=32))]
+    for m in models:
+        kinds = [type(mod) for mod in m.modules() if isinstance(mod, (LearnedPositionalEmbedding, torch.nn.Embedding))]
+        assert LearnedPositionalEmbedding in kinds, type(m).__name__
+        assert sum(k is LearnedPositionalEmbedding for k in kinds) == 1

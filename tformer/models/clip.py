@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ..utils.checks import check_rank, check_tokens
 from ..blocks import TransformerBlock
+from ..positional import LearnedPositionalEmbedding
 from .vit import ViT, ViTConfig
 
 
@@ -64,7 +65,7 @@ class TextTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.text_d_model)
-        self.pos_embed = nn.Embedding(cfg.context_length, cfg.text_d_model)
+        self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, cfg.text_d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(cfg.text_d_model, cfg.text_n_heads, cfg.text_d_ff, cfg.dropout, norm_first=True,
@@ -83,7 +84,7 @@ class TextTransformer(nn.Module):
                                  f"got {tuple(attention_mask.shape)}")
             if not bool(attention_mask.bool().all()):
                 mask = attention_mask.bool()[:, None, None, :]      # (B, 1, 1, T), combined with causal
-        x = self.drop(self.tok_embed(idx) + self.pos_embed(torch.arange(t, device=idx.device)))
+        x = self.drop(self.pos_embed(self.tok_embed(idx)))
         for block in self.blocks:
             x = block(x, mask, is_causal=True)
         return self.norm(x)
