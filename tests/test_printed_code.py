@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 
-import pytest
 import torch
 
 import tformer
