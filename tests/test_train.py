@@ -269,3 +269,35 @@ def test_every_schedule_is_told_the_progress_through_one_interface():
         Trainer(make_model(), mse_sum, Shuffled(), cfg(), scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0))
     with pytest.raises(TypeError, match="Schedule"):
         RunScheduler(opt, lambda i: 1.0)
+
+
+def test_a_bare_loop_gives_the_trainers_weights_bit_for_bit():
+    """Chapter 10's claim: the Trainer's defaults are Adam(0.9, 0.98, 1e-9), noam_lr over its peak,
+    (sum, count) divided after backward, clipping at 1, the seed at the start of fit."""
+    steps, warmup, lr = 9, 4, 1e-2
+    data = Shuffled()
+    trainer = Trainer(make_model(p=0.2), mse_sum, data, TrainConfig(max_steps=steps, lr=lr, warmup=warmup, seed=0,
+                                                                    progress=False))
+    trainer.fit()
+    model = make_model(p=0.2)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: noam_lr(i + 1, 1, warmup) / noam_lr(warmup, 1, warmup))
+    torch.manual_seed(0)
+    model.train()
+    done = 0
+    for epoch in range(3):                                   # 6 batches an epoch: the run crosses into epoch 1
+        data.set_epoch(epoch)
+        for batch in data:
+            if done == steps:
+                break
+            loss_sum, count = mse_sum(model, batch)
+            loss_sum.backward()
+            for p in model.parameters():
+                p.grad.mul_(1 / float(count))
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            done += 1
+    for (k, a), b in zip(model.state_dict().items(), trainer.module.state_dict().values()):
+        assert torch.equal(a, b), k
