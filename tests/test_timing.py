@@ -54,3 +54,29 @@ def test_count_ops_counts_matmuls():
     assert count_ops(lambda: a @ a) == 1
     assert count_ops(lambda: [a @ a for _ in range(5)]) == 5
     assert count_ops(lambda: a + a) == 0
+
+
+def test_the_timers_share_one_step_body(monkeypatch):
+    """train_step_time (and step_time_vs_length through it) and flash.lm_throughput time `training_step`."""
+    import tformer.utils.flash as flash
+    import tformer.utils.timing as timing
+    made = []
+
+    def spy(*args, **kwargs):
+        made.append(args[2])                            # the device
+        return real(*args, **kwargs)
+    real = timing.training_step
+    monkeypatch.setattr(timing, "training_step", spy)
+    monkeypatch.setattr(flash, "training_step", spy)
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=11, context_length=16, n_layers=1, n_heads=2, d_model=8))
+    train_step_time(gpt, torch.randint(0, 11, (2, 6)), warmup=0, repeat=1)
+    flash.lm_throughput(gpt, batch_size=2, seq_len=6, steps=1, warmup=0, flash=False)
+    assert len(made) == 2
+    # the step itself: loss, backward, update, gradients cleared
+    w = gpt.lm_head.weight if hasattr(gpt, "lm_head") else next(gpt.parameters())
+    before = w.detach().clone()
+    opt = torch.optim.SGD(gpt.parameters(), lr=0.1)
+    idx = torch.randint(0, 11, (2, 6))
+    loss = real(lambda: gpt(idx).float().logsumexp(-1).mean(), opt, "cpu")()
+    assert loss.dim() == 0 and not torch.equal(before, w) and all(p.grad is None for p in gpt.parameters())

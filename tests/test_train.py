@@ -153,9 +153,9 @@ def test_accumulation_equals_one_big_batch():
     t1.fit(), t2.fit()
     for a, b in zip(big.parameters(), small.parameters()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
-    # the same update from a mean loss
+    # the same update from a mean loss, returned as (mean, 1)
     mean_model = make_model(p=0.0)
-    Trainer(mean_model, lambda m, b: F.mse_loss(m(b[0]), b[1]), [(x, y)], cfg(max_steps=1, grad_clip=None)).fit()
+    Trainer(mean_model, lambda m, b: (F.mse_loss(m(b[0]), b[1]), 1), [(x, y)], cfg(max_steps=1, grad_clip=None)).fit()
     for a, b in zip(big.parameters(), mean_model.parameters()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
@@ -221,7 +221,7 @@ def test_validation_budget_and_divergence(tmp_path):
     none = Trainer(make_model(), mse_sum, Shuffled(), cfg(time_budget=0.0))
     none.fit()
     assert none.state.step == 0
-    boom = Trainer(make_model(), lambda m, b: m(b[0]).sum() * float("nan"), Shuffled(), cfg())
+    boom = Trainer(make_model(), lambda m, b: (m(b[0]).sum() * float("nan"), 1), Shuffled(), cfg())
     with pytest.raises(FloatingPointError, match="step 1"):
         boom.fit()
     with pytest.raises(ValueError, match="no batches"):
@@ -240,3 +240,64 @@ def test_average_checkpoints(tmp_path):
     with pytest.raises(ValueError, match="no checkpoint"):
         average_checkpoints([])
     assert math.isfinite(float(avg["0.weight"].sum()))
+
+
+def test_loss_fn_returns_sum_and_count_always():
+    """One shape for every loss_fn: (sum, count). A bare mean is refused with what to return instead."""
+    with pytest.raises(TypeError, match=r"\(sum of per-item losses, item count\).*\(mean, 1\)"):
+        Trainer(make_model(), lambda m, b: F.mse_loss(m(b[0]), b[1]), Shuffled(), cfg()).fit()
+    t = Trainer(make_model(), mse_sum, Shuffled(), cfg(), val_data=[(torch.zeros(2, 6), torch.zeros(2, 1))])
+    t.loss_fn = lambda m, b: ((m(b[0]) - b[1]) ** 2).mean()
+    with pytest.raises(TypeError, match="loss_fn must return"):
+        t.evaluate()
+
+
+def test_every_schedule_is_told_the_progress_through_one_interface():
+    """The Trainer calls scheduler.set_progress(p) on every schedule kind; a scheduler without it is refused."""
+    from tformer.training import RunScheduler, Schedule
+    for kind in ("noam", "constant", "linear", "cosine"):
+        t = Trainer(make_model(), mse_sum, Shuffled(), cfg(schedule=kind, max_steps=4))
+        seen = []
+        [fn] = t.scheduler.lr_lambdas
+        assert isinstance(fn, Schedule)
+        orig = fn.set_progress
+        fn.set_progress = lambda p, orig=orig: (seen.append(p), orig(p))
+        t.fit()
+        assert seen == pytest.approx([0.25, 0.5, 0.75, 1.0]), kind
+    opt = torch.optim.SGD(make_model().parameters(), lr=0.1)
+    with pytest.raises(TypeError, match="RunScheduler"):
+        Trainer(make_model(), mse_sum, Shuffled(), cfg(), scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0))
+    with pytest.raises(TypeError, match="Schedule"):
+        RunScheduler(opt, lambda i: 1.0)
+
+
+def test_a_bare_loop_gives_the_trainers_weights_bit_for_bit():
+    """Chapter 10's claim: the Trainer's defaults are Adam(0.9, 0.98, 1e-9), noam_lr over its peak,
+    (sum, count) divided after backward, clipping at 1, the seed at the start of fit."""
+    steps, warmup, lr = 9, 4, 1e-2
+    data = Shuffled()
+    trainer = Trainer(make_model(p=0.2), mse_sum, data, TrainConfig(max_steps=steps, lr=lr, warmup=warmup, seed=0,
+                                                                    progress=False))
+    trainer.fit()
+    model = make_model(p=0.2)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: noam_lr(i + 1, 1, warmup) / noam_lr(warmup, 1, warmup))
+    torch.manual_seed(0)
+    model.train()
+    done = 0
+    for epoch in range(3):                                   # 6 batches an epoch: the run crosses into epoch 1
+        data.set_epoch(epoch)
+        for batch in data:
+            if done == steps:
+                break
+            loss_sum, count = mse_sum(model, batch)
+            loss_sum.backward()
+            for p in model.parameters():
+                p.grad.mul_(1 / float(count))
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            done += 1
+    for (k, a), b in zip(model.state_dict().items(), trainer.module.state_dict().values()):
+        assert torch.equal(a, b), k

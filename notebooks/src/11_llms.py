@@ -23,6 +23,7 @@
 # * `tformer/data/text.py: offline_text, train_tokenizer, encode, LMBatches, lm_loss` (BPE through `tokenizers`, batches)
 # * `tformer/training/losses.py: causal_lm_loss, masked_lm_loss`, `tformer/data/text.py: apply_mlm_masking, mask_tokens`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (with `GPT.generate`, `GPT.from_hf_gpt2`); `tformer/models/bert.py: BERT, BertClassifier`
+# * `tformer/data/pretrained.py: load_pretrained` (real GPT-2 weights when online; offline it says what to do)
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
@@ -44,6 +45,7 @@ from tformer.data.text import mask_tokens
 from tformer.data.bpe import tokenizers_merges, train_bpe
 from tformer.data.text import (DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream,
                              train_tokenizer)
+from tformer.data.pretrained import load_pretrained
 from tformer.models import BERT, GPT, BertClassifier, BertConfig, GPTConfig
 
 tformer.seed_everything(0)
@@ -439,13 +441,10 @@ print("tformer GPT == transformers GPT2LMHeadModel on the same (random) weights"
 if SMALL:
     print("Real GPT-2: run this notebook in full mode (TFORMER_SMALL=0) with a network connection.")
 else:
-    try:
-        hf_gpt2 = transformers.GPT2LMHeadModel.from_pretrained("gpt2")
-        gpt2_tok = transformers.GPT2TokenizerFast.from_pretrained("gpt2")
-    except Exception as e:  # offline: say what to do
-        print(f"could not download gpt2 ({type(e).__name__}). Run this cell once with a network connection "
-              "(the weights are cached in ~/.cache/huggingface), or set HF_HOME to a copy of that cache.")
-    else:
+    loaded = load_pretrained(lambda: (transformers.GPT2LMHeadModel.from_pretrained("gpt2"),
+                                      transformers.GPT2TokenizerFast.from_pretrained("gpt2")), "gpt2")
+    if loaded is not None:                                    # offline: load_pretrained said what to do
+        hf_gpt2, gpt2_tok = loaded
         gpt2 = GPT.from_hf_gpt2(hf_gpt2).to(dev).eval()
         p = torch.tensor([gpt2_tok.encode("The Transformer architecture")], device=dev)
         with torch.no_grad():

@@ -103,14 +103,16 @@ def my_patchify(images, p):
 check("ch12.patchify", my_patchify)
 
 # %% [markdown]
-# The package's version, which ViT uses (the same reshape and permute):
+# The package's version. `tformer`'s ViT does not call it: its patch embedding is a strided `Conv2d`
+# (`kernel_size=stride=p`, the layout pretrained ViT checkpoints store), which is the same linear map of
+# the same flattened patches; the cell after this one asserts that `Conv2d == patchify + linear`.
 
 # %%
 print(inspect.getsource(patchify))
 
 # %% [markdown]
-# The patch embedding *is* a linear map of flattened patches: the strided convolution in `tformer`'s ViT
-# and `patchify(x) @ W^T + b` agree.
+# The patch embedding *is* a linear map of flattened patches: the strided convolution ViT runs and
+# `patchify(x) @ W^T + b`, with W the convolution's weight flattened, agree.
 
 # %%
 vit_demo = ViT(ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=32, n_layers=1, n_heads=4, d_ff=64,
@@ -412,13 +414,12 @@ print("tformer CLIP == transformers CLIPModel on the same weights")
 
 # %%
 if not SMALL:
-    try:
-        real = transformers.CLIPModel.from_pretrained("openai/clip-vit-base-patch32")
-        proc = transformers.CLIPProcessor.from_pretrained("openai/clip-vit-base-patch32")
-    except Exception as e:  # offline: say what to do
-        print(f"could not download openai/clip-vit-base-patch32 ({type(e).__name__}). Run once online "
-              "(it is cached in ~/.cache/huggingface), or skip this cell.")
-    else:
+    from tformer.data.pretrained import load_pretrained
+    loaded = load_pretrained(lambda: (transformers.CLIPModel.from_pretrained("openai/clip-vit-base-patch32"),
+                                      transformers.CLIPProcessor.from_pretrained("openai/clip-vit-base-patch32")),
+                             "openai/clip-vit-base-patch32")
+    if loaded is not None:                                    # offline: load_pretrained said what to do
+        real, proc = loaded
         ours_real = CLIP.from_hf_clip(real).eval()
         big = F.interpolate(data.x_test[:4].repeat(1, 3, 1, 1), size=224)   # any images work; digits are a toy
         inputs = proc(text=[f"a photo of a {n}" for n in CIFAR10_NAMES], return_tensors="pt", padding=True)

@@ -3,13 +3,14 @@
     sources    read_parallel (a folder of train/val/test.{lang}), multi30k(), wmt14() through `datasets`;
                cache_dir() (data/cache); DataUnavailableError, the one error of every loader
     corpus     write_offline_corpus: a built-in English-German phrase grammar (agreement, reordering)
-    tokenizer  SharedBPE: one byte-level BPE vocabulary for both languages (`tokenizers`)
+    tokenizer  train_byte_bpe (the one `tokenizers` BPE trainer); SharedBPE, the translation vocabulary
     batching   TokenBatcher: batches by token count, reshuffled per epoch, split across DDP ranks
     bpe        byte-pair encoding from scratch (chapter 11; learns the merges of `tokenizers`)
     text       LM text: the offline corpus, `datasets` corpora, a BPE tokenizer, LMBatches; MLM masking
     images     digits, CIFAR-10, image-caption sets (Flickr8k)
     captions   template captions and byte-level caption ids for CLIP
     augment    batched random affine transforms and pixel shifts
+    pretrained load_pretrained: hub weights for an optional cell, or a printed reason and what to do
 """
 from .batching import Seq2SeqBatch, TokenBatcher, collate
 from .tokenizer import SharedBPE

@@ -79,19 +79,15 @@ def _chunks(text: str, chunk_chars: int = 1 << 16) -> Iterator[str]:
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
-    """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` (never meets an unknown character).
-    Long texts are fed in pieces of lines, which `tokenizers` processes in parallel."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` (never meets an unknown character):
+    `tformer.data.tokenizer.train_byte_bpe` with GPT-2's conventions (<|endoftext|>, no prefix space,
+    every merge kept). Long texts are fed in pieces of lines, which `tokenizers` processes in parallel."""
+    from .tokenizer import train_byte_bpe
 
     if vocab_size < 257:
         raise ValueError(f"train_tokenizer: vocab_size must be >= 257 (256 bytes + <|endoftext|>), got {vocab_size}")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator((piece for t in texts for piece in _chunks(t)), trainer)
-    return tok
+    return train_byte_bpe((piece for t in texts for piece in _chunks(t)), vocab_size, ["<|endoftext|>"],
+                          prefix_space=False)
 
 
 def encode(tok, text: str, chunk_chars: int = 1 << 16) -> torch.Tensor:

@@ -1,4 +1,10 @@
-"""A shared byte-level BPE vocabulary for both languages, through Hugging Face `tokenizers`.
+"""Byte-level BPE through Hugging Face `tokenizers`: the one trainer, and the translation vocabulary.
+
+`train_byte_bpe` is the package's one `tokenizers` BPE trainer. Its two users differ on purpose, and
+say so in its arguments: the language models (`tformer.data.text.train_tokenizer`, chapters 11-15) use
+<|endoftext|>, no prefix space (GPT-2's convention) and keep every merge; the translation vocabulary
+(`SharedBPE`) uses <pad>/<s>/</s>/<unk>, a prefix space (a sentence's first word is tokenized like any
+other), NFC normalisation (a composed and a decomposed "ä" are one token) and merges seen at least twice.
 
 The paper shares one byte-pair vocabulary (about 37k for EN-DE) between source and target, which lets
 the model tie its source embedding, target embedding and output projection. Byte-level BPE never
@@ -20,6 +26,28 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]          # ids 0, 1, 2, 3
 
 
+def train_byte_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str], *, prefix_space: bool,
+                   min_frequency: int = 0, unk_token: str | None = None, nfc: bool = False,
+                   length: int | None = None) -> Tokenizer:
+    """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` up to `vocab_size` tokens.
+
+    special_tokens take the first ids, in order; the 256 byte symbols always follow (no character is
+    ever unknown). prefix_space: a space is put before the text, so its first word splits like the
+    others. min_frequency: a pair is merged only when seen that often. unk_token: the model's unknown
+    token (a byte-level model never emits it; kept for a tokenizer file that names one). nfc: normalise
+    to Unicode NFC first. length: how many texts there are (for `tokenizers`' bookkeeping only).
+    """
+    tok = Tokenizer(models.BPE(unk_token=unk_token))
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(special_tokens),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer, length=length)
+    return tok
+
+
 class SharedBPE:
     """A byte-level BPE `tokenizers.Tokenizer` with the special tokens <pad>=0, <s>=1, </s>=2, <unk>=3."""
 
@@ -36,14 +64,8 @@ class SharedBPE:
         """Learn merges from `texts` (both languages' training sentences) up to `vocab_size` tokens."""
         if vocab_size < 300:
             raise ValueError(f"SharedBPE.train: vocab_size must be >= 300 (256 bytes + specials), got {vocab_size}")
-        tok = Tokenizer(models.BPE(unk_token=UNK))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-        tok.train_from_iterator(texts, trainer, length=length)
-        return cls(tok)
+        return cls(train_byte_bpe(texts, vocab_size, SPECIALS, prefix_space=True, min_frequency=min_frequency,
+                                  unk_token=UNK, nfc=True, length=length))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SharedBPE":

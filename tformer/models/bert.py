@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from ..utils.checks import check_tokens
 from ..blocks import ACTIVATIONS, BlockConfig, TransformerBlock
 from ..masks import padding_mask
+from ..positional import LearnedPositionalEmbedding
 
 
 @dataclass
@@ -57,7 +58,7 @@ class BERT(nn.Module):
         self.cfg = cfg
         d = cfg.d_model
         self.tok_embed = nn.Embedding(cfg.vocab_size, d)
-        self.pos_embed = nn.Embedding(cfg.context_length, d)
+        self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, d)
         self.type_embed = nn.Embedding(cfg.type_vocab_size, d)
         self.embed_norm = nn.LayerNorm(d, eps=cfg.eps)
         self.drop = nn.Dropout(cfg.dropout)
@@ -70,7 +71,7 @@ class BERT(nn.Module):
 
     @staticmethod
     def _init(m: nn.Module) -> None:
-        if isinstance(m, (nn.Linear, nn.Embedding)):
+        if isinstance(m, (nn.Linear, nn.Embedding, LearnedPositionalEmbedding)):
             nn.init.normal_(m.weight, 0.0, 0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -93,8 +94,7 @@ class BERT(nn.Module):
             mask = attention_mask.bool()[:, None, None, :]
         if bool(mask.all()):
             mask = None                                              # no padding: the fused kernel without a mask
-        pos = torch.arange(t, device=idx.device)
-        x = self.tok_embed(idx) + self.pos_embed(pos) + self.type_embed(token_type_ids)   # (B, T, d)
+        x = self.pos_embed(self.tok_embed(idx)) + self.type_embed(token_type_ids)   # (B, T, d): tokens + positions + segments
         x = self.drop(self.embed_norm(x))
         for block in self.blocks:
             x = block(x, mask)

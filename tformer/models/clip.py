@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ..utils.checks import check_rank, check_tokens
 from ..blocks import BlockConfig, TransformerBlock
+from ..positional import LearnedPositionalEmbedding
 from .vit import ViT, ViTConfig
 
 
@@ -69,7 +70,7 @@ class TextTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.text_d_model)
-        self.pos_embed = nn.Embedding(cfg.context_length, cfg.text_d_model)
+        self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, cfg.text_d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(cfg.text_block()) for _ in range(cfg.text_n_layers))
         self.final_norm = nn.LayerNorm(cfg.text_d_model, eps=cfg.eps)
@@ -86,7 +87,7 @@ class TextTransformer(nn.Module):
                                  f"got {tuple(attention_mask.shape)}")
             if not bool(attention_mask.bool().all()):
                 mask = attention_mask.bool()[:, None, None, :]      # (B, 1, 1, T), combined with causal
-        x = self.drop(self.tok_embed(idx) + self.pos_embed(torch.arange(t, device=idx.device)))
+        x = self.drop(self.pos_embed(self.tok_embed(idx)))
         for block in self.blocks:
             x = block(x, mask, is_causal=True)
         return self.final_norm(x)
@@ -153,8 +154,10 @@ class CLIP(nn.Module):
 
     def loss(self, images: torch.Tensor, idx: torch.Tensor, attention_mask: torch.Tensor | None = None
              ) -> torch.Tensor:
-        """Symmetric contrastive loss of B matching (image i, text i) pairs."""
-        return contrastive_logits_loss(self(images, idx, attention_mask))
+        """Symmetric contrastive loss of B matching (image i, text i) pairs: `clip_loss` of the two towers'
+        embeddings at the model's temperature (the logits are `forward`'s, op for op)."""
+        return clip_loss(self.encode_image(images, normalize=False),
+                         self.encode_text(idx, attention_mask, normalize=False), self.scale())
 
     @torch.no_grad()
     def class_embeddings(self, prompts: list[torch.Tensor]) -> torch.Tensor:

@@ -18,10 +18,10 @@ from .checkpoint import (CheckpointError, CheckpointWriteError, RunInUseError, R
 from .distributed import setup_distributed
 from .losses import IGNORE, causal_lm_loss, label_smoothed_cross_entropy, masked_lm_loss
 from .schedules import (ConstantSchedule, CosineSchedule, InverseSqrtSchedule, LinearDecaySchedule, RunScheduler,
-                        make_scheduler, noam_lr)
+                        Schedule, make_scheduler, noam_lr)
 from .trainer import TrainConfig, Trainer, TrainState, adamw
 
-__all__ = ["noam_lr", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "CosineSchedule",
+__all__ = ["noam_lr", "Schedule", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "CosineSchedule",
            "RunScheduler", "make_scheduler", "adamw", "label_smoothed_cross_entropy", "causal_lm_loss",
            "masked_lm_loss", "IGNORE", "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints",
            "setup_distributed", "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock",

@@ -25,12 +25,31 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) ->
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
-class InverseSqrtSchedule:
-    """Multiplier for `LambdaLR`: linear warmup to 1 at `warmup`, then sqrt(warmup / step).
+class Schedule:
+    """A learning-rate multiplier for `LambdaLR`: `schedule(i)` for optimizer step i (counted from 0).
 
-    With the optimizer's lr set to the peak lr this is the paper's schedule (`noam_lr`) rescaled to that
-    peak; with lr = (d_model * warmup)^-0.5 it is exactly `noam_lr`. A class, not a lambda, so that the
-    scheduler's state can be saved. `LambdaLR` counts from 0: the first optimizer step uses step 1.
+    One interface for the Trainer: before every scheduler step it calls `set_progress(p)` with the
+    fraction p (0..1) of the run done, the larger of steps / max_steps and time / time budget. A schedule
+    that ends with the run (`LinearDecaySchedule`, `CosineSchedule`) reads `self.progress`; the others
+    ignore it. A class, not a lambda, so that `LambdaLR` saves its state (warmup, progress) with the run.
+    """
+
+    progress: float = 0.0
+
+    def set_progress(self, progress: float) -> None:
+        self.progress = progress
+
+    def __call__(self, i: int) -> float:
+        raise NotImplementedError
+
+
+class InverseSqrtSchedule(Schedule):
+    """The paper's schedule (`noam_lr`) divided by its peak: linear warmup to 1 at `warmup`, then
+    sqrt(warmup / step).
+
+    With the optimizer's lr set to the peak lr this is `noam_lr` rescaled to that peak; with
+    lr = (d_model * warmup)^-0.5 it is exactly `noam_lr`. `LambdaLR` counts from 0: the first optimizer
+    step uses step 1.
     """
 
     def __init__(self, warmup: int):
@@ -39,11 +58,10 @@ class InverseSqrtSchedule:
         self.warmup = warmup
 
     def __call__(self, i: int) -> float:
-        step = i + 1
-        return min(step / self.warmup, math.sqrt(self.warmup / step))
+        return noam_lr(i + 1, 1, self.warmup) / noam_lr(self.warmup, 1, self.warmup)   # d_model cancels
 
 
-class ConstantSchedule:
+class ConstantSchedule(Schedule):
     """Multiplier 1 after an optional linear warmup (for the "no decay" comparison)."""
 
     def __init__(self, warmup: int = 0):
@@ -53,13 +71,13 @@ class ConstantSchedule:
         return min(1.0, (i + 1) / self.warmup) if self.warmup > 0 else 1.0
 
 
-class LinearDecaySchedule:
+class LinearDecaySchedule(Schedule):
     """Multiplier min(step / warmup, 1 - progress): linear warmup, then a straight line to 0 at the run's end.
 
     `progress` is the fraction of the run done (0..1): the larger of step / max_steps and elapsed / time
-    budget, set by the Trainer before every scheduler step. So a run stopped by its time budget still
-    ends with the learning rate at 0, which is what a short, budgeted run wants: the loss drops
-    sharply while the lr anneals, and an inverse-square-root schedule never anneals.
+    budget, which the Trainer sets (`set_progress`) before every scheduler step. So a run stopped by its
+    time budget still ends with the learning rate at 0, which is what a short, budgeted run wants: the
+    loss drops sharply while the lr anneals, and an inverse-square-root schedule never anneals.
     """
 
     def __init__(self, warmup: int):
@@ -72,7 +90,7 @@ class LinearDecaySchedule:
         return max(0.0, min((i + 1) / self.warmup, 1.0 - self.progress))
 
 
-class CosineSchedule:
+class CosineSchedule(Schedule):
     """Multiplier: linear warmup to 1 over `warmup` steps, then a half cosine down to 0 at the run's end
     (ViT and CLIP training, chapter 12).
 
@@ -100,14 +118,19 @@ SCHEDULES = {"noam": InverseSqrtSchedule, "constant": ConstantSchedule, "linear"
 
 
 class RunScheduler(torch.optim.lr_scheduler.LambdaLR):
-    """A `LambdaLR` over one of the SCHEDULES. `set_progress(p)` tells a schedule that ends with the run
-    (`LinearDecaySchedule`, `CosineSchedule`) the fraction p of the run done; the Trainer calls it before
-    every step."""
+    """A `LambdaLR` over `Schedule`s (one per parameter group, or one for all). `set_progress(p)` passes
+    the fraction p of the run done to each; the Trainer calls it before every step."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, schedule: Schedule | list[Schedule], last_epoch: int = -1):
+        for fn in schedule if isinstance(schedule, list) else [schedule]:
+            if not isinstance(fn, Schedule):
+                raise TypeError(f"RunScheduler: expected a tformer.training.Schedule (e.g. InverseSqrtSchedule), "
+                                f"got {type(fn).__name__}")
+        super().__init__(optimizer, schedule, last_epoch)
 
     def set_progress(self, progress: float) -> None:
         for fn in self.lr_lambdas:
-            if hasattr(fn, "progress"):
-                fn.progress = progress
+            fn.set_progress(progress)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, kind: str = "noam", warmup: int = 4000,

@@ -7,7 +7,7 @@ rises linearly for `warmup` steps, then decays as 1/sqrt(step). Adam(0.9, 0.98, 
 
 `Trainer` is generic: a model, a loss function over one batch, and an iterable of batches.
 
-    def loss_fn(model, batch):                   # returns a mean loss, or (sum of losses, count)
+    def loss_fn(model, batch):                   # returns (sum of per-item losses, item count), always
         src, tgt_in, tgt_out = batch
         logits = model(src, tgt_in)
         return label_smoothed_cross_entropy(logits, tgt_out, 0.1, ignore_index=0, reduction="sum"), \
@@ -95,7 +95,18 @@ class TrainState:
     history: list = field(default_factory=list)
 
 
-LossOut = torch.Tensor | tuple[torch.Tensor, torch.Tensor | int | float]
+LossOut = tuple[torch.Tensor, torch.Tensor | int | float]    # (sum of per-item losses, item count)
+
+
+def _sum_and_count(out) -> tuple[torch.Tensor, torch.Tensor | int | float]:
+    """A loss_fn's result as (sum, count), or a TypeError saying what a loss_fn returns."""
+    try:
+        loss_sum, count = out
+    except (TypeError, ValueError):
+        raise TypeError(f"Trainer: loss_fn must return (sum of per-item losses, item count), got "
+                        f"{type(out).__name__}{tuple(out.shape) if isinstance(out, torch.Tensor) else ''}; "
+                        f"for a mean over the batch return (mean, 1)") from None
+    return loss_sum, count
 
 
 class Trainer:
@@ -103,9 +114,10 @@ class Trainer:
 
     model       an `nn.Module`; moved to `device`; wrapped in DistributedDataParallel when a process
                 group is running (`setup_distributed()` under torchrun). `trainer.module` is the bare model.
-    loss_fn     loss_fn(model, batch) -> a scalar mean loss, or (sum of per-item losses, item count).
-                With a count the trainer divides by the total count over micro-batches and ranks, so
-                every token weighs the same however the batch was split. Call `model(...)` (its forward)
+    loss_fn     loss_fn(model, batch) -> (sum of per-item losses, item count), always. The trainer
+                divides by the total count over micro-batches and ranks, so every token weighs the same
+                however the batch was split (a loss that is a mean over its batch: (mean, 1), every
+                micro-batch then weighs the same). Call `model(...)` (its forward)
                 so that DDP sees the computation. Batches are moved to `device` first (tensors, or
                 tuples/lists/dicts of tensors).
     train_data  a re-iterable of batches, iterated epoch after epoch. For exact resume its order must
@@ -113,7 +125,9 @@ class Trainer:
                 DistributedSampler); on resume the consumed batches of the current epoch are skipped.
     val_data    optional re-iterable of batches: validation loss with the same loss_fn, model in eval mode.
     val_fn      optional val_fn(model) -> dict of extra metrics (e.g. BLEU), run at each validation.
-    optimizer   default Adam(betas, eps) at cfg.lr; scheduler default `make_scheduler(cfg.schedule, cfg.warmup)`.
+    optimizer   default Adam(betas, eps) at cfg.lr.
+    scheduler   a `RunScheduler` (default `make_scheduler(cfg.schedule, cfg.warmup)`): before every step the
+                trainer tells it the fraction of the run done (`set_progress`), then steps it.
     out_dir     where last.pt, snapshots and log.jsonl go; None = keep nothing on disk.
     """
 
@@ -138,6 +152,9 @@ class Trainer:
                                                        eps=self.cfg.adam_eps, weight_decay=self.cfg.weight_decay)
         self.scheduler = scheduler or make_scheduler(self.optimizer, self.cfg.schedule, self.cfg.warmup,
                                                      total=self.cfg.max_steps)
+        if not isinstance(self.scheduler, RunScheduler):
+            raise TypeError(f"Trainer: scheduler must be a tformer.training.RunScheduler (make_scheduler(...), or "
+                            f"RunScheduler(optimizer, schedule) with a Schedule), got {type(self.scheduler).__name__}")
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.extra_state = extra_state or {}    # saved with last.pt (e.g. the run's model config)
         self.amp_dtype = amp_dtype(self.device) if self.cfg.amp else None   # tformer.utils.gpu: by compute capability
@@ -261,11 +278,9 @@ class Trainer:
                 total, count = 0.0, 0.0
                 for batch in self.val_data:
                     with self._autocast():
-                        res = self.loss_fn(self.module, self._to_device(batch))
-                    if isinstance(res, (tuple, list)):
-                        total += float(res[0]); count += float(res[1])
-                    else:
-                        total += float(res); count += 1
+                        loss_sum, n = _sum_and_count(self.loss_fn(self.module, self._to_device(batch)))
+                    total += float(loss_sum)
+                    count += float(n)
                 out["val_loss"] = total / max(count, 1e-9)
             if self.val_fn is not None:
                 out.update(self.val_fn(self.module))
@@ -276,41 +291,29 @@ class Trainer:
     # -- training --------------------------------------------------------------------------------------
     def train_step(self, micro_batches: list) -> tuple[float, float]:
         """One optimizer step over `micro_batches`; returns (mean loss, count) over all ranks."""
-        cfg, model = self.cfg, self.model
+        model = self.model
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         count = torch.zeros((), device=self.device, dtype=torch.float64)
-        weighted = None
         for j, batch in enumerate(micro_batches):
             sync = j == len(micro_batches) - 1 or self.world == 1
-            ctx = model.no_sync() if not sync else nullcontext()
-            with ctx:
+            with nullcontext() if sync else model.no_sync():
                 with self._autocast():
-                    res = self.loss_fn(model, self._to_device(batch))
-                if isinstance(res, (tuple, list)):          # (sum, count): normalised after backward
-                    loss, n = res
-                    weighted = True
-                    self.scaler.scale(loss).backward()
-                    count += float(n)
-                else:                                       # a mean: average the micro-batches
-                    loss, weighted = res / len(micro_batches), False
-                    self.scaler.scale(loss).backward()
-                    count += 1.0 / len(micro_batches)
-                loss_sum += loss.detach().double()
+                    loss, n = _sum_and_count(self.loss_fn(model, self._to_device(batch)))
+                self.scaler.scale(loss).backward()          # the gradient of the sum: normalised below
+            loss_sum += loss.detach().double()
+            count += float(n)
         stats = torch.stack([loss_sum, count])
         if self.world > 1:
             dist.all_reduce(stats)
-        if weighted:
-            # DDP averaged the gradients of per-rank sums: scale so the gradient is of (global sum / global count)
-            scale = self.world / max(float(stats[1]), 1e-12)
-            for p in self.module.parameters():
-                if p.grad is not None:
-                    p.grad.mul_(scale)
-            mean = float(stats[0] / stats[1])
-        else:
-            mean = float(stats[0]) / self.world
+        # DDP averaged the gradients of per-rank sums: scale so the gradient is of (global sum / global count)
+        scale = self.world / max(float(stats[1]), 1e-12)
+        for p in self.module.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        mean = float(stats[0] / stats[1])
         self.scaler.unscale_(self.optimizer)               # fp16: back to true gradients before clipping
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip)
+        if self.cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip)
         self.scaler.step(self.optimizer)                    # fp16: skipped when a gradient overflowed
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -358,8 +361,7 @@ class Trainer:
                 dt = float(t)
             st.step += 1
             st.elapsed += dt
-            if isinstance(self.scheduler, RunScheduler):
-                self.scheduler.set_progress(self._progress())
+            self.scheduler.set_progress(self._progress())   # what a schedule that ends with the run needs
             self.scheduler.step()
             st.tokens += n
             win_loss += loss; win_n += 1; win_tok += n; win_t += dt

@@ -1,7 +1,7 @@
 """Training an image classifier (ViT) and a CLIP-style aligner (chapter 12) with `tformer.training.Trainer`.
 
 Both use the ViT/CLIP recipe: AdamW without decay on biases, norms, positions and the class token
-(`train.adamw`), linear warmup then a half cosine to 0 (`train.CosineSchedule`), no gradient clipping,
+(`trainer.adamw`), linear warmup then a half cosine to 0 (`schedules.CosineSchedule`), no gradient clipping,
 fp32. Batches are drawn from one `torch.Generator` (shuffling, captions, augmentation), so a seed gives
 the same run. Each returns a `History`: the loss of every step, test accuracy after every epoch.
 """
@@ -108,9 +108,9 @@ def train_classifier(model: nn.Module, data: ImageSplit, epochs: int = 10, batch
     batches = ImageBatches(data.x_train, data.y_train, batch_size, torch.Generator().manual_seed(seed), augment)
     total = epochs * len(batches) if max_steps is None else min(max_steps, epochs * len(batches))
 
-    def loss_fn(m, batch):
+    def loss_fn(m, batch):                          # (mean over the batch, 1): one micro-batch a step
         x, y = batch
-        return F.cross_entropy(m(x), y, label_smoothing=label_smoothing)
+        return F.cross_entropy(m(x), y, label_smoothing=label_smoothing), 1
 
     def test_accuracy(m):
         return {"test_acc": accuracy(predict(m, data.x_test), data.y_test)}
@@ -130,5 +130,6 @@ def train_clip(model: nn.Module, data: ImageCaptions, epochs: int = 10, batch_si
     batches = CaptionBatches(data, batch_size, model.cfg.context_length, torch.Generator().manual_seed(seed), augment)
     total = epochs * math.ceil(n / batch_size)
     total = total if max_steps is None else min(max_steps, total)
-    return _fit(model, lambda m, batch: m.loss(*batch), batches, total, lr, weight_decay, warmup_frac, (0.9, 0.98),
-                1e-6, device, progress)
+    # the contrastive loss is a mean over the whole batch (every pair is the others' negatives): (mean, 1)
+    return _fit(model, lambda m, batch: (m.loss(*batch), 1), batches, total, lr, weight_decay, warmup_frac,
+                (0.9, 0.98), 1e-6, device, progress)

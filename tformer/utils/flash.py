@@ -25,10 +25,10 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, grad_scaler, peak_flops
+from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, peak_flops
 from ..moe import collect_aux_loss
 from ..training.losses import causal_lm_loss
-from .timing import profiled, time_fn
+from .timing import profiled, time_fn, training_step
 
 # the aten operator each SDPA backend runs (the profiler records it), and a short name for it
 _KERNELS = {
@@ -99,25 +99,18 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
     cuda = device.type == "cuda"
     dtype = dtype or amp_dtype(device) or torch.float32
     flash = (cuda and flash_available(device)) if flash is None else flash
-    scaler = grad_scaler(dtype, device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda)
     step_model = torch.compile(model) if compile else model
     g = torch.Generator(device="cpu").manual_seed(0)
     idx = torch.randint(0, model.cfg.vocab_size, (batch_size, seq_len + 1), generator=g).to(device)
     x, y = idx[:, :-1], idx[:, 1:]
-    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
 
-    def step():
-        with autocast:
-            logits = step_model(x)
-            loss = causal_lm_loss(logits.float(), targets=y)
-            loss = loss + collect_aux_loss(model)                      # the MoE layers' losses (0 if none)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    def loss_of():
+        loss = causal_lm_loss(step_model(x).float(), targets=y)
+        return loss + collect_aux_loss(model)                          # the MoE layers' losses (0 if none)
+
+    step = training_step(loss_of, opt, device, dtype)                    # the one step body of tformer.utils.timing
 
     if flash:
         _, backends = run_with_flash(step)

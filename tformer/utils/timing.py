@@ -2,6 +2,7 @@
 
     time_fn(fn)                  median wall time of fn() after warm-up (synchronizes CUDA)
     peak_memory(fn)              bytes allocated at the peak of fn() above what was live before
+    training_step(...)           one training step as a function (what the timers below and `flash` time)
     train_step_time(model, idx)  median time of one training step (forward, loss, backward, update)
     step_time_vs_length(...)     the same for each sequence length, as table rows
     count_ops(fn)                how many matrix products (or other named aten ops) fn() runs
@@ -28,7 +29,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from .gpu import amp_dtype
+from .gpu import amp_dtype, grad_scaler
 from ..training.losses import causal_lm_loss
 
 
@@ -157,27 +158,46 @@ def count_ops(fn: Callable[[], object], names: Sequence[str] = MATMUL_OPS) -> in
     return sum(1 for e in prof.events() if e.name in wanted)
 
 
+def training_step(loss_of: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer,
+                  device: torch.device | str, dtype: torch.dtype | None = None) -> Callable[[], torch.Tensor]:
+    """One training step as a function, the body every timer here shares (and `flash.lm_throughput`).
+
+    step() runs loss_of() (the forward pass and the loss) under autocast to `dtype` (None or float32:
+    no autocast), backward (through a gradient scaler when dtype is fp16: `tformer.utils.gpu.grad_scaler`),
+    the optimizer's step, and clears the gradients; it returns the loss. The `Trainer`'s step is this plus
+    what training needs and timing does not: (sum, count) losses, accumulation, clipping, DDP.
+    """
+    device = torch.device(device)
+    scaler = grad_scaler(dtype, device)
+    cast = dtype not in (None, torch.float32)
+
+    def step() -> torch.Tensor:
+        with torch.autocast(device.type, dtype=dtype if cast else torch.bfloat16, enabled=cast):
+            loss = loss_of()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
 def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat: int = 3,
                     lr: float = 1e-3, amp: bool | None = None,
                     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = causal_lm_loss) -> float:
     """Median seconds of one training step of `model` (logits = model(idx)) on the batch idx (B, T).
 
-    A step is forward, loss, backward and an AdamW update, as in training. The model's parameters do
-    change; pass a copy if that matters. amp=None: autocast on CUDA (bf16 on sm80+, fp16 before:
-    `tformer.utils.gpu.amp_dtype`), off on CPU.
+    A step (`training_step`) is forward, loss, backward and an AdamW update, as in training. The model's
+    parameters do change; pass a copy if that matters. amp=None: autocast on CUDA (bf16 on sm80+, fp16
+    with a gradient scaler before: `tformer.utils.gpu.amp_dtype`), off on CPU.
     """
     device = idx.device
     amp = amp_dtype(device) is not None if amp is None else amp     # the policy's dtype (tformer.utils.device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
-
-    def step():
-        with torch.autocast(device.type, dtype=amp_dtype(device) or torch.bfloat16, enabled=amp):
-            loss = loss_fn(model(idx), idx)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = training_step(lambda: loss_fn(model(idx), idx), opt, device,
+                         (amp_dtype(device) or torch.bfloat16) if amp else None)
     return time_fn(step, warmup, repeat, device)
 
 
