@@ -252,7 +252,7 @@ def adamw_check() -> Check:
 def moe_check() -> Check:
     from ..moe import MoE, MoEConfig
     torch.manual_seed(0)
-    moe = MoE(MoEConfig(d_model=32, d_ff=64, n_experts=4, top_k=2))
+    moe = MoE(32, MoEConfig(d_ff=64, n_experts=4, top_k=2))
 
     def run(dev, dtype):
         m = copy.deepcopy(moe).to(dev, dtype)
