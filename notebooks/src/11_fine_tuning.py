@@ -173,7 +173,13 @@ for th, out in pen_out.items():
     print(f"theta {th}: distinct-2 {distinct_n([out], 2):.2f}, final run {tail_run(out):2d} | {tok.decode(out)[-50:]!r}")
 ends = [th for th, out in pen_out.items() if distinct_n([out], 2) > 0.8 and tail_run(out) < 3]
 print("settings that end the loop within", n_new, "tokens:", ends or "none: the penalty only delays it here")
-assert distinct_n([pen_out[3.0]], 2) > distinct_n([greedy], 2)
+assert ends and distinct_n([pen_out[max(ends)]], 2) > distinct_n([greedy], 2)
+
+# %% [markdown]
+# Read the table: the mild penalties (1.3, 1.5) raise distinct-2 but only delay the loop, which moves
+# to a token the penalty has not yet reached (here the newline, whose logit stays the largest after one
+# division); the settings listed last end it within the 48 tokens, at the price of wandering text. The
+# penalty is per token, not per occurrence, so no value of it forbids a loop outright.
 
 # %% [markdown]
 # ## 3. Supervised fine-tuning: a chat template and a prompt-masked loss
@@ -326,14 +332,19 @@ print(f"{'full FT':12}{full_trainable:>12,}{1:>8.0%}  {({k: f'{v:.0%}' for k, v 
 print(f"{'LoRA r=' + str(r):12}{lora_trainable:>12,}{lora_trainable / total:>8.1%}  {({k: f'{v:.0%}' for k, v in acc_lora.items()})}")
 half = {k: acc_lora[k] >= acc_sft[k] / 2 for k in KINDS}
 print("LoRA at least half of full fine-tuning's accuracy:", half)
+print(f"final training loss: full {sft_losses[-1]:.2f}, LoRA {lora_losses[-1]:.2f}")
 assert mean(acc_lora) > mean(acc_base) and lora_losses[-1] < lora_losses[0] / 2
 
 # %% [markdown]
-# The line above says, task by task, whether LoRA reaches half of full fine-tuning here. Where it does
-# not, the loss curves show why: with the same step budget the low-rank update is still learning when
-# full fine-tuning has converged; a frozen 64-wide model leaves the adapters less to reuse than a
-# pretrained model of billions of weights, which is where LoRA's parity is measured (Hu et al. 2021:
-# GPT-3 175B with about 0.01% of the weights trained).
+# The line above says, task by task, whether LoRA reaches half of full fine-tuning at this width; in small
+# mode it does not (it reaches some arithmetic and code answers, and fails the two tasks that copy from
+# the prompt: two-turn recall and reading). The loss curves below show it still far above full
+# fine-tuning when the steps run out. The likely reason is the base, not the adapters: copying a word
+# from the context needs attention circuits that a 64-wide model pretrained for 150 steps does not have,
+# and full fine-tuning can build them from every weight, while a low-rank update to frozen weights
+# mostly re-uses what is there. LoRA's parity with full fine-tuning is measured on large pretrained
+# models (Hu et al. 2021: GPT-3 175B with about 0.01% of the weights trained); full mode (d_model 384,
+# 3000 pretraining steps, r = 8) is the place to compare.
 
 # %%
 plt.figure(figsize=(5, 3))

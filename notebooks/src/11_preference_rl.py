@@ -185,7 +185,13 @@ print(f"'The answer is N.' exactly: {full_before:.0%} -> {full_after:.0%}; the r
 pairs_shown = preference_pairs(200, seed=1)
 i = next(i for i, (c, _) in enumerate(pairs_shown) if texts_after[i] == c[0][1])   # an answer the numbers count right
 print(repr(pairs_shown[i][0][0][0]), "| SFT:", repr(texts_before[i]), "| after DPO:", repr(texts_after[i]))
-assert full_after > 0.5 > full_before
+assert full_after > full_before + 0.1 and abs(number_after - number_before) < 0.15
+
+# %% [markdown]
+# DPO changed the *form* of the answers, as the pairs ask, and not whether they are right: both answers
+# of a pair hold the same number, so nothing in the data rewards the right one. The share with the right
+# number stays about where SFT left it (the SFT data mixes eight kinds of conversation, so one-digit sums are
+# not all learned). Making answers right is a job for a reward that checks them: the next section.
 
 # %% [markdown]
 # ## 3. Reinforcement learning with verifiable rewards: GRPO
