@@ -15,8 +15,8 @@
 # We pretrain both on a real corpus (offline: Python's own documentation, `pydoc_data.topics`; full mode
 # online: TinyStories through `datasets`), show loss, perplexity and samples, then fine-tune BERT and
 # compare with a model trained from scratch. Finally the course's own GPT loads real GPT-2 weights.
-# The second notebook of this chapter, `11_post_training`, turns a pretrained GPT into an assistant:
-# decoding, instruction tuning, LoRA, DPO and retrieval.
+# The chapter's next notebooks turn a pretrained GPT into an assistant: `11_fine_tuning` (decoding,
+# instruction tuning, LoRA), then `11_preference_rl` (DPO, GRPO with verifiable rewards, retrieval).
 #
 # **Where the code lives.**
 # * `tformer/data/bpe.py: merge, train_bpe, BytePairEncoding` (BPE from scratch)

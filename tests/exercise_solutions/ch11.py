@@ -1,4 +1,4 @@
-"""Chapter 11: BPE, language-model objectives, nucleus filtering, SFT, LoRA and DPO."""
+"""Chapter 11: BPE, language-model objectives, nucleus filtering, SFT, LoRA, DPO and GRPO."""
 import torch
 
 
@@ -65,3 +65,35 @@ def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
 
 SOLUTIONS.update({"ch11.bpe_merge": bpe_merge, "ch11.top_p_filter": top_p_filter, "ch11.sft_loss": sft_loss,
                   "ch11.lora_forward": lora_forward, "ch11.dpo_loss": dpo_loss})
+
+
+def group_advantages(rewards):
+    r = rewards.double()
+    out = torch.zeros_like(r)
+    g = r.shape[1]
+    if g > 1:
+        for b in range(r.shape[0]):
+            m = sum(r[b].tolist()) / g
+            sd = (sum((x - m) ** 2 for x in r[b].tolist()) / (g - 1)) ** 0.5
+            out[b] = (r[b] - m) / (sd + 1e-4)
+    return out.to(rewards.dtype)
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta):
+    lp, old, ref = logp.double(), old_logp.double(), ref_logp.double()
+    total = torch.zeros((), dtype=torch.float64)
+    n = 0
+    for b in range(lp.shape[0]):
+        for i in range(lp.shape[1]):
+            keep = mask[b, i]
+            if keep.any():
+                rho = torch.exp(lp[b, i][keep] - old[b, i][keep])
+                a = advantages[b, i].double()
+                surrogate = torch.minimum(rho * a, torch.clamp(rho, 1 - eps, 1 + eps) * a)
+                log_r = ref[b, i][keep] - lp[b, i][keep]
+                total = total + (surrogate - beta * (torch.exp(log_r) - log_r - 1)).mean()
+            n += 1
+    return (-total / n).to(logp.dtype)
+
+
+SOLUTIONS.update({"ch11.group_advantages": group_advantages, "ch11.grpo_loss": grpo_loss})

@@ -1,12 +1,13 @@
 """Chapter 11: BPE's merge step, the causal language-model loss (GPT) and BERT's masked-LM masking rule
-(notebook 11_llms); nucleus filtering, the prompt-masked SFT loss, LoRA's forward and DPO's loss
-(notebook 11_post_training)."""
+(notebook 11_llms); nucleus filtering, the prompt-masked SFT loss and LoRA's forward (notebook
+11_fine_tuning); DPO's loss, GRPO's group-relative advantage and its clipped loss with the KL term
+(notebook 11_preference_rl)."""
 import torch
 import torch.nn.functional as F
 
 from ...data import bpe
 from ...inference import decode
-from ...training import dpo, lora, sft
+from ...training import dpo, grpo, lora, sft
 from ...data import text
 from ...training import losses
 from ...training.losses import IGNORE, causal_lm_loss
@@ -208,7 +209,7 @@ register(Exercise(
     notebook="11_llms",
 ))
 
-# --- post-training (notebook 11_post_training) ---------------------------------------------------------
+# --- fine-tuning (notebook 11_fine_tuning) ---------------------------------------------------------------
 # --- top-p (nucleus) filtering -------------------------------------------------------------------------
 
 
@@ -279,7 +280,7 @@ register(Exercise(
               "mask left in sorted order (not scattered back to the vocabulary)": _top_p_sorted_mask,
               "softmax over the batch dimension": _top_p_batch_softmax},
     forbidden=[(decode, "top_p_filter"), (decode, "sample_next")],
-    notebook="11_post_training",
+    notebook="11_fine_tuning",
 ))
 
 # --- the SFT loss: cross-entropy on the answer's tokens only -------------------------------------------
@@ -350,7 +351,7 @@ register(Exercise(
               "shifted by one again (targets are already aligned)": _sft_shifted,
               "summed instead of averaged": _sft_sum},
     forbidden=[(sft, "sft_loss")],
-    notebook="11_post_training",
+    notebook="11_fine_tuning",
 ))
 
 # --- LoRA: the adapted linear layer --------------------------------------------------------------------
@@ -412,7 +413,7 @@ register(Exercise(
               "no alpha / r scaling": _lora_unscaled,
               "the whole output scaled by alpha / r (only the update is)": _lora_scaled_everything},
     forbidden=[(lora, "lora_forward")],
-    notebook="11_post_training",
+    notebook="11_fine_tuning",
 ))
 
 # --- DPO's loss ------------------------------------------------------------------------------------------
@@ -482,5 +483,159 @@ register(Exercise(
               "chosen and rejected swapped": _dpo_swapped,
               "summed instead of averaged": _dpo_sum},
     forbidden=[(dpo, "dpo_loss")],
-    notebook="11_post_training",
+    notebook="11_preference_rl",
+))
+
+
+# --- GRPO: the group-relative advantage ------------------------------------------------------------------
+
+
+def _adv_case(name, seed, b, g, binary=True, random=False) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    r = (torch.rand(b, g, generator=gen) < 0.4).float() if binary else torch.randn(b, g, generator=gen)
+    return Case(name, (r,), seed=seed if random else None)
+
+
+def _adv_edge_cases() -> list[Case]:
+    return [
+        Case("every reward in a group equal (all right, all wrong): 0, not 0/0",
+             (torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]),)),
+        Case("groups of one answer: 0", (torch.tensor([[1.0], [0.0], [1.0]]),)),
+        Case("one right answer in a group of four", (torch.tensor([[0.0, 1.0, 0.0, 0.0]]),)),
+        Case("two groups of different success rates (per group, not per batch)",
+             (torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]),)),
+        _adv_case("real-valued rewards, B=3 G=5", 61, 3, 5, binary=False),
+    ]
+
+
+def _adv_random_case(seed: int) -> Case:
+    gen = torch.Generator().manual_seed(17000 + seed)
+    b, g = int(torch.randint(1, 6, (1,), generator=gen)), int(torch.randint(2, 12, (1,), generator=gen))
+    return _adv_case(f"random #{seed}: B={b} G={g}", 17000 + seed, b, g, binary=bool(seed % 2), random=True)
+
+
+def _adv_over_batch(r):
+    return (r - r.mean()) / (r.std() + 1e-4) if r.numel() > 1 else torch.zeros_like(r)
+
+
+def _adv_population_std(r):
+    return (r - r.mean(1, keepdim=True)) / (r.std(1, unbiased=False, keepdim=True) + 1e-4)
+
+
+def _adv_no_std(r):
+    return r - r.mean(1, keepdim=True)
+
+
+def _adv_no_eps(r):
+    if r.shape[1] < 2:
+        return torch.zeros_like(r)
+    return (r - r.mean(1, keepdim=True)) / r.std(1, keepdim=True)
+
+
+register(Exercise(
+    name="ch11.group_advantages",
+    title="GRPO's advantage: rewards (B, G) -> (r - group mean) / (group std + 1e-4), 0 for a group of one",
+    reference=grpo.group_advantages,
+    edge_cases=_adv_edge_cases,
+    random_case=_adv_random_case,
+    points=2,
+    hint="Each row is one prompt's group. mean and std over dim 1 (keepdim=True), torch.std's default (unbiased, "
+         "divide by G - 1); add 1e-4 to the std so an all-equal group gives 0 / 1e-4 = 0. With G = 1 there is "
+         "nothing to compare with (and the unbiased std is NaN): return zeros.",
+    mistakes={"normalised over the whole batch instead of each group": _adv_over_batch,
+              "population std (divide by G, not torch.std's G - 1)": _adv_population_std,
+              "no division by the std (Dr. GRPO's variant, not DeepSeekMath's)": _adv_no_std,
+              "no 1e-4: an all-equal group gives 0 / 0": _adv_no_eps},
+    forbidden=[(grpo, "group_advantages")],
+    notebook="11_preference_rl",
+))
+
+# --- GRPO: the clipped objective with the KL term --------------------------------------------------------
+
+
+def _grpo_case(name, seed, b, g, t, eps=0.2, beta=0.04, density=0.7, spread=0.6, random=False) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(b, g, t, generator=gen) * 3
+    old = logp + (torch.rand(b, g, t, generator=gen) - 0.5) * spread
+    ref = logp + (torch.rand(b, g, t, generator=gen) - 0.5) * spread
+    adv = torch.randn(b, g, generator=gen)
+    mask = torch.rand(b, g, t, generator=gen) < density
+    mask[..., 0] = True
+    return Case(name, (logp, old, ref, adv, mask, eps, beta), seed=seed if random else None)
+
+
+def _grpo_edge_cases() -> list[Case]:
+    logp, old, ref, adv, mask, _, _ = _grpo_case("", 71, 2, 3, 5).args
+    right_padded = torch.arange(5).expand(2, 3, 5) < torch.tensor([[1, 3, 5], [2, 4, 5]])[..., None]
+    return [
+        Case("policy == old == reference: loss 0", (logp, logp.clone(), logp.clone(), adv, mask, 0.2, 0.04)),
+        Case("answers of different lengths (right padding masked out)", (logp, old, ref, adv, right_padded, 0.2, 0.04)),
+        Case("ratios far outside [0.8, 1.2]: the clip decides", (logp, logp + 1.0, ref, adv, mask, 0.2, 0.04)),
+        Case("all advantages 0 (an all-equal group): only the KL term", (logp, old, ref, torch.zeros(2, 3), mask, 0.2, 0.5)),
+        _grpo_case("a group of one answer (G=1)", 72, 3, 1, 4),
+        Case("beta 0: the clipped ratio objective alone", (logp, old, ref, adv, mask, 0.2, 0.0)),
+    ]
+
+
+def _grpo_random_case(seed: int) -> Case:
+    gen = torch.Generator().manual_seed(18000 + seed)
+    b, g, t = (int(torch.randint(lo, hi, (1,), generator=gen)) for lo, hi in ((1, 4), (1, 9), (1, 12)))
+    return _grpo_case(f"random #{seed}: B={b} G={g} T={t}", 18000 + seed, b, g, t, eps=[0.1, 0.2, 0.3][seed % 3],
+                      beta=[0.0, 0.04, 0.1][seed % 3], random=True)
+
+
+def _objective(logp, old, ref, adv, eps):
+    ratio = torch.exp(logp - old)
+    a = adv[..., None]
+    return torch.minimum(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
+
+
+def _k3(logp, ref):
+    return torch.exp(ref - logp) - (ref - logp) - 1
+
+
+def _answer_mean(x, mask):
+    m = mask.to(x.dtype)
+    return (x * m).sum(-1) / m.sum(-1).clamp(min=1)
+
+
+def _grpo_no_mask(logp, old, ref, adv, mask, eps, beta):
+    return -(_objective(logp, old, ref, adv, eps) - beta * _k3(logp, ref)).mean()
+
+
+def _grpo_kl_sign(logp, old, ref, adv, mask, eps, beta):
+    return -_answer_mean(_objective(logp, old, ref, adv, eps) + beta * _k3(logp, ref), mask).mean()
+
+
+def _grpo_no_clip(logp, old, ref, adv, mask, eps, beta):
+    return -_answer_mean(torch.exp(logp - old) * adv[..., None] - beta * _k3(logp, ref), mask).mean()
+
+
+def _grpo_token_level(logp, old, ref, adv, mask, eps, beta):
+    m = mask.to(logp.dtype)
+    return -((_objective(logp, old, ref, adv, eps) - beta * _k3(logp, ref)) * m).sum() / m.sum()
+
+
+def _grpo_not_negated(logp, old, ref, adv, mask, eps, beta):
+    return _answer_mean(_objective(logp, old, ref, adv, eps) - beta * _k3(logp, ref), mask).mean()
+
+
+register(Exercise(
+    name="ch11.grpo_loss",
+    title="GRPO's loss: logp, old_logp, ref_logp (B, G, T), advantages (B, G), mask (B, G, T), eps, beta -> scalar",
+    reference=grpo.grpo_loss,
+    edge_cases=_grpo_edge_cases,
+    random_case=_grpo_random_case,
+    points=3,
+    hint="ratio = exp(logp - old_logp); per token min(ratio * A, clamp(ratio, 1 - eps, 1 + eps) * A) with A = "
+         "advantages[..., None]; minus beta * k3, k3 = exp(ref - logp) - (ref - logp) - 1. Average each answer "
+         "over ITS masked tokens (sum(x * mask, -1) / mask.sum(-1)), then the mean over answers; the loss is the "
+         "negative of that objective.",
+    mistakes={"answer mask forgotten (padding tokens counted)": _grpo_no_mask,
+              "KL sign flipped (the penalty rewarded)": _grpo_kl_sign,
+              "no clipping of the ratio": _grpo_no_clip,
+              "token-level average over the batch (DAPO's, not per answer)": _grpo_token_level,
+              "objective returned, not its negative (a loss to minimise)": _grpo_not_negated},
+    forbidden=[(grpo, "grpo_loss"), (grpo, "k3_kl")],
+    notebook="11_preference_rl",
 ))

@@ -1,23 +1,22 @@
 # %% [markdown]
-# # Chapter 11: Transformers in large language models (2/2: from a language model to an assistant)
+# # Chapter 11: Transformers in large language models (2/3: fine-tuning a language model into an assistant)
 #
-# **What this notebook covers.** A pretrained GPT continues text; an assistant answers. Between the two:
+# **What this notebook covers.** A pretrained GPT continues text; an assistant answers. The first steps:
 # * **decoding**: how a distribution over the next token becomes text (greedy, temperature, top-k,
 #   top-p, repetition penalty), and how much each setting repeats itself;
 # * **supervised fine-tuning (SFT)**: train on conversations written in a *chat template*, with the loss
 #   on the assistant's tokens only; tasks include code answers and a two-turn dialogue;
-# * **LoRA**: fine-tune a few low-rank matrices instead of every weight;
-# * **DPO**: learn from pairs "this answer is preferred to that one", with a frozen reference model;
-# * **retrieval (RAG)**: put a retrieved passage into the prompt so the model answers from it.
+# * **LoRA**: fine-tune a few low-rank matrices instead of every weight.
 #
-# Everything is built on the GPT of the first notebook (`11_llms`), offline, on generated data.
+# The next notebook, `11_preference_rl`, starts from such an SFT model: preference tuning (DPO),
+# reinforcement learning with rewards a program checks (GRPO), and retrieval (RAG). Everything is built
+# on the GPT of the first notebook (`11_llms`), offline, on generated data.
 #
 # **Where the code lives.**
 # * `tformer/inference/decode.py: sample_next, top_k_filter, top_p_filter, apply_repetition_penalty`; `tformer/training/metrics.py: distinct_n`
 # * `tformer/training/sft.py: render, encode_chats, sft_loss, exact_match, sequence_logprob, instruction_set` (chat template, SFT)
 # * `tformer/training/losses.py: causal_lm_loss` (the SFT loss is this loss with the prompt's labels ignored)
 # * `tformer/training/lora.py: lora_forward, LoRALinear, add_lora, merge_lora, trainable_params`
-# * `tformer/training/dpo.py: dpo_loss, preference_pairs`; `tformer/inference/rag.py: TfidfRetriever`
 # * `tformer/training/trainer.py: Trainer`, the one training loop every step below uses
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
@@ -26,7 +25,6 @@
 # %%
 import copy
 import inspect
-import random
 
 import matplotlib.pyplot as plt
 import torch
@@ -34,16 +32,13 @@ import torch.nn.functional as F
 
 import tformer
 from tformer.inference import decode
-from tformer.training.dpo import dpo_loss, preference_pairs
 from tformer.grading import check
 from tformer.training.losses import causal_lm_loss
 from tformer.data.text import LMBatches, encode, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.training.lora import LoRALinear, add_lora, merge_lora, trainable_params
 from tformer.training.metrics import distinct_n
 from tformer.models import GPT, GPTConfig
-from tformer.inference.rag import TfidfRetriever
-from tformer.training.sft import (KINDS, NAMES, PLACES, encode_chat, encode_chats, exact_match, fact, instruction_set, prompt_ids,
-                         sequence_logprob)
+from tformer.training.sft import KINDS, encode_chat, encode_chats, exact_match, instruction_set, prompt_ids
 from tformer.training import TrainConfig, Trainer
 
 tformer.seed_everything(0)
@@ -92,8 +87,10 @@ print(f"GPT, {base.num_params():,} parameters: training loss {pre_losses[0]:.2f}
 # * **top-k**: sample among the $k$ most likely tokens only;
 # * **top-p (nucleus, Holtzman et al. 2020)**: sample among the smallest set of most likely tokens whose
 #   probability sums to $\ge p$: few tokens where the model is sure, many where it is not;
-# * **repetition penalty (CTRL)**: divide a positive logit (multiply a negative one) of every token that
-#   already appeared by $\theta > 1$.
+# * **repetition penalty**: make every token that already appeared less likely by $\theta > 1$. CTRL
+#   (Keskar et al. 2019) divides its logit by $\theta$ whatever its sign, which *raises* a negative
+#   logit; the course uses Hugging Face's rule (`RepetitionPenaltyLogitsProcessor`): divide a positive
+#   logit by $\theta$, multiply a negative one, so the token always loses probability.
 #
 # ## Exercise: top-p filtering
 # `logits (B, V)`, `p`: return the logits with `-inf` outside the smallest set of highest-probability
@@ -156,14 +153,33 @@ print("top-p:      ", dict(zip(ps, [round(d, 2) for d in d_p])))
 assert d_temp[0] < d_temp[-1] and d_p[0] < d_p[-1]
 
 # %% [markdown]
-# Sampling trades repetition for randomness. A repetition penalty attacks the loop directly and keeps
-# greedy's determinism:
+# Sampling trades repetition for randomness. A repetition penalty keeps greedy's determinism and pushes
+# back on tokens already written. It acts once per token, whatever the number of times it appeared,
+# so a mild penalty only moves the loop to other tokens; the table gives, per $\theta$, distinct-2 and
+# the longest run of one repeated token at the end of the output.
 
 # %%
-penalised = base.generate(prompt, n_new, temperature=0, repetition_penalty=1.5)[0, prompt.shape[1]:].tolist()
-print("greedy + penalty 1.5:", repr(tok.decode(penalised)))
-print(f"distinct-2: {distinct_n([greedy], 2):.2f} -> {distinct_n([penalised], 2):.2f}")
-assert distinct_n([penalised], 2) > distinct_n([greedy], 2)
+def tail_run(ids):
+    """How many times the last token repeats at the end of ids (1 = no loop on one token)."""
+    n = 1
+    while n < len(ids) and ids[-n - 1] == ids[-1]:
+        n += 1
+    return n
+
+
+pen_out = {th: base.generate(prompt, n_new, temperature=0, repetition_penalty=th)[0, prompt.shape[1]:].tolist()
+           for th in (1.0, 1.3, 1.5, 2.0, 3.0)}
+for th, out in pen_out.items():
+    print(f"theta {th}: distinct-2 {distinct_n([out], 2):.2f}, final run {tail_run(out):2d} | {tok.decode(out)[-50:]!r}")
+ends = [th for th, out in pen_out.items() if distinct_n([out], 2) > 0.8 and tail_run(out) < 3]
+print("settings that end the loop within", n_new, "tokens:", ends or "none: the penalty only delays it here")
+assert ends and distinct_n([pen_out[max(ends)]], 2) > distinct_n([greedy], 2)
+
+# %% [markdown]
+# Read the table: the mild penalties (1.3, 1.5) raise distinct-2 but only delay the loop, which moves
+# to a token the penalty has not yet reached (here the newline, whose logit stays the largest after one
+# division); the settings listed last end it within the 48 tokens, at the price of wandering text. The
+# penalty is per token, not per occurrence, so no value of it forbids a loop outright.
 
 # %% [markdown]
 # ## 3. Supervised fine-tuning: a chat template and a prompt-masked loss
@@ -268,12 +284,13 @@ check("ch11.lora_forward", my_lora_forward)
 
 # %% [markdown]
 # `add_lora` wraps every attention and FFN projection (`qkv`, `out`, `fc1`, `fc2`) and freezes the rest.
-# Merged and unmerged give the same outputs. The trainable share is $r(\text{in} + \text{out}) / (\text{in} \cdot \text{out})$
-# per matrix, about $2r/d$: large at this notebook's small width, below 2% at the full-mode width
-# (d_model = 384, r = 4, which full mode trains).
+# Merged and unmerged give the same outputs. Two different shares: *per matrix*, a (d, d) projection
+# trains $r(\text{in} + \text{out}) / (\text{in} \cdot \text{out}) = 2r/d$ of its numbers (at d = 64,
+# r = 8: 25%); for the *whole model* the share is smaller, because the embedding table, the norms and
+# the wider FFN matrices count in the total. The cell prints both, at both widths.
 
 # %%
-r, alpha = (8, 16) if SMALL else (4, 16)
+r, alpha = (16, 32) if SMALL else (8, 16)
 lora = add_lora(copy.deepcopy(base), r=r, alpha=alpha)
 for m in lora.modules():                         # pretend-trained adapters for the check
     if isinstance(m, LoRALinear):
@@ -290,14 +307,16 @@ for width, layers, vocab in [(64, 2, 1024), (384, 6, 8192)]:                # th
     for rank in (4, 8):
         m = add_lora(GPT(GPTConfig(vocab_size=vocab, context_length=64, n_layers=layers, n_heads=4 if width == 64 else 6,
                                    d_model=width)), r=rank, alpha=alpha)
-        share[width, rank] = (lambda t: t[0] / t[1])(trainable_params(m))
-print("trainable share:", {f"d_model={w}, r={k}": f"{v:.2%}" for (w, k), v in share.items()})
-assert share[384, 4] < 0.02 < share[64, 4]
+        share[width, rank] = (2 * rank / width, (lambda t: t[0] / t[1])(trainable_params(m)))
+for (w, k), (per_matrix, whole) in share.items():
+    print(f"d_model={w:3d}, r={k}: per (d, d) matrix 2r/d = {per_matrix:6.2%}, whole model {whole:6.2%}")
+assert all(whole < per_matrix for per_matrix, whole in share.values()) and share[384, 4][1] < 0.02
 
 # %% [markdown]
-# LoRA against full fine-tuning, same data and steps. The LayerNorm gains and biases (a few hundred
-# numbers) train with the adapters: at this width the frozen, tied embedding table limits how confident
-# the output can become, and the norms give it that scale.
+# LoRA against full fine-tuning, same data and steps, with LoRA's usual recipe: a learning rate several
+# times full fine-tuning's, adapters on every projection, and a rank the tasks need (here r = 16 of
+# d = 64). The LayerNorm gains and biases (a few hundred numbers) train with the adapters: at this width
+# the frozen, tied embedding table limits how confident the output can become, and the norms give it that scale.
 
 # %%
 for name, p in lora.named_parameters():
@@ -305,19 +324,27 @@ for name, p in lora.named_parameters():
         p.requires_grad_(True)
 lora_trainable, total = trainable_params(lora)
 tformer.seed_everything(0)
-lora_losses = fit(lora, sft_step_loss, sft_batches, sft_steps, 1e-2)
+lora_losses = fit(lora, sft_step_loss, sft_batches, sft_steps, 1.5e-2)
 acc_lora = task_accuracy(lora)
 full_trainable = trainable_params(sft)[0]
 print(f"{'':12}{'trainable':>12}{'share':>8}  accuracy per task")
 print(f"{'full FT':12}{full_trainable:>12,}{1:>8.0%}  {({k: f'{v:.0%}' for k, v in acc_sft.items()})}")
 print(f"{'LoRA r=' + str(r):12}{lora_trainable:>12,}{lora_trainable / total:>8.1%}  {({k: f'{v:.0%}' for k, v in acc_lora.items()})}")
+half = {k: acc_lora[k] >= acc_sft[k] / 2 for k in KINDS}
+print("LoRA at least half of full fine-tuning's accuracy:", half)
+print(f"final training loss: full {sft_losses[-1]:.2f}, LoRA {lora_losses[-1]:.2f}")
 assert mean(acc_lora) > mean(acc_base) and lora_losses[-1] < lora_losses[0] / 2
 
 # %% [markdown]
-# LoRA learns (from no correct answers to some), but at this width and step budget it lags full
-# fine-tuning, as the loss curves show. LoRA's parity with full fine-tuning is a large-model result
-# (Hu et al. 2021: GPT-3 175B with about 0.01% of the weights trained); full mode (d_model 384, r = 4,
-# under 2% trained) is the place to compare.
+# The line above says, task by task, whether LoRA reaches half of full fine-tuning at this width; in small
+# mode it does not (it reaches some arithmetic and code answers, and fails the two tasks that copy from
+# the prompt: two-turn recall and reading). The loss curves below show it still far above full
+# fine-tuning when the steps run out. The likely reason is the base, not the adapters: copying a word
+# from the context needs attention circuits that a 64-wide model pretrained for 150 steps does not have,
+# and full fine-tuning can build them from every weight, while a low-rank update to frozen weights
+# mostly re-uses what is there. LoRA's parity with full fine-tuning is measured on large pretrained
+# models (Hu et al. 2021: GPT-3 175B with about 0.01% of the weights trained); full mode (d_model 384,
+# 3000 pretraining steps, r = 8) is the place to compare.
 
 # %%
 plt.figure(figsize=(5, 3))
@@ -329,128 +356,7 @@ plt.legend()
 plt.show()
 
 # %% [markdown]
-# ## 5. Preference tuning with DPO
-# People often cannot write the best answer but can say which of two they prefer. DPO (Rafailov et al.
-# 2023) learns from such pairs directly. With $\pi$ the policy being trained, $\pi_\mathrm{ref}$ a frozen
-# copy of the SFT model, and $\log\pi(y \mid x)$ a whole answer's log-probability:
-# $$\mathcal{L} = -\log\sigma\Big(\beta\big[(\log\pi(y_c) - \log\pi_\mathrm{ref}(y_c)) - (\log\pi(y_r) - \log\pi_\mathrm{ref}(y_r))\big]\Big).$$
-#
-# ## Exercise: the DPO loss
-# Inputs are four `(B,)` tensors of sequence log-probabilities and `beta`; return the batch mean.
-
-# %%
-def my_dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
-    ### BEGIN SOLUTION
-    margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
-    return -F.logsigmoid(beta * margin).mean()
-    ### END SOLUTION
-
-
-# %%
-check("ch11.dpo_loss", my_dpo_loss)
-
-# %% [markdown]
-# The preference here: both answers to an arithmetic question are right, but the full sentence
-# ("The answer is 7.") is preferred to the bare number ("7") that SFT taught. The reference model is the
-# SFT model, frozen; its log-probabilities are computed once.
-#
-# DPO only widens a margin, and it can do so by pushing *both* answers down: on this small model pure
-# DPO wins the pairs but then writes broken text. As in Pang et al. (2024) and Llama 3's recipe, the
-# training loss adds the chosen answer's per-token negative log-likelihood (`nll_weight`; set it to 0
-# to see the failure).
-
-# %%
-def encode_pairs(pairs):
-    c_ids, c_lab = encode_chats(tok, [c for c, _ in pairs], pad_id=EOT)
-    r_ids, r_lab = encode_chats(tok, [r for _, r in pairs], pad_id=EOT)
-    return c_ids.to(dev), c_lab.to(dev), r_ids.to(dev), r_lab.to(dev)
-
-
-train_pairs, test_pairs = encode_pairs(preference_pairs(600, seed=0)), encode_pairs(preference_pairs(200, seed=1))
-ref = copy.deepcopy(sft).eval().requires_grad_(False)
-with torch.no_grad():
-    ref_c, ref_r = sequence_logprob(ref, *train_pairs[:2]), sequence_logprob(ref, *train_pairs[2:])
-
-
-@torch.no_grad()
-def preference_accuracy(model):
-    c_ids, c_lab, r_ids, r_lab = test_pairs
-    return (sequence_logprob(model.eval(), c_ids, c_lab) > sequence_logprob(model, r_ids, r_lab)).float().mean().item()
-
-# %%
-beta, nll_weight, dpo_steps = 0.1, 1.0, 60 if SMALL else 300
-dpo_batches = [tuple(t[i:i + batch] for t in (*train_pairs, ref_c, ref_r)) for i in range(0, len(ref_c), batch)]
-
-
-def dpo_step_loss(model, b):
-    c_ids, c_lab, r_ids, r_lab, rc, rr = b
-    pc = sequence_logprob(model, c_ids, c_lab)
-    nll_chosen = -(pc / (c_lab != -100).sum(1)).mean()                    # per token, the SFT loss on y_c
-    return dpo_loss(pc, sequence_logprob(model, r_ids, r_lab), rc, rr, beta) + nll_weight * nll_chosen
-
-
-policy = copy.deepcopy(sft)
-pref_before = preference_accuracy(policy)
-tformer.seed_everything(0)
-dpo_losses = fit(policy, dpo_step_loss, dpo_batches, dpo_steps, 1e-3, schedule="constant")
-pref_after = preference_accuracy(policy)
-print(f"held-out pairs where the policy prefers the chosen answer: {pref_before:.0%} -> {pref_after:.0%}; "
-      f"training loss (DPO + chosen NLL) {dpo_losses[0]:.2f} -> {dpo_losses[-1]:.2f}")
-assert pref_before < 0.2 and pref_after > 0.9
-p = torch.tensor([prompt_ids(tok, preference_pairs(1, seed=7)[0][0])], device=dev)
-answer = tok.decode(policy.generate(p, 10, temperature=0)[0, p.shape[1]:].tolist())
-print(repr(tok.decode(p[0].tolist())), "->", repr(answer))
-assert answer.startswith("The answer is")
-
-# %% [markdown]
-# ## 6. Retrieval-augmented generation
-# The SFT model has learned to *read*: given "Alice lives in Paris." it answers "Where does Alice live?".
-# It cannot know facts it has never seen. RAG (Lewis et al. 2020) retrieves the passage most similar to
-# the question from a document collection and puts it into the prompt. The collection: new facts (people
-# and places paired at random, never trained on) mixed with paragraphs of the chapter's corpus; the
-# retriever: TF-IDF vectors and cosine similarity (scikit-learn).
-
-# %%
-rng = random.Random(5)
-facts = {name: rng.choice(PLACES) for name in NAMES}
-passages = [fact(n, p) for n, p in facts.items()] + [t for t in text.split("\n\n")[:300] if t.strip()]
-retriever = TfidfRetriever(passages)
-questions = [f"Where does {n} live?" for n in facts]
-top1 = [hits[0] for hits in retriever.search(questions, k=1)]
-hit_rate = sum(passages[i] == fact(n, p) for i, (n, p) in zip(top1, facts.items())) / len(facts)
-print(f"{len(passages)} passages; the top passage is the right fact for {hit_rate:.0%} of the questions")
-assert hit_rate > 0.9
-
-# %% [markdown]
-# The loss of the true answer, with the retrieved passage in the prompt and without it:
-
-# %%
-with_passage = [[(f"{passages[i]}\n{q}", p)] for i, q, p in zip(top1, questions, facts.values())]
-without = [[(q, p)] for q, p in zip(questions, facts.values())]
-losses, accs = {}, {}
-with torch.no_grad():
-    for name, chats in [("without the passage", without), ("with the retrieved passage", with_passage)]:
-        ids, labels = (t.to(dev) for t in encode_chats(tok, chats, pad_id=EOT))
-        losses[name] = causal_lm_loss(sft.eval()(ids), labels).item()
-        accs[name] = exact_match(sft, ids, labels).float().mean().item()
-for name in losses:
-    print(f"{name:28} answer loss {losses[name]:.2f}, exact answers {accs[name]:.0%}")
-assert losses["with the retrieved passage"] < losses["without the passage"] / 2
-plt.figure(figsize=(4, 3))
-plt.bar(["without", "with passage"], list(losses.values()), color=["tab:gray", "tab:blue"])
-plt.ylabel("answer loss (nats/token)")
-plt.show()
-
-# %% [markdown]
-# ## 7. What production assistants add
-# The pieces are the ones above, at a very different scale. Pretraining uses trillions of tokens with
-# a 100k-200k-token BPE vocabulary; SFT uses hundreds of thousands to millions of human- and
-# model-written conversations with a fixed chat template and special role tokens, many turns, tool
-# calls and code; preference tuning uses human or AI feedback, through a learned reward model and RL
-# (PPO, GRPO) or directly (DPO and its relatives), often in several rounds, for helpfulness and safety
-# together. LoRA and its quantised form QLoRA make such fine-tuning fit a single GPU. Retrieval uses
-# dense embedding models and vector indexes over millions of documents, often with a re-ranker, and
-# the model is trained to cite and to say when the passages do not answer. Decoding adds stop
-# sequences, constrained output formats (JSON), speculative decoding and batching (chapter 14). What
-# the chapter's small model cannot show is what scale brings: general instruction following on tasks
-# never seen in fine-tuning.
+# ## 5. Next
+# The SFT model answers in the format it was shown. The next notebook, `11_preference_rl`, teaches it
+# which of two answers people prefer (DPO), makes it right more often on tasks a program can check
+# (GRPO), and gives it facts it never saw through retrieval (RAG).

@@ -1,0 +1,383 @@
+# %% [markdown]
+# # Chapter 11: Transformers in large language models (3/3: preferences, verifiable rewards, retrieval)
+#
+# **What this notebook covers.** The previous notebook (`11_fine_tuning`) turned a pretrained GPT into
+# an SFT model that answers in a chat template. From there:
+# * **DPO**: learn from pairs "this answer is preferred to that one", with a frozen reference model;
+# * **GRPO**: reinforcement learning with rewards a program checks (is the sum right? is the list
+#   sorted?): sample a group of answers per prompt, reward the right ones relative to their group;
+# * **retrieval (RAG)**: put a retrieved passage into the prompt so the model answers from it.
+#
+# The notebook runs on its own: it trains its own small base and SFT models with the previous
+# notebook's recipe (its SFT data also holds the two verifiable tasks).
+#
+# **Where the code lives.**
+# * `tformer/training/sft.py: encode_chats, exact_match, sequence_logprob, instruction_set, prompt_ids`
+# * `tformer/training/dpo.py: dpo_loss, preference_pairs`
+# * `tformer/training/grpo.py: group_advantages, grpo_loss, k3_kl, grpo_step, sample_answers, problems, pass_at_k`
+# * `tformer/inference/rag.py: TfidfRetriever`; `tformer/training/trainer.py: Trainer`
+#
+# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
+# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
+
+# %%
+import copy
+import random
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+import tformer
+from tformer.data.text import LMBatches, encode, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.grading import check
+from tformer.inference.rag import TfidfRetriever
+from tformer.models import GPT, GPTConfig
+from tformer.training import TrainConfig, Trainer, grpo
+from tformer.training.dpo import dpo_loss, preference_pairs
+from tformer.training.losses import causal_lm_loss
+from tformer.training.sft import NAMES, PLACES, encode_chats, exact_match, fact, instruction_set, sequence_logprob
+
+tformer.seed_everything(0)
+SMALL = tformer.SMALL
+dev = tformer.device()
+print("small mode:", SMALL, "| device:", dev)
+
+# %% [markdown]
+# ## 1. The starting point: a base model and its SFT
+# The previous notebook's recipe, in one go: byte-level BPE on Python's documentation, a small GPT
+# pretrained on it, then SFT on generated conversations (arithmetic, code, a two-turn dialogue,
+# reading) plus the training prompts of the two verifiable tasks of section 3. Every run goes through
+# `tformer.training.Trainer`; `fit` only picks the trainable parameters and the settings.
+
+# %%
+def fit(model, loss_fn, batches, steps, lr, schedule="linear", weight_decay=0.0):
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    cfg = TrainConfig(max_steps=steps, lr=lr, schedule=schedule, warmup=max(1, steps // 10), log_every=10,
+                      progress=False)
+    trainer = Trainer(model, loss_fn, batches, cfg, optimizer=opt, device=dev)
+    trainer.fit()
+    return [r["loss"] for r in trainer.state.history if "loss" in r]
+
+
+# %%
+text = offline_text()
+tok = train_tokenizer([text], vocab_size=1024 if SMALL else 8192)
+EOT = tok.token_to_id("<|endoftext|>")
+train_ids, _ = split_stream(encode(tok, text), 0.9)
+if SMALL:
+    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=64, n_layers=2, n_heads=4, d_model=64)
+    pre_steps, sft_steps, batch, n_train = 150, 400, 16, 2000
+else:
+    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=256, n_layers=6, n_heads=6, d_model=384)
+    pre_steps, sft_steps, batch, n_train = 3000, 2000, 32, 20000
+tformer.seed_everything(0)
+base = GPT(cfg).to(dev)
+fit(base, lm_loss, LMBatches(train_ids, 16, cfg.context_length - 1, pre_steps, seed=0), pre_steps, 3e-3, weight_decay=0.1)
+rl_train = grpo.problems(n_train, seed=0)                                 # never a held-out prompt
+rl_test = grpo.problems(200 if SMALL else 1000, seed=1, split="test")     # only held-out prompts
+chats = instruction_set(n_train, seed=0) + grpo.sft_chats(rl_train)
+random.Random(0).shuffle(chats)
+X, Y = encode_chats(tok, chats, pad_id=EOT)
+assert X.shape[1] <= cfg.context_length
+
+# %%
+def sft_step_loss(model, b):
+    return causal_lm_loss(model(b[0]), b[1])
+
+
+tformer.seed_everything(0)
+sft = copy.deepcopy(base)
+sft_losses = fit(sft, sft_step_loss, [(X[i:i + batch], Y[i:i + batch]) for i in range(0, len(X), batch)], sft_steps, 3e-3)
+acc_sft = grpo.greedy_accuracy(sft, tok, rl_test, EOT)["greedy"]
+print(f"SFT loss {sft_losses[0]:.2f} -> {sft_losses[-1]:.2f}; held-out exact answers:",
+      {k: f"{v:.0%}" for k, v in acc_sft.items()})
+
+# %% [markdown]
+# ## 2. Preference tuning with DPO
+# People often cannot write the best answer but can say which of two they prefer. DPO (Rafailov et al.
+# 2023) learns from such pairs directly. With $\pi$ the policy being trained, $\pi_\mathrm{ref}$ a frozen
+# copy of the SFT model, and $\log\pi(y \mid x)$ a whole answer's log-probability:
+# $$\mathcal{L} = -\log\sigma\Big(\beta\big[(\log\pi(y_c) - \log\pi_\mathrm{ref}(y_c)) - (\log\pi(y_r) - \log\pi_\mathrm{ref}(y_r))\big]\Big).$$
+#
+# ## Exercise: the DPO loss
+# Inputs are four `(B,)` tensors of sequence log-probabilities and `beta`; return the batch mean.
+
+# %%
+def my_dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta):
+    ### BEGIN SOLUTION
+    margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(beta * margin).mean()
+    ### END SOLUTION
+
+
+# %%
+check("ch11.dpo_loss", my_dpo_loss)
+
+# %% [markdown]
+# The preference here: both answers to an arithmetic question are right, but the full sentence
+# ("The answer is 7.") is preferred to the bare number ("7") that SFT taught. The reference model is the
+# SFT model, frozen; its log-probabilities are computed once.
+#
+# DPO only widens a margin, and it can do so by pushing *both* answers down: on this small model pure
+# DPO wins the pairs but then writes broken text. As in Pang et al. (2024) and Llama 3's recipe, the
+# training loss adds the chosen answer's per-token negative log-likelihood (`nll_weight`; set it to 0
+# to see the failure).
+
+# %%
+def encode_pairs(pairs):
+    c_ids, c_lab = encode_chats(tok, [c for c, _ in pairs], pad_id=EOT)
+    r_ids, r_lab = encode_chats(tok, [r for _, r in pairs], pad_id=EOT)
+    return c_ids.to(dev), c_lab.to(dev), r_ids.to(dev), r_lab.to(dev)
+
+
+train_pairs, test_pairs = encode_pairs(preference_pairs(600, seed=0)), encode_pairs(preference_pairs(200, seed=1))
+ref = copy.deepcopy(sft).eval().requires_grad_(False)
+with torch.no_grad():
+    ref_c, ref_r = sequence_logprob(ref, *train_pairs[:2]), sequence_logprob(ref, *train_pairs[2:])
+
+
+@torch.no_grad()
+def preference_accuracy(model):
+    c_ids, c_lab, r_ids, r_lab = test_pairs
+    return (sequence_logprob(model.eval(), c_ids, c_lab) > sequence_logprob(model, r_ids, r_lab)).float().mean().item()
+
+# %%
+beta, nll_weight, dpo_steps = 0.1, 1.0, 60 if SMALL else 300
+dpo_batches = [tuple(t[i:i + batch] for t in (*train_pairs, ref_c, ref_r)) for i in range(0, len(ref_c), batch)]
+
+
+def dpo_step_loss(model, b):
+    c_ids, c_lab, r_ids, r_lab, rc, rr = b
+    pc = sequence_logprob(model, c_ids, c_lab)
+    nll_chosen = -(pc / (c_lab != -100).sum(1)).mean()                    # per token, the SFT loss on y_c
+    return dpo_loss(pc, sequence_logprob(model, r_ids, r_lab), rc, rr, beta) + nll_weight * nll_chosen
+
+
+policy = copy.deepcopy(sft)
+pref_before = preference_accuracy(policy)
+tformer.seed_everything(0)
+dpo_losses = fit(policy, dpo_step_loss, dpo_batches, dpo_steps, 1e-3, schedule="constant")
+pref_after = preference_accuracy(policy)
+print(f"held-out pairs where the policy prefers the chosen answer: {pref_before:.0%} -> {pref_after:.0%}; "
+      f"training loss (DPO + chosen NLL) {dpo_losses[0]:.2f} -> {dpo_losses[-1]:.2f}")
+assert pref_before < 0.2 and pref_after > 0.9
+
+# %% [markdown]
+# Preference accuracy compares log-probabilities; what matters is what the model *writes*. Greedy
+# answers to the 200 held-out questions, before and after DPO: the share written exactly in the
+# preferred form with the right number ("The answer is 7."), and the share with the right number in any form.
+
+# %%
+def dpo_answers(model):
+    pairs = preference_pairs(200, seed=1)
+    roll = grpo.sample_answers(model, tok, [c[0][0] for c, _ in pairs], [c[0][1] for c, _ in pairs], 1, 10, EOT,
+                               temperature=0.0)
+    right = sum(r[0][1] in t for t, (_, r) in zip(roll.texts, pairs)) / len(pairs)
+    return roll.texts, roll.rewards.mean().item(), right
+
+
+texts_before, full_before, number_before = dpo_answers(sft)
+texts_after, full_after, number_after = dpo_answers(policy)
+print(f"'The answer is N.' exactly: {full_before:.0%} -> {full_after:.0%}; the right number in any form: "
+      f"{number_before:.0%} -> {number_after:.0%}")
+pairs_shown = preference_pairs(200, seed=1)
+i = next(i for i, (c, _) in enumerate(pairs_shown) if texts_after[i] == c[0][1])   # an answer the numbers count right
+print(repr(pairs_shown[i][0][0][0]), "| SFT:", repr(texts_before[i]), "| after DPO:", repr(texts_after[i]))
+assert full_after > full_before + 0.1 and abs(number_after - number_before) < 0.15
+
+# %% [markdown]
+# DPO changed the *form* of the answers, as the pairs ask, and not whether they are right: both answers
+# of a pair hold the same number, so nothing in the data rewards the right one. The share with the right
+# number stays about where SFT left it (the SFT data mixes eight kinds of conversation, so one-digit sums are
+# not all learned). Making answers right is a job for a reward that checks them: the next section.
+
+# %% [markdown]
+# ## 3. Reinforcement learning with verifiable rewards: GRPO
+# Some answers a program can check: a sum, a sorted list, a unit test. Then the model can learn from its
+# own attempts. GRPO (Shao et al. 2024, DeepSeekMath) samples a group of $G$ answers $o_1..o_G$ per
+# prompt $q$ from the current policy $\pi_\text{old}$, scores each ($r_i = 1$ if exactly right, else 0),
+# and gives every token of $o_i$ the advantage of its answer relative to its group:
+# $$A_i = \frac{r_i - \operatorname{mean}(r_1..r_G)}{\operatorname{std}(r_1..r_G) + 10^{-4}}.$$
+# No value network: the group is the baseline. A group where every answer is right (or every one wrong)
+# teaches nothing; a group of one has no baseline, and its advantage is 0.
+#
+# ## Exercise: the group-relative advantage
+# `rewards (B, G)`, one row per prompt; `torch.std` (unbiased) over each row; zeros when G = 1.
+
+# %%
+def my_group_advantages(rewards):
+    ### BEGIN SOLUTION
+    if rewards.shape[1] < 2:
+        return torch.zeros_like(rewards)
+    return (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)
+    ### END SOLUTION
+
+
+# %%
+check("ch11.group_advantages", my_group_advantages)
+
+# %% [markdown]
+# The policy then maximises PPO's clipped ratio objective ($\epsilon = 0.2$) minus a KL penalty that
+# keeps it near the frozen SFT model $\pi_\text{ref}$ ($\beta = 0.04$), each answer averaged over its own
+# $|o_i|$ tokens, then over the group:
+# $$J = \frac{1}{G}\sum_i \frac{1}{|o_i|}\sum_t \Big[\min\big(\rho_{i,t} A_i,\ \operatorname{clip}(\rho_{i,t}, 1-\epsilon, 1+\epsilon) A_i\big) - \beta\, \mathbb{D}_{i,t}\Big],\quad
+# \rho_{i,t} = \frac{\pi(o_{i,t} \mid q, o_{i,<t})}{\pi_\text{old}(o_{i,t} \mid q, o_{i,<t})},$$
+# with Schulman's k3 estimate $\mathbb{D} = \frac{\pi_\text{ref}}{\pi} - \log\frac{\pi_\text{ref}}{\pi} - 1 \ge 0$
+# per token. The loss is $-J$. Known variants change the averaging: Dr. GRPO (Liu et al. 2025) drops
+# the $1/|o_i|$ and the std division, which bias towards short wrong answers and easy groups; DAPO
+# (Yu et al. 2025) averages over all the batch's tokens at once.
+#
+# ## Exercise: the GRPO loss
+# `logp, old_logp, ref_logp (B, G, T)` per-token log-probabilities of the sampled answers,
+# `advantages (B, G)`, `mask (B, G, T)` True on answer tokens (False on padding), `eps`, `beta`.
+
+# %%
+def my_grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta):
+    ### BEGIN SOLUTION
+    ratio = torch.exp(logp - old_logp)
+    a = advantages[..., None]
+    surrogate = torch.minimum(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
+    kl = torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
+    m = mask.to(logp.dtype)
+    per_answer = ((surrogate - beta * kl) * m).sum(-1) / m.sum(-1).clamp(min=1)
+    return -per_answer.mean()
+    ### END SOLUTION
+
+
+# %%
+check("ch11.grpo_loss", my_grpo_loss)
+
+# %% [markdown]
+# The tasks: two-digit addition with carries ("What is 47 + 85?" -> "132") and sorting four digits
+# ("Sort 5 2 8 1." -> "1 2 5 8"). A hash of the prompt holds out one prompt in eight for good: the
+# SFT data above and the GRPO prompts below never contain one, and every accuracy here is measured on
+# 200 of them. Sampling is batched: `grpo.sample_answers` sends all the prompts of one token length,
+# each repeated G times, through one `GPT.generate` call with its KV cache.
+
+# %%
+print(rl_test[:2], "| held out:", [grpo.held_out(q) for _, q, _ in rl_test[:2]])
+assert not {q for _, q, _ in rl_train} & {q for _, q, _ in rl_test}
+G, rl_steps, rl_batch, rl_lr = (8, 20, 16, 2e-4) if SMALL else (16, 300, 32, 1e-4)
+
+
+def run_grpo(seed):
+    tformer.seed_everything(seed)
+    policy = copy.deepcopy(sft)
+    ref = copy.deepcopy(sft).eval().requires_grad_(False)
+    opt = torch.optim.AdamW(policy.parameters(), lr=rl_lr, betas=(0.9, 0.99), weight_decay=0.0)
+    gen, rng = torch.Generator(device=dev).manual_seed(seed), random.Random(seed)
+    log = [grpo.grpo_step(policy, ref, opt, tok, rng.sample(rl_train, rl_batch), group=G, end_id=EOT,
+                          updates=2, generator=gen) for _ in range(rl_steps)]
+    return policy, log
+
+
+runs = [run_grpo(seed) for seed in range(3)]
+acc_rl = [grpo.greedy_accuracy(p, tok, rl_test, EOT)["greedy"] for p, _ in runs]
+print("SFT            :", {k: f"{v:.0%}" for k, v in acc_sft.items()})
+for seed, (acc, (_, log)) in enumerate(zip(acc_rl, runs)):
+    first, last = (sum(s["reward"] for s in part) / len(part) for part in (log[:5], log[-5:]))
+    print(f"GRPO, seed {seed}  :", {k: f"{v:.0%}" for k, v in acc.items()},
+          f"| sampled reward {first:.2f} (first 5 iterations) -> {last:.2f} (last 5)")
+
+# %% [markdown]
+# The claim to test: the mean of the three GRPO runs beats the SFT model on the held-out prompts (both
+# tasks together) by more than the spread of the runs (max minus min). Small mode cannot show it: 20
+# iterations of a 64-wide model whose *sampled* answers are rarely right (see pass@1 below) leave most
+# groups all wrong, with advantage 0, and the numbers printed here move by about the runs' own spread.
+# Full mode (d_model 384, 2000 SFT steps, 300 GRPO iterations of 32 prompts x 16 answers) is where the
+# chapter asserts the gain.
+
+# %%
+overall = lambda acc: sum(acc.values()) / len(acc)
+rl = [overall(a) for a in acc_rl]
+gain, spread = sum(rl) / 3 - overall(acc_sft), max(rl) - min(rl)
+print(f"exact answers: SFT {overall(acc_sft):.1%}, GRPO {sum(rl) / 3:.1%} (seeds {min(rl):.1%}-{max(rl):.1%}); "
+      f"gain {gain:+.1%}, spread {spread:.1%}: gain > spread is {gain > spread}")
+if not SMALL:
+    assert gain > spread
+
+# %% [markdown]
+# The reward (the share of sampled answers that are right) and the KL to the reference, per iteration:
+
+# %%
+fig, ax = plt.subplots(1, 2, figsize=(9, 3))
+for seed, (_, log) in enumerate(runs):
+    ax[0].plot([s["reward"] for s in log], label=f"seed {seed}")
+    ax[1].plot([s["kl"] for s in log])
+ax[0].set(xlabel="GRPO iteration", ylabel="mean reward (sampled)")
+ax[1].set(xlabel="GRPO iteration", ylabel="KL to the SFT model (k3, per token)")
+ax[0].legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What GRPO does, in the sampling view: the SFT model's pass@k, the chance that at least one of k
+# sampled answers is right (the unbiased estimator of Chen et al. 2021, from n samples per prompt),
+# beside pass@1 of a GRPO model. The known result (Yue et al. 2025) is that RL mostly turns answers the
+# model *could* sample into the answer it gives first: pass@1 rises towards the SFT model's pass@k, and
+# pass@k at large k barely moves. The table shows where this run stands.
+
+# %%
+n = 8 if SMALL else 16
+c_sft = grpo.greedy_accuracy(sft, tok, rl_test, EOT, samples=n)["correct"]
+c_rl = grpo.greedy_accuracy(runs[0][0], tok, rl_test, EOT, samples=n)["correct"]
+pass_k = lambda cs, k: sum(grpo.pass_at_k(n, c, k) for c in cs) / len(cs)
+for k in (1, 2, 4, 8, 16)[:4 if SMALL else 5]:
+    print(f"pass@{k:<2}  SFT {pass_k(c_sft, k):6.1%}   GRPO (seed 0) {pass_k(c_rl, k):6.1%}")
+if not SMALL:
+    assert pass_k(c_rl, 1) > pass_k(c_sft, 1)
+
+# %% [markdown]
+# ## 4. Retrieval-augmented generation
+# The SFT model has learned to *read*: given "Alice lives in Paris." it answers "Where does Alice live?".
+# It cannot know facts it has never seen. RAG (Lewis et al. 2020) retrieves the passage most similar to
+# the question from a document collection and puts it into the prompt. The collection: new facts (people
+# and places paired at random, never trained on) mixed with paragraphs of the chapter's corpus; the
+# retriever: TF-IDF vectors and cosine similarity (scikit-learn).
+
+# %%
+rng = random.Random(5)
+facts = {name: rng.choice(PLACES) for name in NAMES}
+passages = [fact(n, p) for n, p in facts.items()] + [t for t in text.split("\n\n")[:300] if t.strip()]
+retriever = TfidfRetriever(passages)
+questions = [f"Where does {n} live?" for n in facts]
+top1 = [hits[0] for hits in retriever.search(questions, k=1)]
+hit_rate = sum(passages[i] == fact(n, p) for i, (n, p) in zip(top1, facts.items())) / len(facts)
+print(f"{len(passages)} passages; the top passage is the right fact for {hit_rate:.0%} of the questions")
+assert hit_rate > 0.9
+
+# %% [markdown]
+# The loss of the true answer, with the retrieved passage in the prompt and without it:
+
+# %%
+with_passage = [[(f"{passages[i]}\n{q}", p)] for i, q, p in zip(top1, questions, facts.values())]
+without = [[(q, p)] for q, p in zip(questions, facts.values())]
+losses, accs = {}, {}
+with torch.no_grad():
+    for name, chats in [("without the passage", without), ("with the retrieved passage", with_passage)]:
+        ids, labels = (t.to(dev) for t in encode_chats(tok, chats, pad_id=EOT))
+        losses[name] = causal_lm_loss(sft.eval()(ids), labels).item()
+        accs[name] = exact_match(sft, ids, labels).float().mean().item()
+for name in losses:
+    print(f"{name:28} answer loss {losses[name]:.2f}, exact answers {accs[name]:.0%}")
+assert losses["with the retrieved passage"] < losses["without the passage"] / 2
+plt.figure(figsize=(4, 3))
+plt.bar(["without", "with passage"], list(losses.values()), color=["tab:gray", "tab:blue"])
+plt.ylabel("answer loss (nats/token)")
+plt.show()
+
+# %% [markdown]
+# ## 5. What production assistants add
+# The pieces are the ones above, at a very different scale. Pretraining uses trillions of tokens with
+# a 100k-200k-token BPE vocabulary; SFT uses hundreds of thousands to millions of human- and
+# model-written conversations with a fixed chat template and special role tokens, many turns, tool
+# calls and code; preference tuning uses human or AI feedback, through a learned reward model and RL
+# (PPO, GRPO) or directly (DPO and its relatives), often in several rounds, for helpfulness and safety
+# together. LoRA and its quantised form QLoRA make such fine-tuning fit a single GPU. Retrieval uses
+# dense embedding models and vector indexes over millions of documents, often with a re-ranker, and
+# the model is trained to cite and to say when the passages do not answer. Decoding adds stop
+# sequences, constrained output formats (JSON), speculative decoding and batching (chapter 14). What
+# the chapter's small model cannot show is what scale brings: general instruction following on tasks
+# never seen in fine-tuning.
