@@ -237,7 +237,7 @@ sft_batches = [(X[i:i + batch], Y[i:i + batch]) for i in range(0, len(X), batch)
 
 def sft_step_loss(model, b):
     ids, labels = b
-    return causal_lm_loss(model(ids), labels)
+    return causal_lm_loss(model(ids), labels), 1          # (mean, count 1): the Trainer's (sum, count) shape
 
 
 acc_base = task_accuracy(base)

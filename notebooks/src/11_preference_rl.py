@@ -84,7 +84,7 @@ assert X.shape[1] <= cfg.context_length
 
 # %%
 def sft_step_loss(model, b):
-    return causal_lm_loss(model(b[0]), b[1])
+    return causal_lm_loss(model(b[0]), b[1]), 1            # (mean, count 1): the Trainer's (sum, count) shape
 
 
 tformer.seed_everything(0)
@@ -152,7 +152,7 @@ def dpo_step_loss(model, b):
     c_ids, c_lab, r_ids, r_lab, rc, rr = b
     pc = sequence_logprob(model, c_ids, c_lab)
     nll_chosen = -(pc / (c_lab != -100).sum(1)).mean()                    # per token, the SFT loss on y_c
-    return dpo_loss(pc, sequence_logprob(model, r_ids, r_lab), rc, rr, beta) + nll_weight * nll_chosen
+    return dpo_loss(pc, sequence_logprob(model, r_ids, r_lab), rc, rr, beta) + nll_weight * nll_chosen, 1
 
 
 policy = copy.deepcopy(sft)
