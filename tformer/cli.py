@@ -21,6 +21,7 @@ import traceback
 COMMANDS = [
     "tformer.grading.cli",        # tformer grade PATH
     "tformer.translate.cli",      # tformer translate ...
+    "tformer.capstones.cli",      # tformer capstone NAME
 ]
 
 EXIT_USER, EXIT_FAILED = 2, 1
