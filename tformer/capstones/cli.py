@@ -23,6 +23,7 @@ def add_cli(sub) -> None:
                    help="torch CPU threads (default: all cores; 1 is faster on a machine other jobs keep busy)")
     p.add_argument("--max-steps", type=positive_int, default=None, metavar="N",
                    help="stop every part after N steps (a smoke test; the result is not the capstone's)")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)    # the tests' size
     add_debug(p)
     p.set_defaults(func=_run)
 
@@ -32,7 +33,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.name not in CAPSTONES:
         raise UserError(f"unknown capstone {args.name!r}; choose one of {', '.join(CAPSTONES)}")
     res = run_capstone(args.name, args.out or default_out(args.name), time_budget=args.time_budget, data=args.data,
-                       text=args.text, max_steps=args.max_steps, threads=args.threads)
+                       text=args.text, max_steps=args.max_steps, threads=args.threads,
+                       tiny=args.tiny)
     if res is None:
         return 130
     out = args.out or default_out(args.name)

@@ -254,12 +254,38 @@ def evaluate_clip(model: CLIP, data, context_length: int) -> dict:
             "t2i_r1": recall_at_k(sim.T, 1, data.y_test, data.y_test)}
 
 
+def _reuse_vit_tower(run: CapstoneRun, tower: dict, seed: int) -> None:
+    """Take seed `seed`'s finished tower from the vit capstone's folder (runs/capstone-vit) when it was trained
+    with this very recipe: its last.pt and its result are copied, so this run stays self-contained."""
+    import json
+    import shutil
+    from .runfolder import default_out
+    key = f"vit-seed{seed}"
+    vit_dir = default_out("vit")
+    if key in run.state["parts"] or vit_dir.resolve() == run.out.resolve():
+        return
+    try:
+        cfg = json.loads((vit_dir / "config.json").read_text(encoding="utf-8"))
+        state = json.loads((vit_dir / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if cfg.get("recipe") != json.loads(json.dumps(tower)) or key not in state.get("parts", {}):
+        return
+    run.part_dir(key).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(vit_dir / key / "last.pt", run.part_dir(key) / "last.pt")
+    run.state["parts"][key] = {**state["parts"][key], "from": str(vit_dir)}
+    run.save_state()
+    if run.opts.progress:
+        print(f"capstone clip: the image tower of seed {seed} is {vit_dir}'s (same recipe)", flush=True)
+
+
 def run_clip(run: CapstoneRun, recipe: dict) -> dict:
     data = load_digits()
     seeds, tc, ctx = recipe["seeds"], recipe["train"], recipe["text"]["context_length"]
     tower_share = 0.3 / len(seeds)                       # of the budget: the towers, then the aligners
     parts = []
     for seed in seeds:
+        _reuse_vit_tower(run, recipe["tower"], seed)
         _vit_part(run, data, recipe["tower"], seed, tower_share)
 
         def train(folder: Path, seed=seed):
@@ -280,7 +306,7 @@ def run_clip(run: CapstoneRun, recipe: dict) -> dict:
                 return None
             ev = evaluate_clip(trainer.module.cpu(), data, ctx)
             return {"seed": seed, **{k: round(v, 4) for k, v in ev.items()}, "steps": st.step,
-                    "minutes": round(st.elapsed / 60, 3), "temperature": round(1 / float(trainer.module.scale()), 4),
+                    "minutes": round(st.elapsed / 60, 3), "temperature": round(1 / float(trainer.module.scale().detach()), 4),
                     "curve": _curve(folder)}
         parts.append(run.part(f"clip-seed{seed}", train, f"CLIP text tower, seed {seed}"))
     mean = {k: round(sum(p[k] for p in parts) / len(parts), 4) for k in ("zero_shot", "i2t_r1", "t2i_r1")}
