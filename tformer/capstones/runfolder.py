@@ -155,6 +155,13 @@ class CapstoneRun:
         total = self.opts.time_budget if self.opts.time_budget is not None else default_minutes
         return total * share
 
+    def command(self) -> str:
+        """The command line that makes (or resumes) this run."""
+        o = self.opts
+        return " ".join([f"tformer capstone {self.name}"] + [f"{flag} {v}" for flag, v in (
+            ("--time-budget", None if o.time_budget is None else f"{o.time_budget:g}"), ("--data", o.data),
+            ("--text", o.text), ("--threads", o.threads), ("--max-steps", o.max_steps)) if v is not None])
+
     # -- the end ------------------------------------------------------------------------------------------
     def finish(self, result: dict, report: str, figures: dict[str, Any] | None = None) -> dict:
         """Write result.json (the recipe's fields plus the common ones) and report.md with its plots."""
@@ -163,8 +170,7 @@ class CapstoneRun:
                 "wall_minutes": round(self.state["wall_s"] / 60, 2), "cpu_minutes": round(self.state["cpu_s"] / 60, 2),
                 "sessions": self.state["sessions"], **machine(), "git_commit": git_commit(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "command": f"tformer capstone {self.name}" + (f" --time-budget {self.opts.time_budget:g}"
-                                                              if self.opts.time_budget is not None else "")}
+                "command": self.command()}
         atomic_write_text(self.out / "result.json", json.dumps(full, indent=1))
         lines = [f"# Capstone `{self.name}`", "", report.strip(), ""]
         for fname, fig in (figures or {}).items():
