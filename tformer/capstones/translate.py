@@ -93,7 +93,7 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
     b4, g = sc[f"beam{recipe['beams'][-1]}"], sc["beam1"]
     result = {"metric": f"sacrebleu_beam{recipe['beams'][-1]}", "value": b4["bleu"], "greedy_bleu": g["bleu"],
               "signature": b4["signature"], "hyp_len_ratio": {"greedy": g["hyp_len_ratio"], "beam": b4["hyp_len_ratio"]},
-              "test": f"{recipe['test']} {recipe['src']}->{recipe['tgt']}", "weights": sc["weights"],
+              "test": f"{recipe['test']} {recipe['src']}->{recipe['tgt']}", "data": str(data), "weights": sc["weights"],
               "steps": tr["steps"], "tokens": tr["tokens"], "tokens_per_s": tr["tokens_per_s"], "train_minutes": tr["minutes"],
               "val_loss": tr["val_loss"], "examples": sc["examples"],
               "curves": {"train": tr["curve"]}, "val": tr["val"]}
@@ -102,12 +102,10 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
               f"{recipe['test']} **{b4['bleu']}** beam-{recipe['beams'][-1]}, {g['bleu']} greedy "
               f"(`{b4['signature']}`).\n\n" +
               "\n".join(f"- {e['src']}\n  - reference: {e['ref']}\n  - model: {e['hyp']}" for e in sc["examples"]))
-    import matplotlib
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.plot(tr["curve"]["minutes"], tr["curve"]["loss"], label="training loss")
     if tr["val"]:
         ax.plot([v["minutes"] for v in tr["val"]], [v["val_loss"] for v in tr["val"]], marker=".", label="validation")
     ax.set_xlabel("minutes"), ax.set_ylabel("loss"), ax.legend()
-    del matplotlib
     return run.finish(result, report, {"curves.png": fig})

@@ -213,8 +213,6 @@ def run_vit(run: CapstoneRun, recipe: dict) -> dict:
 
 
 def _figure(result: dict, key: str, label: str):
-    import matplotlib
-    matplotlib.use("Agg") if not hasattr(matplotlib, "_called_from_notebook") else None
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(9, 3))
     for name, c in result["curves"].items():
