@@ -370,9 +370,10 @@ assert zero_shot > (0.5 if SMALL else 0.9), zero_shot
 
 # %% [markdown]
 # **The one-minute version and the real one.** The aligner above trained for a few epochs on one
-# tower: the one-minute version. `tformer capstone clip` runs the capstone: for each of three seeds the
-# `vit` recipe's tower (taken from `runs/capstone-vit` when that run used the same recipe), frozen, and
-# a text tower trained 20 epochs to align with it. The ten digit classes were seen in training; only the
+# tower: the one-minute version. `tformer capstone clip` runs the capstone: for each of three seeds a
+# tower of the `vit` recipe trained with mild shifts, rotations and zooms (on this course's machine its
+# zero-shot mean was 92.7% against 89.3% on the unaugmented towers, which classify better), frozen,
+# and a text tower trained 20 epochs to align with it. The ten digit classes were seen in training; only the
 # zero-shot templates are new. It reports zero-shot accuracy and recall@1 both ways, mean of the seeds.
 
 # %%
