@@ -134,3 +134,9 @@ constraints: torch
 
 clean:
 	rm -rf $(VENV) .pytest_cache solutions build
+
+# The four capstones' CPU tier (GPU tier on CUDA), one after another, into runs/capstone-NAME; resumable.
+# TFORMER_SMALL does not apply: a capstone is its CPU (or GPU) tier by definition.
+capstones: install
+	@echo "make capstones: the CPU/GPU tier of vit, clip, translate, moe (TFORMER_SMALL is ignored)"
+	for name in vit clip translate moe; do $(VENV)/bin/tformer capstone $$name || exit $$?; done

@@ -21,6 +21,7 @@ What the chapters build sits flat at the top; the rest is grouped by what it hol
                  batching, text (LM text and MLM masking), bpe (from scratch), images, captions, augment
     utils/       runtime (SMALL, device(), seeds), gpu, flash (tokens/s, MFU), timing, plot, checks
     translate/   the translation capstone: presets, pipeline, `tformer translate`                  ch. 10
+    capstones/   `tformer capstone NAME`: one run folder for vit, clip, translate, moe; show()   ch. 10-13
     grading/     check("chNN.name", fn) and `tformer grade`
     cli          the `tformer` command
 """

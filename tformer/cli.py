@@ -23,6 +23,7 @@ COMMANDS = [
     "tformer.translate.cli",      # tformer translate ...
     "tformer.utils.doctor",       # tformer doctor [--json]
     "tformer.serve.cli",          # tformer serve, tformer export
+    "tformer.capstones.cli",      # tformer capstone NAME
 ]
 
 EXIT_USER, EXIT_FAILED = 2, 1

@@ -182,6 +182,22 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# **The one-minute version and the real one.** The ViT trained above is the one-minute version of the
+# capstone (small mode: a narrower model, 4 epochs, one seed). The capstone itself is one command,
+# `tformer capstone vit`: the recipe of `tformer/capstones/vision.py` (d=128, 2 layers, dropout 0.1,
+# label smoothing 0.1, 30 epochs, no augmentation: with mild shifts, rotations and zooms the same
+# recipe's mean over three seeds was 96.8% on this course's machine, without them 97.3%), three seeds,
+# the mean test accuracy in `runs/capstone-vit/result.json`; it resumes after a kill, and `--threads 1` is faster
+# on a machine other jobs keep busy. The cell shows that run when this machine has one, else the run
+# committed in `data/capstones/vit`, labelled with the command, commit, machine and date that made it.
+
+# %%
+from tformer.capstones import show
+
+vit_capstone = show("vit")
+print(f"the one-minute version above: {acc:.1%} after {len(hist.loss)} steps, one seed")
+
+# %% [markdown]
 # ### ViT on CIFAR-10 (full mode, GPU)
 # 50,000 32x32 colour images through `datasets` (downloaded once, then cached). Patches of 4x4 give 64
 # tokens. Offline, or in small mode, this cell says what to do instead.
@@ -353,6 +369,18 @@ print(f"zero-shot accuracy with unseen templates: {zero_shot:.1%} (chance 10%)")
 print("retrieval on held-out pairs:", {k: f"{v:.1%}" for k, v in r.items()})
 print(f"exact pair (own caption) in the top 5 of 450: {exact:.1%} (captions of one digit repeat, so ties are common)")
 assert zero_shot > (0.5 if SMALL else 0.9), zero_shot
+
+# %% [markdown]
+# **The one-minute version and the real one.** The aligner above trained for a few epochs on one
+# tower: the one-minute version. `tformer capstone clip` runs the capstone: for each of three seeds a
+# tower of the `vit` recipe trained with mild shifts, rotations and zooms (on this course's machine its
+# zero-shot mean was 92.7% against 89.3% on the unaugmented towers, which classify better), frozen,
+# and a text tower trained 20 epochs to align with it. The ten digit classes were seen in training; only the
+# zero-shot templates are new. It reports zero-shot accuracy and recall@1 both ways, mean of the seeds.
+
+# %%
+clip_capstone = show("clip")
+print(f"the one-minute version above: zero-shot {zero_shot:.1%}, one seed, {len(clip_losses)} steps")
 
 # %% [markdown]
 # ### CLIP on real photos and captions (full mode, GPU, online)

@@ -316,9 +316,9 @@ if not SMALL:                      # at equal active parameters the MoE should w
     assert moe_loss < dense_loss, "MoE should beat dense per token at equal active parameters"
 
 # %% [markdown]
-# In small mode the run is 200 steps on 0.2M tokens: the MoE model is usually a little ahead by the end,
-# but by a margin of the order of run-to-run noise (its experts each see only a quarter of the tokens,
-# so it starts slower). With more training the extra parameters pay off: a controlled comparison below
+# In small mode the run is 200 steps on 0.2M tokens: which model ends ahead (the cell prints the gap) is
+# decided by a margin of the order of run-to-run noise, and the MoE starts slower (its experts each see
+# only a quarter of the tokens); the capstone's seeds below are what can rank them. With more training the extra parameters pay off: a controlled comparison below
 # 25M parameters (Wael 2026, *Dense vs Sparse Pretraining at Tiny Scale*, arXiv:2605.13769; 4 experts,
 # top-2, balancing and z losses, three seeds) reports a best validation loss of 1.579 for the MoE against
 # 1.655 for a dense model with the same active parameters (and 1.561 for a dense model with the same
@@ -399,6 +399,22 @@ ax = heatmap(grid.detach().cpu(), y_labels=labels, x_labels=[str(i) for i in ran
              title="gate weight per token and expert")
 ax.set_xlabel("expert"), ax.set_ylabel("token")
 plt.show()
+
+# %% [markdown]
+# **Which is better: one minute cannot say.** The runs above are the one-minute version: they show the
+# routing, the balance across experts and the equal active FLOPs per token, but a few hundred steps on
+# a small corpus are too few to rank the MoE against the dense model (their gap is of the order of the
+# difference between seeds). That claim belongs to the capstone's CPU tier, `tformer capstone moe`:
+# dense vs MoE 8x top-2 at equal active parameters and equal tokens on the Python standard library's
+# own source (byte-level BPE, split by file), three seeds each, a cosine schedule per run. The MoE is
+# ahead only if its mean final validation loss is below the dense mean by more than twice the larger
+# spread over seeds. The cell shows that run when it exists, else the committed reference; with
+# neither, it prints the command.
+
+# %%
+from tformer.capstones import show
+
+moe_capstone = show("moe")
 
 # %% [markdown]
 # ## 6. Flash attention on the GPU: forced, checked, measured

@@ -371,8 +371,9 @@ class Trainer:
             if st.step % cfg.log_every == 0 or st.step == stop_at:
                 record = {"step": st.step, "loss": win_loss / win_n, "lr": self.scheduler.get_last_lr()[0],
                           "tokens_per_s": win_tok / max(win_t, 1e-9), "minutes": st.elapsed / 60}
+                left = {} if budget is None else {"left": f"{max(budget - st.elapsed, 0) / 60:.1f}min"}
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
-                                tok_s=f"{record['tokens_per_s']:.0f}")
+                                tok_s=f"{record['tokens_per_s']:.0f}", **left)
                 self._log(record)
                 win_loss, win_n, win_tok, win_t = 0.0, 0, 0.0, 0.0
             if cfg.eval_every and st.step % cfg.eval_every == 0 and st.step < stop_at:

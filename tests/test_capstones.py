@@ -1,0 +1,136 @@
+"""`tformer capstone NAME`: each capstone at a tiny size through the real entry point (result.json and
+report.md written, an interrupted run resumes to the same result, a second job on the folder refused),
+bad input as one line and exit 2, the chapter cells' `show`, and the committed references' recipes."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer.capstones import CAPSTONES, reference_dir, run_capstone, show
+from tformer.capstones.runfolder import Options
+from tformer.cli import main
+from tformer.training.checkpoint import RunLock
+
+PAIRS = [("ein hund läuft .", "a dog runs ."), ("eine katze schläft .", "a cat sleeps ."),
+         ("ein mann liest ein buch .", "a man reads a book ."), ("zwei kinder spielen .", "two children play ."),
+         ("eine frau singt .", "a woman sings ."), ("der hund schläft .", "the dog sleeps .")]
+TEXT = "".join(f"def f{i}(x):\n    return x * {i} + len('{w}')\n" for i, w in enumerate("abcdefghij" * 8))
+
+
+@pytest.fixture
+def multi30k(tmp_path):
+    folder = tmp_path / "m30k"
+    folder.mkdir()
+    for split, n in (("train", 60), ("val", 6), ("test_2016_flickr", 6)):
+        rows = [PAIRS[i % len(PAIRS)] for i in range(n)]
+        (folder / f"{split}.de").write_text("\n".join(d for d, _ in rows) + "\n", encoding="utf-8")
+        (folder / f"{split}.en").write_text("\n".join(e for _, e in rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def _extra(name, tmp_path, multi30k):
+    if name == "translate":
+        return ["--data", str(multi30k)]
+    if name == "moe":
+        (tmp_path / "code.txt").write_text(TEXT, encoding="utf-8")
+        return ["--text", str(tmp_path / "code.txt")]
+    return []
+
+
+@pytest.mark.parametrize("name", list(CAPSTONES))
+def test_each_capstone_runs_tiny_through_the_command_and_writes_its_result(name, tmp_path, multi30k, capsys):
+    out = tmp_path / "run"
+    argv = ["capstone", name, "--out", str(out), "--tiny", "--max-steps", "4", "--threads", "1",
+            *_extra(name, tmp_path, multi30k)]
+    assert main(argv) == 0, capsys.readouterr().err
+    res = json.loads((out / "result.json").read_text())
+    for key in ("metric", "value", "config", "steps", "tokens", "wall_minutes", "cpu_minutes", "device", "torch",
+                "git_commit", "date", "command"):
+        assert key in res, key
+    assert (out / "report.md").read_text().startswith(f"# Capstone `{name}`")
+    assert (out / "curves.png").exists()
+    if name == "moe":
+        assert len(res["dense_val_loss"]) == len(res["moe_val_loss"]) == len(res["seeds"])
+        assert set(res["tokens_per_s"]) >= {"dense", "moe"}
+        assert res["params"]["moe_active"] < 1.1 * res["params"]["dense_active"]     # equal active FFN width
+    # a second job on the same folder is refused, one line, exit 2
+    capsys.readouterr()
+    with RunLock(out):
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "in use" in err and len(err.splitlines()) == 1
+    # run again when finished: every part is done, nothing trains, the same result
+    assert main(argv) == 0
+    assert json.loads((out / "result.json").read_text())["value"] == res["value"]
+
+
+@pytest.mark.parametrize("name", ["vit", "moe"])
+def test_an_interrupted_capstone_resumes_to_the_same_result(name, tmp_path, multi30k):
+    kw = dict(tiny=True, max_steps=6, threads=1, progress=False)
+    if name == "moe":
+        (tmp_path / "code.txt").write_text(TEXT, encoding="utf-8")
+        kw["text"] = str(tmp_path / "code.txt")
+    whole = run_capstone(name, tmp_path / "whole", **kw)
+    assert run_capstone(name, tmp_path / "cut", stop_after=3, **kw) is None          # stopped mid-part
+    assert not (tmp_path / "cut" / "result.json").exists()
+    resumed = run_capstone(name, tmp_path / "cut", **kw)
+    assert resumed["sessions"] >= 2
+    keys = ["per_seed"] if name == "vit" else ["dense_val_loss", "moe_val_loss"]
+    for k in keys:
+        assert whole[k] == resumed[k], k
+    for part in sorted(p.name for p in (tmp_path / "whole").iterdir() if (p / "last.pt").exists()):
+        a = torch.load(tmp_path / "whole" / part / "last.pt", weights_only=False)["model"]
+        b = torch.load(tmp_path / "cut" / part / "last.pt", weights_only=False)["model"]
+        for key in a:                                         # the same final weights, bit for bit
+            assert torch.equal(a[key], b[key]), (part, key)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["capstone", "nope"], "unknown capstone 'nope'"),
+    (["capstone", "moe", "--text", "EMPTY"], "is empty"),
+    (["capstone", "moe", "--text", "LATIN1"], "is not UTF-8"),
+    (["capstone", "translate", "--data", "DIR"], "lacks the Multi30k files"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, says, tmp_path, capsys):
+    (tmp_path / "EMPTY").write_text("  \n")
+    (tmp_path / "LATIN1").write_bytes("Müller".encode("latin-1"))
+    (tmp_path / "DIR").mkdir()
+    argv = [str(tmp_path / a) if a in ("EMPTY", "LATIN1", "DIR") else a for a in argv]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()                 # nothing written for bad input
+
+
+def test_a_chapter_cell_shows_a_finished_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    res = run_capstone("vit", out, tiny=True, max_steps=3, threads=1, progress=False)
+    got = show("vit", out, plot=False)
+    text = capsys.readouterr().out
+    assert got == res
+    assert f"test_accuracy = {res['value']}" in text and f"your run ({out})" in text
+    empty = tmp_path / "none"
+    got = show("vit", empty, plot=False)                   # no run here: the committed reference, or a hint
+    text = capsys.readouterr().out
+    if (reference_dir("vit") / "result.json").exists():
+        assert "committed reference" in text and "tformer capstone vit" in text
+    else:
+        assert got is None and "tformer capstone vit" in text
+
+
+@pytest.mark.parametrize("name", list(CAPSTONES))
+def test_each_committed_reference_matches_todays_recipe(name, monkeypatch):
+    ref = reference_dir(name) / "result.json"
+    if not ref.exists():
+        pytest.skip(f"no committed reference for {name} yet")
+    res = json.loads(ref.read_text())
+    monkeypatch.setattr("tformer.capstones.translate.multi30k", lambda folder: Path("."))  # no download
+    import importlib
+    mod = importlib.import_module(f"tformer.capstones.{CAPSTONES[name][0]}")
+    today = json.loads(json.dumps(mod.prepare(name, Options(time_budget=None)).config))
+    assert res["config"] == today, (f"data/capstones/{name} is stale: its recipe differs from today's; regenerate it "
+                                    f"with `{res['command']}` and copy result.json there")
+    for key in ("command", "git_commit", "device_name", "date", "wall_minutes", "cpu_minutes"):
+        assert res[key], key

@@ -1,0 +1,114 @@
+"""The chapter 10 capstone: `tformer translate`'s pipeline on Multi30k de->en, preset `small`, 30 minutes
+(the CPU tier; on CUDA the GPU tier: preset `gpu`, 5 minutes; not yet measured through this command).
+
+The training part is `tformer.translate.train_run` into RUN/train (its own run folder: BPE, atomic
+checkpoints, snapshots, averaging); then test_2016_flickr is translated greedily and with beam 4 and
+scored with sacreBLEU. Data: `--data DIR` (a folder with the Multi30k files), else the loader's cache or
+download (offline without --data: one line says so).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.sources import MULTI30K_FILES, multi30k
+from .runfolder import CapstoneRun, Options
+
+RECIPE = {"preset": "small", "src": "de", "tgt": "en", "budget_minutes": 30.0, "test": "test_2016_flickr",
+          "beams": [1, 4], "alpha": 0.6, "examples": 10}
+TINY = {"preset": "tiny", "budget_minutes": 1.0}
+
+
+@dataclass
+class TranslateRecipe:
+    config: dict
+    data: Path
+    opts: Options
+
+    def run(self, run: CapstoneRun) -> dict:
+        return run_translate(run, self.config, self.data)
+
+
+def prepare(name: str, opts: Options) -> TranslateRecipe:
+    from ..cli import UserError
+    if opts.data is not None:
+        folder = Path(opts.data)
+        if not folder.is_dir():
+            raise UserError(f"--data {folder} is not a folder; give the folder with the Multi30k files "
+                            f"({', '.join(MULTI30K_FILES)})")
+        missing = [n for n in MULTI30K_FILES if not (folder / n).exists()]
+        if missing:
+            raise UserError(f"--data {folder} lacks the Multi30k files {', '.join(missing)}; give the folder that "
+                            f"holds {', '.join(MULTI30K_FILES)}")
+    else:
+        folder = multi30k(None)                         # the cache, or a download; offline: DataUnavailableError
+    import torch
+    gpu_tier = {"preset": "gpu", "budget_minutes": 5.0} if torch.cuda.is_available() else {}   # the GPU tier
+    config = {**RECIPE, **gpu_tier, **(TINY if opts.tiny else {})}
+    if opts.max_steps is not None:
+        config["max_steps"] = opts.max_steps
+    return TranslateRecipe(config, folder, opts)
+
+
+def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
+    from ..translate.pipeline import load_run, read_lines, score_lines, train_run
+    budget = run.part_budget(1.0, recipe["budget_minutes"])
+    train_dir = run.part_dir("train")
+
+    def train(folder: Path):
+        rec = train_run(folder, recipe["preset"], data=data, src=recipe["src"], tgt=recipe["tgt"], time_budget=budget,
+                        max_steps=recipe.get("max_steps"), progress=run.opts.progress, stop_after=run.opts.stop_after)
+        if not (folder / "choice.json").exists():            # finish_run writes it when training ended
+            return None
+        import json
+        rows = [json.loads(x) for x in (folder / "log.jsonl").read_text().splitlines() if x.strip()]
+        steps = [r for r in rows if "loss" in r and "step" in r]
+        last = steps[-1] if steps else {}
+        from ..training.checkpoint import load_checkpoint
+        tokens = int(load_checkpoint(folder / "last.pt")["train"]["tokens"])
+        return {"steps": last.get("step", rec.get("step")), "tokens": tokens, "minutes": round(last.get("minutes", 0.0), 2),
+                "val_loss": rec.get("val_loss"),
+                "tokens_per_s": round(sum(r["tokens_per_s"] for r in steps[-20:]) / max(len(steps[-20:]), 1), 1),
+                "curve": {"step": [r["step"] for r in steps], "loss": [round(r["loss"], 4) for r in steps],
+                          "minutes": [round(r["minutes"], 3) for r in steps]},
+                "val": [{"step": r["step"], "minutes": round(r["minutes"], 3), "val_loss": round(r["val_loss"], 4)}
+                        for r in rows if "val_loss" in r and "step" in r]}
+    tr = run.part("train", train, f"preset {recipe['preset']}, {budget:g} min")
+
+    def score(folder: Path):
+        model, bpe, info = load_run(train_dir)
+        src = read_lines(data / f"{recipe['test']}.{recipe['src']}", "test source")
+        ref = read_lines(data / f"{recipe['test']}.{recipe['tgt']}", "test reference")
+        if recipe.get("max_steps") is not None:              # a smoke test scores a few sentences
+            src, ref = src[:20], ref[:20]
+        out = {"weights": info["weights"]}
+        for beam in recipe["beams"]:
+            s = score_lines(model, bpe, src, ref, beam=beam, alpha=recipe["alpha"])
+            out[f"beam{beam}"] = {"bleu": round(s["bleu"], 2), "signature": s["signature"],
+                                  "hyp_len_ratio": round(len(" ".join(s["hypotheses"]).split()) /
+                                                         max(len(" ".join(ref).split()), 1), 3),
+                                  "seconds": round(s["seconds"], 1)}
+            if beam == recipe["beams"][-1]:
+                out["examples"] = [{"src": a, "ref": b, "hyp": h} for a, b, h in
+                                   list(zip(src, ref, s["hypotheses"]))[:recipe["examples"]]]
+        return out
+    sc = run.part("score", score, f"{recipe['test']}, beams {recipe['beams']}")
+    b4, g = sc[f"beam{recipe['beams'][-1]}"], sc["beam1"]
+    result = {"metric": f"sacrebleu_beam{recipe['beams'][-1]}", "value": b4["bleu"], "greedy_bleu": g["bleu"],
+              "signature": b4["signature"], "hyp_len_ratio": {"greedy": g["hyp_len_ratio"], "beam": b4["hyp_len_ratio"]},
+              "test": f"{recipe['test']} {recipe['src']}->{recipe['tgt']}", "data": str(data), "weights": sc["weights"],
+              "steps": tr["steps"], "tokens": tr["tokens"], "tokens_per_s": tr["tokens_per_s"], "train_minutes": tr["minutes"],
+              "val_loss": tr["val_loss"], "examples": sc["examples"],
+              "curves": {"train": tr["curve"]}, "val": tr["val"]}
+    report = (f"Transformer (preset {recipe['preset']}) on Multi30k {recipe['src']}->{recipe['tgt']}, "
+              f"{tr['steps']} steps in {tr['minutes']} min at {tr['tokens_per_s']:.0f} target tokens/s: sacreBLEU on "
+              f"{recipe['test']} **{b4['bleu']}** beam-{recipe['beams'][-1]}, {g['bleu']} greedy "
+              f"(`{b4['signature']}`).\n\n" +
+              "\n".join(f"- {e['src']}\n  - reference: {e['ref']}\n  - model: {e['hyp']}" for e in sc["examples"]))
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot(tr["curve"]["minutes"], tr["curve"]["loss"], label="training loss")
+    if tr["val"]:
+        ax.plot([v["minutes"] for v in tr["val"]], [v["val_loss"] for v in tr["val"]], marker=".", label="validation")
+    ax.set_xlabel("minutes"), ax.set_ylabel("loss"), ax.legend()
+    return run.finish(result, report, {"curves.png": fig})
