@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..cli import add_debug, positive_float, positive_int
 from .runfolder import CAPSTONES, default_out, run_capstone

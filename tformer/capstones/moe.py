@@ -16,9 +16,7 @@ through 2 x (d_ff / 2) hidden units either way (attention, embeddings and norms 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
-import json
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
