@@ -75,7 +75,8 @@ def git_commit() -> str:
 
 
 def machine() -> dict:
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from ..utils.device import device as policy_device
+    dev = policy_device(capstone=True)
     name = torch.cuda.get_device_name() if dev.type == "cuda" else (platform.processor() or platform.machine())
     return {"device": dev.type, "device_name": name, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),

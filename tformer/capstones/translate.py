@@ -42,8 +42,8 @@ def prepare(name: str, opts: Options) -> TranslateRecipe:
                             f"holds {', '.join(MULTI30K_FILES)}")
     else:
         folder = multi30k(None)                         # the cache, or a download; offline: DataUnavailableError
-    import torch
-    gpu_tier = {"preset": "gpu", "budget_minutes": 5.0} if torch.cuda.is_available() else {}   # the GPU tier
+    from ..utils.device import device as policy_device
+    gpu_tier = {"preset": "gpu", "budget_minutes": 5.0} if policy_device(capstone=True).type == "cuda" else {}  # GPU tier
     config = {**RECIPE, **gpu_tier, **(TINY if opts.tiny else {})}
     if opts.max_steps is not None:
         config["max_steps"] = opts.max_steps

@@ -131,7 +131,7 @@ def train_vit(folder: Path, data, recipe: dict, seed: int, budget: float, opts: 
     ls = tc["label_smoothing"]
 
     def loss_fn(m, batch):
-        return F.cross_entropy(m(batch[0]), batch[1], label_smoothing=ls)
+        return F.cross_entropy(m(batch[0]), batch[1], label_smoothing=ls), 1      # (mean, 1): the Trainer's shape
 
     def test_acc(m):
         return {"test_acc": accuracy(predict(m, data.x_test), data.y_test)}
@@ -299,7 +299,7 @@ def run_clip(run: CapstoneRun, recipe: dict) -> dict:
             budget = run.part_budget(0.7 / len(seeds), recipe["budget_minutes"])
             cfg = _trainer_config(total, tc["warmup_frac"], tc["lr"], budget, run.opts, seed)
             cfg.eval_every = len(batches)
-            trainer = Trainer(model, lambda m, b: m.loss(*b), batches, cfg, out_dir=folder,
+            trainer = Trainer(model, lambda m, b: (m.loss(*b), 1), batches, cfg, out_dir=folder,
                               val_fn=lambda m: {"test_acc": evaluate_clip(m, data, ctx)["zero_shot"]},
                               optimizer=adamw(model, tc["lr"], tc["weight_decay"], (0.9, 0.98), 1e-6))
             trainer.fit(steps=run.opts.stop_after)
