@@ -17,7 +17,7 @@
 # * `tformer/training/sft.py: render, encode_chats, sft_loss, exact_match, sequence_logprob, instruction_set` (chat template, SFT)
 # * `tformer/training/losses.py: causal_lm_loss` (the SFT loss is this loss with the prompt's labels ignored)
 # * `tformer/training/lora.py: lora_forward, LoRALinear, add_lora, merge_lora, trainable_params`
-# * `tformer/training/trainer.py: Trainer`, the one training loop every step below uses
+# * `tformer/training/trainer.py: Trainer, train_steps`, the one training loop every step below uses
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
@@ -39,7 +39,7 @@ from tformer.training.lora import LoRALinear, add_lora, merge_lora, trainable_pa
 from tformer.training.metrics import distinct_n
 from tformer.models import GPT, GPTConfig
 from tformer.training.sft import KINDS, encode_chat, encode_chats, exact_match, instruction_set, prompt_ids
-from tformer.training import TrainConfig, Trainer
+from tformer.training import train_steps
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
@@ -50,17 +50,11 @@ print("small mode:", SMALL, "| device:", dev)
 # ## 1. The base model
 # The first notebook's recipe: byte-level BPE on Python's documentation, a small GPT, next-token
 # pretraining. Every training run in this notebook goes through `tformer.training.Trainer` (AdamW, warmup
-# then linear decay); `fit` only picks the trainable parameters and the settings.
+# then linear decay); `fit` calls `tformer.training.train_steps`, which picks the trainable parameters and the settings.
 
 # %%
 def fit(model, loss_fn, batches, steps, lr, schedule="linear", weight_decay=0.0):
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
-    cfg = TrainConfig(max_steps=steps, lr=lr, schedule=schedule, warmup=max(1, steps // 10), log_every=10,
-                      progress=False)
-    trainer = Trainer(model, loss_fn, batches, cfg, optimizer=opt, device=dev)
-    trainer.fit()
-    return [r["loss"] for r in trainer.state.history if "loss" in r]
+    return train_steps(model, loss_fn, batches, steps, lr, schedule, weight_decay, device=dev)
 
 
 text = offline_text()

@@ -15,7 +15,7 @@
 # * `tformer/training/sft.py: encode_chats, exact_match, sequence_logprob, instruction_set, prompt_ids`
 # * `tformer/training/dpo.py: dpo_loss, preference_pairs`
 # * `tformer/training/grpo.py: group_advantages, grpo_loss, k3_kl, grpo_step, sample_answers, problems, pass_at_k`
-# * `tformer/inference/rag.py: TfidfRetriever`; `tformer/training/trainer.py: Trainer`
+# * `tformer/inference/rag.py: TfidfRetriever`; `tformer/training/trainer.py: Trainer, train_steps`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
@@ -33,7 +33,7 @@ from tformer.data.text import LMBatches, encode, lm_loss, offline_text, split_st
 from tformer.grading import check
 from tformer.inference.rag import TfidfRetriever
 from tformer.models import GPT, GPTConfig
-from tformer.training import TrainConfig, Trainer, grpo
+from tformer.training import grpo, train_steps
 from tformer.training.dpo import dpo_loss, preference_pairs
 from tformer.training.losses import causal_lm_loss
 from tformer.training.sft import NAMES, PLACES, encode_chats, exact_match, fact, instruction_set, sequence_logprob
@@ -48,17 +48,11 @@ print("small mode:", SMALL, "| device:", dev)
 # The previous notebook's recipe, in one go: byte-level BPE on Python's documentation, a small GPT
 # pretrained on it, then SFT on generated conversations (arithmetic, code, a two-turn dialogue,
 # reading) plus the training prompts of the two verifiable tasks of section 3. Every run goes through
-# `tformer.training.Trainer`; `fit` only picks the trainable parameters and the settings.
+# `tformer.training.Trainer`; `fit` calls `tformer.training.train_steps`, which picks the trainable parameters and the settings.
 
 # %%
 def fit(model, loss_fn, batches, steps, lr, schedule="linear", weight_decay=0.0):
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
-    cfg = TrainConfig(max_steps=steps, lr=lr, schedule=schedule, warmup=max(1, steps // 10), log_every=10,
-                      progress=False)
-    trainer = Trainer(model, loss_fn, batches, cfg, optimizer=opt, device=dev)
-    trainer.fit()
-    return [r["loss"] for r in trainer.state.history if "loss" in r]
+    return train_steps(model, loss_fn, batches, steps, lr, schedule, weight_decay, device=dev)
 
 
 # %%

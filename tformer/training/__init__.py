@@ -20,10 +20,10 @@ from .distributed import setup_distributed
 from .losses import IGNORE, causal_lm_loss, label_smoothed_cross_entropy, masked_lm_loss
 from .schedules import (ConstantSchedule, CosineSchedule, InverseSqrtSchedule, LinearDecaySchedule, RunScheduler,
                         Schedule, make_scheduler, noam_lr)
-from .trainer import TrainConfig, Trainer, TrainState, adamw
+from .trainer import TrainConfig, Trainer, TrainState, adamw, train_steps
 
 __all__ = ["noam_lr", "Schedule", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "CosineSchedule",
            "RunScheduler", "make_scheduler", "adamw", "label_smoothed_cross_entropy", "causal_lm_loss",
-           "masked_lm_loss", "IGNORE", "TrainConfig", "TrainState", "Trainer", "atomic_save", "average_checkpoints",
+           "masked_lm_loss", "IGNORE", "TrainConfig", "TrainState", "Trainer", "train_steps", "atomic_save", "average_checkpoints",
            "setup_distributed", "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock",
            "acquire_run_lock", "remove_stale_temporaries", "load_checkpoint", "atomic_write_text", "previous_path"]

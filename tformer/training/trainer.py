@@ -401,3 +401,18 @@ class Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             with open(self.out_dir / "log.jsonl", "a") as f:
                 f.write(json.dumps(record) + "\n")
+
+
+def train_steps(model: nn.Module, loss_fn: Callable[[nn.Module, Any], LossOut], batches: Iterable, steps: int,
+                lr: float, schedule: str = "linear", weight_decay: float = 0.0,
+                device: torch.device | str | None = None) -> list[float]:
+    """Chapter 11's short runs (pretraining, SFT, LoRA, DPO) in one call: AdamW(0.9, 0.95) over the
+    parameters that require grad (so LoRA trains only its adapters), warmup over the first 10% of `steps`,
+    then `schedule`; no progress bar, nothing on disk. Returns the logged training losses."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    cfg = TrainConfig(max_steps=steps, lr=lr, schedule=schedule, warmup=max(1, steps // 10), log_every=10,
+                      progress=False)
+    trainer = Trainer(model, loss_fn, batches, cfg, optimizer=opt, device=device)
+    trainer.fit()
+    return [r["loss"] for r in trainer.state.history if "loss" in r]
