@@ -11,40 +11,15 @@ alternate step by step (so a change in machine load hits both), and each reports
 from __future__ import annotations
 
 import argparse
-import math
+from dataclasses import replace
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 import tformer.utils.runtime
 from tformer.utils.timing import time_interleaved
 from tformer.translate.pipeline import Seq2SeqLoss, build_model
 from tformer.translate.presets import get_preset
-
-
-class TorchPeer(nn.Module):
-    """Embeddings (scaled, sinusoidal positions) + nn.Transformer (post-LN) + tied output projection."""
-
-    def __init__(self, vocab: int, d: int, heads: int, layers: int, d_ff: int, dropout: float, max_len: int = 512):
-        super().__init__()
-        self.d = d
-        self.embed = nn.Embedding(vocab, d)
-        pos = torch.arange(max_len)[:, None] * torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
-        pe = torch.zeros(max_len, d)
-        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos), torch.cos(pos)
-        self.register_buffer("pe", pe)
-        self.drop = nn.Dropout(dropout)
-        self.core = nn.Transformer(d, heads, layers, layers, d_ff, dropout, batch_first=True)
-        self.out = nn.Linear(d, vocab, bias=False)
-        self.out.weight = self.embed.weight
-
-    def forward(self, src, tgt):
-        e = lambda x: self.drop(self.embed(x) * math.sqrt(self.d) + self.pe[: x.shape[1]])  # noqa: E731
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
-        h = self.core(e(src), e(tgt), tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src == 0,
-                      memory_key_padding_mask=src == 0)
-        return self.out(h)
 
 
 def main() -> None:
@@ -63,7 +38,7 @@ def main() -> None:
     p = get_preset(args.preset)
     torch.manual_seed(0)
     ours = build_model(p, args.vocab).to(dev)
-    peer = TorchPeer(args.vocab, p.d_model, p.n_heads, p.n_layers, p.d_ff, p.dropout).to(dev)
+    peer = build_model(replace(p, arch="torch"), args.vocab).to(dev)     # tformer.translate.peer: nn.Transformer
     n_ours = sum(q.numel() for q in ours.parameters())
     n_peer = sum(q.numel() for q in peer.parameters())
     g = torch.Generator().manual_seed(0)

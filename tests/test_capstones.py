@@ -134,3 +134,28 @@ def test_each_committed_reference_matches_todays_recipe(name, monkeypatch):
                                     f"with `{res['command']}` and copy result.json there")
     for key in ("command", "git_commit", "device_name", "date", "wall_minutes", "cpu_minutes"):
         assert res[key], key
+
+
+def test_the_translate_cell_shows_translations_and_attention_and_the_reference_ships_no_dataset_text(
+        tmp_path, multi30k, capsys, monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    import importlib
+    show_mod = importlib.import_module("tformer.capstones.show")          # the module (the package exports show())
+    out = tmp_path / "run"
+    res = run_capstone("translate", out, tiny=True, max_steps=4, threads=1, progress=False, data=str(multi30k))
+    att = res["attention"]
+    assert len(att["weights"]) == len(att["tgt_tokens"]) and len(att["weights"][0]) == len(att["src_tokens"])
+    assert all(abs(sum(row) - 1) < 0.01 for row in att["weights"])          # each query's weights sum to 1
+    capsys.readouterr()
+    show("translate", out, plot=True)
+    text = capsys.readouterr().out
+    assert res["examples"][0]["hyp"] in text and res["examples"][0]["src"] in text
+    monkeypatch.setattr("tformer.capstones.runfolder.reference_dir", lambda name: tmp_path / "ref" / name)
+    ref = show_mod.save_reference("translate", out)
+    shipped = json.loads((ref / "result.json").read_text())
+    assert [e["hyp"] for e in shipped["examples"]] == [e["hyp"] for e in res["examples"]]   # the model's own
+    text = json.dumps(shipped, ensure_ascii=False) + (ref / "report.md").read_text()
+    for f in ("de", "en"):                                  # no line of the test set, in either language
+        assert not any(line in text for line in (multi30k / f"test_2016_flickr.{f}").read_text().splitlines())
+    assert "src_tokens" not in shipped["attention"]

@@ -257,3 +257,42 @@ def test_end_to_end_interrupt_resume_decode_score(tmp_path, capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["bleu"] == pytest.approx(greedy["bleu"]) and "signature" in out
+
+
+# -- the nn.Transformer peer -----------------------------------------------------------------------------
+@torch.no_grad()
+def test_peer_decodes_like_its_full_forward():
+    """The peer's prefix "cache" gives the logits of a full forward, so greedy and beam search decode it."""
+    from tformer.translate.peer import TorchTransformer
+    torch.manual_seed(0)
+    peer = TorchTransformer(20, 16, 2, 2, 32, 0.0, context_length=40).eval()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 4, 2, 0, 0]])
+    tgt = torch.tensor([[1, 5, 9, 3], [1, 4, 4, 7]])
+    full = peer(src, tgt)
+    memory, pad = peer.encode(src)
+    cache = peer.new_cache()
+    steps = torch.cat([peer.decode(tgt[:, t:t + 1], memory, pad, cache) for t in range(4)], 1)
+    torch.testing.assert_close(steps, full)
+    got = greedy_decode(peer, src, max_extra=6)
+    assert [strip(r) for r in got.tolist()] == greedy_no_cache(peer, src, 6)
+    # beam search reorders the prefix "cache": each returned hypothesis's score is its full forward's
+    out, score = beam_search(peer, src, beam=3, alpha=0.6, max_extra=6, return_scores=True)
+    for b in range(2):
+        seq = strip(out[b].tolist())
+        ys = torch.tensor([[1] + seq])
+        lp = torch.log_softmax(peer(src[b:b + 1][:, src[b] != 0], ys[:, :-1])[0].double(), -1)
+        total = float(lp.gather(1, torch.tensor(seq)[:, None]).sum())
+        assert float(score[b]) == pytest.approx(total / length_penalty(len(seq), 0.6), abs=1e-4)
+
+
+def test_peer_trains_and_scores_through_the_pipeline(tmp_path):
+    from tformer.translate import load_run, score_files, train_run
+    from tformer.translate.peer import TorchTransformer
+    run = tmp_path / "peer"
+    train_run(run, "tiny", progress=False, arch="torch", **{**E2E, "max_steps": 8})
+    model, _, info = load_run(run, "last")
+    assert isinstance(model, TorchTransformer) and info["preset"]["arch"] == "torch"
+    res = score_files(run, run / "data" / "test.en", run / "data" / "test.de", beam=2)
+    assert res["sentences"] == 300 and 0.0 <= res["bleu"] <= 100.0
+    with pytest.raises(ValueError, match="arch must be one of"):
+        train_run(tmp_path / "bad", "tiny", progress=False, arch="keras", **E2E)

@@ -415,17 +415,15 @@ for beam, res in scores.items():
 # preset on the built-in corpus). The capstone is one command, `tformer capstone translate` (add
 # `--data DIR` for a local Multi30k folder): the `small` preset on Multi30k de->en for 30 minutes of
 # training, then greedy and beam-4 sacreBLEU on test_2016_flickr, ten test translations beside their
-# references, all in `runs/capstone-translate/` (`result.json`, `report.md`; it resumes after a kill).
-# The cell shows that run when this machine has one, else the committed reference with its command,
-# commit, machine and date; with neither it prints the command.
+# references, and the cross-attention of the first one (which source tokens each output token reads),
+# all in `runs/capstone-translate/` (`result.json`, `report.md`; it resumes after a kill). The cell shows
+# that run when this machine has one, else the committed reference with its command, commit, machine and
+# date (the reference ships the model's translations and attention weights, not Multi30k's sentences).
 
 # %%
 from tformer.capstones import show
 
 translate_capstone = show("translate")
-if translate_capstone:
-    for e in translate_capstone["examples"]:
-        print(f"\nsource:    {e['src']}\nreference: {e['ref']}\nmodel:     {e['hyp']}")
 
 # %% [markdown]
 # **What to expect.** The capstone's CPU tier, `tformer translate train --data DIR --src de --tgt en

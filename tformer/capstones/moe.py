@@ -35,8 +35,8 @@ RECIPE = {
     "d_ff": 512,                                   # dense FFN width = top_k x expert width
     "moe": dict(n_experts=8, top_k=2, balance_weight=0.01),
     "vocab_size": 4096,
-    # 600 steps of 32 x 128 tokens: 2.5M tokens per run, the same for both models (equal tokens)
-    "train": dict(batch_size=32, max_steps=600, lr=2e-3, warmup=60, weight_decay=0.1, schedule="cosine"),
+    # 1000 steps of 32 x 128 tokens: 4.1M tokens per run, the same for both models (equal tokens)
+    "train": dict(batch_size=32, max_steps=1000, lr=2e-3, warmup=60, weight_decay=0.1, schedule="cosine"),
     "val_batches": 20, "eval_every": 100,
     "seeds": [0, 1, 2],
     "budget_minutes": 60.0,

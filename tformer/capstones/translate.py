@@ -50,6 +50,23 @@ def prepare(name: str, opts: Options) -> TranslateRecipe:
     return TranslateRecipe(config, folder, opts)
 
 
+def cross_attention(model, bpe, src: str, hyp: str) -> dict:
+    """The last decoder layer's cross-attention (averaged over heads) while the model reads its own
+    translation `hyp` of `src` (teacher-forced): rows are target tokens, columns source tokens, as token
+    strings (byte-level BPE pieces decoded one by one), with the weights rounded to 3 digits: a few KB."""
+    import torch
+    from ..attention import capture_attention
+    s = bpe.encode([src])[0][: model.cfg.context_length - 2] + [bpe.eos_id]
+    t = [bpe.bos_id] + bpe.encode([hyp])[0][: model.cfg.context_length - 2]
+    dev = next(model.parameters()).device
+    with torch.no_grad(), capture_attention(model.decoder.layers[-1].cross_attn) as w:
+        model.eval()(torch.tensor([s], device=dev), torch.tensor([t], device=dev))
+    weights = w[-1][0].mean(0)                                    # (T, S): the heads' average
+    piece = lambda ids: [x if x.strip() else repr(x) for x in bpe.decode([[i] for i in ids])]  # noqa: E731
+    return {"src_tokens": piece(s[:-1]) + ["</s>"], "tgt_tokens": ["<s>"] + piece(t[1:]),
+            "weights": [[round(float(v), 3) for v in row] for row in weights.cpu()]}
+
+
 def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
     from ..translate.pipeline import load_run, read_lines, score_lines, train_run
     budget = run.part_budget(1.0, recipe["budget_minutes"])
@@ -91,6 +108,7 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
             if beam == recipe["beams"][-1]:
                 out["examples"] = [{"src": a, "ref": b, "hyp": h} for a, b, h in
                                    list(zip(src, ref, s["hypotheses"]))[:recipe["examples"]]]
+                out["attention"] = {"sentence": 0, **cross_attention(model, bpe, src[0], s["hypotheses"][0])}
         return out
     sc = run.part("score", score, f"{recipe['test']}, beams {recipe['beams']}")
     b4, g = sc[f"beam{recipe['beams'][-1]}"], sc["beam1"]
@@ -98,7 +116,7 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
               "signature": b4["signature"], "hyp_len_ratio": {"greedy": g["hyp_len_ratio"], "beam": b4["hyp_len_ratio"]},
               "test": f"{recipe['test']} {recipe['src']}->{recipe['tgt']}", "data": str(data), "weights": sc["weights"],
               "steps": tr["steps"], "tokens": tr["tokens"], "tokens_per_s": tr["tokens_per_s"], "train_minutes": tr["minutes"],
-              "val_loss": tr["val_loss"], "examples": sc["examples"],
+              "val_loss": tr["val_loss"], "examples": sc["examples"], "attention": sc.get("attention"),
               "curves": {"train": tr["curve"]}, "val": tr["val"]}
     report = (f"Transformer (preset {recipe['preset']}) on Multi30k {recipe['src']}->{recipe['tgt']}, "
               f"{tr['steps']} steps in {tr['minutes']} min at {tr['tokens_per_s']:.0f} target tokens/s: sacreBLEU on "

@@ -56,10 +56,19 @@ class Seq2SeqLoss:
 
 
 def build_model(p: TranslatePreset, vocab_size: int, pad_id: int = 0) -> Transformer:
+    """The preset's model: the course's Transformer, or (arch "torch") nn.Transformer of the same size."""
+    context_length = max(p.max_len + 64, 320)
+    if p.arch == "torch":
+        from .peer import TorchTransformer
+        if p.attn_dropout not in (None, p.dropout) or p.ffn_dropout not in (None, p.dropout):
+            raise RunInputError(f"arch=torch: nn.Transformer has one dropout for everything; unset attn_dropout "
+                                f"({p.attn_dropout}) and ffn_dropout ({p.ffn_dropout})")
+        return TorchTransformer(vocab_size, p.d_model, p.n_heads, p.n_layers, p.d_ff, p.dropout, context_length,
+                                pad_id, p.norm_first)
     cfg = TransformerConfig(src_vocab_size=vocab_size, d_model=p.d_model, n_heads=p.n_heads, d_ff=p.d_ff,
                             n_encoder_layers=p.n_layers, n_decoder_layers=p.n_layers, dropout=p.dropout,
                             attn_dropout=p.attn_dropout, ffn_dropout=p.ffn_dropout,
-                            norm_first=p.norm_first, context_length=max(p.max_len + 64, 320), pad_id=pad_id)
+                            norm_first=p.norm_first, context_length=context_length, pad_id=pad_id)
     return Transformer(cfg)
 
 

@@ -31,6 +31,7 @@ class TranslatePreset:
     attn_dropout: float | None = None # on attention weights (None = P_drop, as nn.Transformer; the paper: 0)
     ffn_dropout: float | None = None  # on the FFN's hidden units (None = P_drop, as nn.Transformer; the paper: 0)
     norm_first: bool = False          # False = post-LN, the paper
+    arch: str = "tformer"             # "tformer": the course's Transformer; "torch": the nn.Transformer peer
     max_len: int = 256                # longest sentence (BPE tokens) kept for training
     # vocabulary
     vocab_size: int = 37000           # shared BPE vocabulary (the paper: ~37k EN-DE, 32k EN-FR)
@@ -98,6 +99,8 @@ def get_preset(name: str, **overrides) -> TranslatePreset:
 # settings that may change when a run resumes: how long it trains and how often it validates and saves.
 # Every other field defines the model, the data or the tokenizer (or the recipe the saved optimizer
 # state belongs to), so a resumed run refuses to change it.
+ARCHS = ("tformer", "torch")       # the model: the course's, or nn.Transformer of the same size (peer.py)
+
 RESUMABLE = ("max_steps", "eval_every", "save_every", "snapshot_every", "snapshot_minutes", "keep_snapshots",
              "average_last")
 
@@ -163,6 +166,8 @@ def check_field(name: str, value, prefix: str = "") -> None:
         raise ValueError(f"{prefix}{name} must be in [0, 1), got {value}")
     if name == "vocab_size" and value < _MIN_VOCAB:
         raise ValueError(f"{prefix}vocab_size must be >= {_MIN_VOCAB} (256 bytes + special tokens), got {value}")
+    if name == "arch" and value not in ARCHS:
+        raise ValueError(f"{prefix}arch must be one of {', '.join(ARCHS)}, got {value!r}")
     if name == "schedule" and value not in SCHEDULES:
         raise ValueError(f"{prefix}schedule must be one of {', '.join(sorted(SCHEDULES))}, got {value!r}")
 

@@ -1,0 +1,79 @@
+"""The translation capstone beside its peer: the same 30 minutes, the same machine, at the same time.
+
+Two processes start together, each on `--threads` CPU threads (1 + 1 on a 2-core machine):
+  * ours: `tformer capstone translate` (preset small: BPE, training, averaging, greedy and beam-4 scoring),
+  * the peer: `tformer translate train --preset small --set arch=torch`: `torch.nn.Transformer` of the
+    same size (tformer/translate/peer.py) through the same pipeline, so the data, the BPE, the batches,
+    the loss, the schedule and the budget are the same; only the model differs.
+Then the peer is scored like ours (test_2016_flickr, greedy and beam 4; test_2017_flickr as well when the
+data folder has it) and one table compares them: BLEU with the steps and tokens/s beside, since machines
+differ. Re-running with the same --out resumes both runs. Not run by CI (about 35 minutes).
+
+    python benchmarks/translate_vs_peer.py --data ../shared/data/multi30k [--minutes 30] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _score(run: Path, data: Path, tests: list[str]) -> dict:
+    from tformer.translate import score_files
+    out = {}
+    for test in tests:
+        for beam in (1, 4):
+            s = score_files(run, data / f"{test}.de", data / f"{test}.en", beam=beam)
+            out[f"{test} beam{beam}"] = round(s["bleu"], 2)
+    return out
+
+
+def _training(run: Path) -> dict:
+    rows = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines() if x.strip()]
+    steps = [r for r in rows if "loss" in r and "step" in r]
+    tps = [r["tokens_per_s"] for r in steps[-20:]]
+    return {"steps": steps[-1]["step"], "minutes": round(steps[-1]["minutes"], 2),
+            "tokens_per_s": round(sum(tps) / max(len(tps), 1), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="folder with the Multi30k files")
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads of each of the two processes")
+    ap.add_argument("--out", default="runs/translate-vs-peer")
+    args = ap.parse_args()
+    out, data = Path(args.out), Path(args.data)
+    out.mkdir(parents=True, exist_ok=True)
+    py = [sys.executable, "-m", "tformer"]
+    common = ["--data", str(data), "--time-budget", f"{args.minutes:g}", "--threads", str(args.threads)]
+    ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), *common],
+                            stdout=open(out / "tformer.log", "a"), stderr=subprocess.STDOUT)
+    peer = subprocess.Popen(py + ["translate", "train", "--preset", "small", "--set", "arch=torch", "--no-progress",
+                                  "--out", str(out / "torch"), *common],
+                            stdout=open(out / "torch.log", "a"), stderr=subprocess.STDOUT)
+    print(f"training both for {args.minutes:g} min (logs: {out}/tformer.log, {out}/torch.log) ...", flush=True)
+    if peer.wait() or ours.wait():
+        sys.exit(f"a run failed: see {out}/tformer.log and {out}/torch.log")
+    import tformer.utils.runtime
+    tformer.utils.runtime.set_threads(2 * args.threads)
+    tests = ["test_2016_flickr"] + (["test_2017_flickr"] if (data / "test_2017_flickr.de").exists() else [])
+    res = json.loads((out / "tformer" / "result.json").read_text())
+    rows = {"tformer": {**_training(out / "tformer" / "train"), "test_2016_flickr beam1": res["greedy_bleu"],
+                        "test_2016_flickr beam4": res["value"]},
+            "nn.Transformer": {**_training(out / "torch"), **_score(out / "torch", data, tests)}}
+    if len(tests) > 1:
+        rows["tformer"].update({k: v for k, v in _score(out / "tformer" / "train", data, tests[1:]).items()})
+    (out / "result.json").write_text(json.dumps(rows, indent=1))
+    keys = ["steps", "minutes", "tokens_per_s"] + [f"{t} beam{b}" for t in tests for b in (1, 4)]
+    print("| model | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys))
+    for name, r in rows.items():
+        print(f"| {name} | " + " | ".join(str(r.get(k)) for k in keys) + " |")
+    d = rows["tformer"]["test_2016_flickr beam4"] - rows["nn.Transformer"]["test_2016_flickr beam4"]
+    print(f"tformer - nn.Transformer, beam 4, test_2016_flickr: {d:+.2f} BLEU")
+
+
+if __name__ == "__main__":
+    main()
