@@ -47,7 +47,7 @@ print("small mode:", tformer.SMALL)
 d = 32
 
 
-class Stack(nn.Module):
+class FFNStack(nn.Module):
     def __init__(self, n_layers: int, kind: str):
         super().__init__()
         self.kind = kind
@@ -66,7 +66,7 @@ class Stack(nn.Module):
 # %%
 def first_layer_grad(n_layers: int, kind: str) -> float:
     torch.manual_seed(0)
-    m = Stack(n_layers, kind)
+    m = FFNStack(n_layers, kind)
     x = torch.randn(16, 8, d, generator=torch.Generator().manual_seed(1))
     y = m(x)
     (y * torch.randn(y.shape, generator=torch.Generator().manual_seed(2))).sum().backward()  # a random linear loss
