@@ -44,14 +44,16 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads of each of the two processes")
     ap.add_argument("--out", default="runs/translate-vs-peer")
+    ap.add_argument("--smoke", action="store_true", help="both at the tiny size for a few steps (tests the script)")
     args = ap.parse_args()
     out, data = Path(args.out), Path(args.data)
     out.mkdir(parents=True, exist_ok=True)
     py = [sys.executable, "-m", "tformer"]
     common = ["--data", str(data), "--time-budget", f"{args.minutes:g}", "--threads", str(args.threads)]
-    ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), *common],
+    size = (["--tiny", "--max-steps", "4"], ["--preset", "tiny", "--max-steps", "4"]) if args.smoke else ([], ["--preset", "small"])
+    ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), *common, *size[0]],
                             stdout=open(out / "tformer.log", "a"), stderr=subprocess.STDOUT)
-    peer = subprocess.Popen(py + ["translate", "train", "--preset", "small", "--set", "arch=torch", "--no-progress",
+    peer = subprocess.Popen(py + ["translate", "train", *size[1], "--set", "arch=torch", "--no-progress",
                                   "--out", str(out / "torch"), *common],
                             stdout=open(out / "torch.log", "a"), stderr=subprocess.STDOUT)
     print(f"training both for {args.minutes:g} min (logs: {out}/tformer.log, {out}/torch.log) ...", flush=True)

@@ -33,11 +33,13 @@ from .runfolder import CapstoneRun, Options
 VIT = {
     "model": dict(image_size=8, patch_size=2, in_channels=1, d_model=128, n_layers=2, n_heads=4, d_ff=256,
                   n_classes=10, dropout=0.1, eps=1e-6),
-    "train": dict(epochs=30, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_frac=0.1, label_smoothing=0.1),
+    # 60 epochs (2,580 steps): seed 0 98.9% (30 epochs: 98.2 / 97.6 / 96.0%, mean 97.3%)
+    "train": dict(epochs=60, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_frac=0.1, label_smoothing=0.1),
     "augment": None,                   # shifts of 0.5 px, rotations of 10 degrees, zooms of 10%: 96.8% (3 seeds)
     "seeds": [0, 1, 2],
-    "budget_minutes": 3.0,
+    "budget_minutes": 6.0,             # 2 minutes a seed at most
 }
+CLIP_TOWER = dict(epochs=30, budget_minutes=3.0)   # the CLIP towers keep the 30-epoch recipe they were measured with
 CLIP_RECIPE = {
     "text": dict(context_length=40, text_d_model=64, text_n_layers=2, text_n_heads=4, text_d_ff=128, embed_dim=64),
     "train": dict(epochs=20, batch_size=64, lr=3e-3, weight_decay=0.05, warmup_frac=0.1),
@@ -170,6 +172,8 @@ def prepare(name: str, opts: Options) -> VisionRecipe:
         # the tower: vit's recipe with mild augmentation, which transfers better (zero-shot, 3 seeds each:
         # 92.7% on augmented towers, 89.3% on the unaugmented ones that score higher as classifiers)
         vit["augment"] = dict(CLIP_TOWER_AUGMENT)
+        if not opts.tiny:
+            vit["train"]["epochs"], vit["budget_minutes"] = CLIP_TOWER["epochs"], CLIP_TOWER["budget_minutes"]
         c = copy.deepcopy(CLIP_RECIPE)
         if opts.tiny:
             c["text"].update(TINY["text"])
