@@ -57,7 +57,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..attention import fast_attention, merge_heads, split_heads
+from ..attention import _SDPA_HAS_GQA, merge_heads, split_heads
 from .decode import sample_next
 from .paged_cache import BlockPool, PagedConfig
 
@@ -253,6 +253,7 @@ class Engine:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._seeds = torch.Generator().manual_seed(seed)
+        self._bufs: list[torch.Tensor | None] = [None, None]   # gather scratch (keys, values); see _scratch
         self.generated_tokens = 0                     # since construction
         self.prefill_tokens = 0                       # prompt tokens computed (not found cached)
         self.steps = 0
@@ -440,22 +441,38 @@ class Engine:
                 self._finish(r, "length", finished)
 
     # -- the model step: every sequence's new tokens through the layers together ------------------
+    def _scratch(self, which: int, n_rows: int) -> torch.Tensor:
+        """A reused (n_rows, block_size * head_dim) buffer for gathered keys (0) or values (1).
+
+        One per kind, shared by every layer and step (a layer's gathered keys are dead once its attention
+        is done): a fresh 10-20 MB tensor per gather costs page faults that double the gather's time."""
+        width = self.bs * self.pool.cfg.head_dim
+        buf = self._bufs[which]
+        if buf is None or buf.numel() < n_rows * width:
+            buf = self._bufs[which] = self.pool.k.new_empty(max(n_rows, 2 * (0 if buf is None else buf.numel() // width)) * width)
+        return buf[:n_rows * width].view(n_rows, width)
+
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
         """tokens, positions (B, T) of B sequences' new tokens -> logits (B, T, V).
 
-        Writes the new keys/values into each sequence's blocks and attends over all of its cached tokens."""
+        Writes the new keys/values into each sequence's blocks and attends over all of its cached tokens.
+        The index tensors (where each new token is written, which pool rows to gather, the mask) are built
+        once per call, without a loop over blocks, and serve every layer. A single sequence with nothing
+        cached yet (a fresh prefill) attends over its own new keys directly (causal, nothing to gather)."""
         m, pool, bs = self.model, self.pool, self.bs
+        dev = tokens.device
         b, t = tokens.shape
+        h_kv, hd = pool.cfg.n_kv_heads, pool.cfg.head_dim
         nb = max(len(r.blocks) for r in reqs)
-        table = torch.zeros(b, nb, dtype=torch.long, device=tokens.device)      # padded with block 0 (masked)
-        for i, r in enumerate(reqs):
-            table[i, :len(r.blocks)] = torch.tensor(r.blocks, device=tokens.device)
+        table = torch.tensor([r.blocks + [0] * (nb - len(r.blocks)) for r in reqs], device=dev)  # pad: block 0
         w_blk = table.gather(1, positions // bs)                                 # (B, T) where each new token goes
         w_off = positions % bs
-        key_pos = torch.arange(nb * bs, device=tokens.device)
-        mask = (key_pos[None, None, :] <= positions[:, :, None])[:, None]        # (B, 1, T, nb*bs)
-        h_kv, hd = pool.cfg.n_kv_heads, pool.cfg.head_dim
-        rows = (table[:, None, :] * h_kv + torch.arange(h_kv, device=tokens.device)[None, :, None]).flatten()
+        fresh = b == 1 and int(positions[0, 0]) == 0                              # nothing cached: no gather
+        if not fresh:
+            key_pos = torch.arange(nb * bs, device=dev)
+            mask = (key_pos[None, None, :] <= positions[:, :, None])[:, None]    # (B, 1, T, nb*bs)
+            rows = (table[:, None, :] * h_kv + torch.arange(h_kv, device=dev)[None, :, None]).flatten()
+            kflat, vflat = self._scratch(0, rows.numel()), self._scratch(1, rows.numel())
         x = m.tok_embed(tokens)
         if m.pos_embed is not None:
             x = x + m.pos_embed.weight[positions]
@@ -472,13 +489,26 @@ class Engine:
                 q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             pool.k[layer][w_blk, :, w_off] = k.transpose(1, 2).to(pool.k.dtype)  # (B, T, H_kv, hd)
             pool.v[layer][w_blk, :, w_off] = v.transpose(1, 2).to(pool.v.dtype)
-            # one row gather straight into (B, H_kv, nb * bs, hd): row (block, head) of the flattened pool
-            kk = pool.k[layer].view(-1, bs * hd).index_select(0, rows).view(b, attn.n_kv_heads, nb * bs, hd)
-            vv = pool.v[layer].view(-1, bs * hd).index_select(0, rows).view(b, attn.n_kv_heads, nb * bs, hd)
-            y = fast_attention(q, kk.to(q.dtype), vv.to(q.dtype), mask)
+            if fresh:
+                y = _attend(q, k, v, None)
+            else:
+                # one row gather straight into (B, H_kv, nb * bs, hd): row (block, head) of the flattened pool
+                kk = torch.index_select(pool.k[layer].view(-1, bs * hd), 0, rows, out=kflat).view(b, h_kv, nb * bs, hd)
+                vv = torch.index_select(pool.v[layer].view(-1, bs * hd), 0, rows, out=vflat).view(b, h_kv, nb * bs, hd)
+                y = _attend(q, kk.to(q.dtype), vv.to(q.dtype), mask)
             x = x + blk.drop1(attn.out(merge_heads(y)))
             x = x + blk.drop2(blk.ffn(blk.norm2(x)))
         return m.head(m.final_norm(x))
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Scaled dot-product attention; mask None means causal over k (a fresh prefill). Every query row of
+    the engine's masks sees at least its own key, so no empty-row guard (fast_attention's) is needed."""
+    if q.shape[1] != k.shape[1]:
+        if _SDPA_HAS_GQA:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
+        k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
