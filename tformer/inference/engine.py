@@ -33,11 +33,18 @@ tokens alone and in a crowd (the tests check it). A counter-based scheme (Philox
 step) would vectorise the draw, but PyTorch does not expose per-row keys; one small multinomial per
 sampled request costs far less than the forward pass it follows. Greedy rows are one batched argmax.
 
-The decoding step is vectorised: the new tokens of all running sequences go through each layer
-together; each sequence's keys and values are gathered from its blocks into a padded (B, H_kv, T_max, hd)
-tensor with a mask of the positions it really has (a real kernel reads the blocks in place). The
-model's own modules are used (embeddings, each block's norms, qkv, out and FFN), so any `GPT` runs,
-learned positions or RoPE, MHA or GQA, dense or MoE.
+The decoding step is vectorised: the new tokens of all running sequences go through each layer's
+matrix products together. For attention, each sequence's keys and values are gathered from its blocks
+(one `index_select` over the flattened pool, its index tensor built once per step for every layer) into
+a padded (B, H_kv, T_max, hd) tensor with a mask of the positions it really has; a real kernel
+(vLLM's PagedAttention) reads the blocks in place, which plain PyTorch cannot. That gather was most of
+a step, so: it writes into two scratch buffers reused by every layer and step (a fresh 10-20 MB tensor
+per gather costs page faults); the batch is sorted by length and split into runs that gather and attend
+separately (`attention_groups`: one padded run over lengths 16-768 gathers about twice the keys it
+needs); a fresh prefill attends over its own new keys, with nothing to gather. The scratch is one
+layer's keys and values of the running batch, not a second cache. The model's own modules are used
+(embeddings, each block's norms, qkv, out and FFN), so any `GPT` runs, learned positions or RoPE, MHA
+or GQA, dense or MoE.
 
     eng = Engine(model, n_blocks=256, block_size=16)
     r = eng.add_request([1, 2, 3], SamplingParams(max_tokens=20, temperature=0.8, seed=0))
@@ -253,6 +260,7 @@ class Engine:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._seeds = torch.Generator().manual_seed(seed)
+        self.group_overhead = 8                       # see attention_groups
         self._bufs: list[torch.Tensor | None] = [None, None]   # gather scratch (keys, values); see _scratch
         self.generated_tokens = 0                     # since construction
         self.prefill_tokens = 0                       # prompt tokens computed (not found cached)
@@ -412,6 +420,7 @@ class Engine:
 
     def _decode(self, reqs: list[Request], finished: list[Request]) -> None:
         dev = self.pool.k.device
+        reqs = sorted(reqs, key=lambda r: len(r.blocks))       # similar lengths side by side (attention_groups)
         new = torch.tensor([[r.tokens[-1]] for r in reqs], device=dev)          # (B, 1)
         pos = torch.tensor([[len(r.tokens) - 1] for r in reqs], device=dev)     # (B, 1)
         logits = self.forward(new, pos, reqs)[:, -1]                            # (B, V)
@@ -468,11 +477,18 @@ class Engine:
         w_blk = table.gather(1, positions // bs)                                 # (B, T) where each new token goes
         w_off = positions % bs
         fresh = b == 1 and int(positions[0, 0]) == 0                              # nothing cached: no gather
+        groups = []                                  # (rows i:j, pool rows to gather, additive mask, keys)
         if not fresh:
-            key_pos = torch.arange(nb * bs, device=dev)
-            mask = (key_pos[None, None, :] <= positions[:, :, None])[:, None]    # (B, 1, T, nb*bs)
-            rows = (table[:, None, :] * h_kv + torch.arange(h_kv, device=dev)[None, :, None]).flatten()
-            kflat, vflat = self._scratch(0, rows.numel()), self._scratch(1, rows.numel())
+            dtype = m.tok_embed.weight.dtype
+            for i, j in attention_groups([len(r.blocks) for r in reqs], self.group_overhead):
+                g_nb = max(len(r.blocks) for r in reqs[i:j])
+                key_pos = torch.arange(g_nb * bs, device=dev)
+                see = (key_pos[None, None, :] <= positions[i:j, :, None])[:, None]          # (b_g, 1, T, g_nb*bs)
+                mask = torch.zeros(see.shape, dtype=dtype, device=dev).masked_fill_(~see, float("-inf"))
+                rows = (table[i:j, None, :g_nb] * h_kv + torch.arange(h_kv, device=dev)[None, :, None]).flatten()
+                groups.append((i, j, rows, mask, g_nb * bs))
+            n_rows = max(g[2].numel() for g in groups)
+            kflat, vflat = self._scratch(0, n_rows), self._scratch(1, n_rows)
         x = m.tok_embed(tokens)
         if m.pos_embed is not None:
             x = x + m.pos_embed.weight[positions]
@@ -492,13 +508,41 @@ class Engine:
             if fresh:
                 y = _attend(q, k, v, None)
             else:
-                # one row gather straight into (B, H_kv, nb * bs, hd): row (block, head) of the flattened pool
-                kk = torch.index_select(pool.k[layer].view(-1, bs * hd), 0, rows, out=kflat).view(b, h_kv, nb * bs, hd)
-                vv = torch.index_select(pool.v[layer].view(-1, bs * hd), 0, rows, out=vflat).view(b, h_kv, nb * bs, hd)
-                y = _attend(q, kk.to(q.dtype), vv.to(q.dtype), mask)
+                ys = []
+                for i, j, rows, mask, n_keys in groups:
+                    # one row gather straight into (b_g, H_kv, n_keys, hd): row (block, head) of the flat pool
+                    kk = torch.index_select(pool.k[layer].view(-1, bs * hd), 0, rows, out=kflat[:rows.numel()])
+                    vv = torch.index_select(pool.v[layer].view(-1, bs * hd), 0, rows, out=vflat[:rows.numel()])
+                    kk, vv = kk.view(j - i, h_kv, n_keys, hd).to(q.dtype), vv.view(j - i, h_kv, n_keys, hd).to(q.dtype)
+                    ys.append(_attend(q[i:j], kk, vv, mask))
+                y = ys[0] if len(ys) == 1 else torch.cat(ys)
             x = x + blk.drop1(attn.out(merge_heads(y)))
             x = x + blk.drop2(blk.ffn(blk.norm2(x)))
         return m.head(m.final_norm(x))
+
+
+def attention_groups(n_blocks: list[int], overhead: int = 8) -> list[tuple[int, int]]:
+    """Split a batch (in its order) into contiguous runs that gather and attend separately.
+
+    A run of sequences is padded to its longest member, so one run over a batch of mixed lengths gathers
+    (and attends over) up to twice the keys it needs. Each extra run costs a few more calls per layer,
+    worth about `overhead` blocks of gathering per sequence-run. The split minimising
+    sum(run length x its longest, in blocks) + overhead per run is found exactly (O(B^2) over the batch;
+    the caller sorts the batch by length so that runs of similar lengths are contiguous)."""
+    n = len(n_blocks)
+    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        mx = 0
+        for i in range(j - 1, -1, -1):
+            mx = max(mx, n_blocks[i])
+            c = best[i] + (j - i) * mx + overhead
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    runs, j = [], n
+    while j > 0:
+        runs.append((cut[j], j))
+        j = cut[j]
+    return runs[::-1]
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -517,4 +561,4 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 __all__ = ["Engine", "SamplingParams", "Request", "QueueFull", "PrefixBlocks", "can_admit", "blocks_needed",
-           "plan_admission"]
+           "plan_admission", "attention_groups"]
