@@ -4,6 +4,7 @@ The model is the demo GPT in float64 (random weights have near-ties; float64 kee
 decoding equal), so every greedy answer can be checked against the model decoding it alone."""
 import asyncio
 import json
+import os
 import threading
 import time
 
@@ -70,6 +71,23 @@ def test_stop_strings(server):
     stop = full[3:5]
     r = c.completions.create(model="demo", prompt="Hello", max_tokens=20, temperature=0, stop=[stop])
     assert r.choices[0].text == full[:full.index(stop)] and r.choices[0].finish_reason == "stop"
+    # streamed: the text held back while it could still become the stop string is never sent
+    chunks = list(c.completions.create(model="demo", prompt="Hello", max_tokens=20, temperature=0, stop=[stop],
+                                       stream=True))
+    text = "".join(ch.choices[0].text for ch in chunks)
+    assert text == full[:full.index(stop)] and stop not in text
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert all(ch.choices[0].finish_reason is None for ch in chunks[:-1])
+
+
+def test_metrics_tokens_per_second_and_time_to_first_token(server):
+    ttft_before = metric(server.url, "tformer_time_to_first_token_seconds_count")
+    generated_before = metric(server.url, "tformer_generated_tokens")
+    r = client(server).completions.create(model="demo", prompt="Hello there", max_tokens=30, temperature=0)
+    n = r.usage.completion_tokens
+    assert metric(server.url, "tformer_generated_tokens") == generated_before + n
+    assert metric(server.url, "tformer_time_to_first_token_seconds_count") == ttft_before + 1
+    assert metric(server.url, "tformer_tokens_per_second") > 0          # a rate over the last 10 s of steps
 
 
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server):
@@ -146,7 +164,8 @@ def test_fault_inside_the_model_fails_that_request_with_500(server):
 def test_load_and_disconnects(server):
     """64 concurrent streaming clients for 4 s, 10 of them disconnecting mid-stream each time: every
     request completes (its text equal to decoding it alone) or gets a 429; none lost or duplicated;
-    afterwards every block is free and the metrics say so."""
+    afterwards every block is free and the metrics say so. 4 s keeps this file's time down (the suite runs
+    on 2 cores); TFORMER_LOAD_SECONDS=20 runs the same test for 20 s."""
     prompts = [f"client {i % 8}: " + "ab" * (i % 8) for i in range(64)]      # 8 distinct, shared prefixes
     log = {"sent": 0, "done": [], "429": 0, "dropped": 0, "ids": []}
     aborted_before = server.engine.finished.get("abort", 0)
@@ -177,7 +196,7 @@ def test_load_and_disconnects(server):
     async def main():
         http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100), timeout=60)
         c = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, http_client=http)
-        deadline = time.time() + 4.0
+        deadline = time.time() + float(os.environ.get("TFORMER_LOAD_SECONDS", "4"))
         await asyncio.gather(*(one(c, i, deadline) for i in range(64)))
         await c.close()
 

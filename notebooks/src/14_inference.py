@@ -456,6 +456,7 @@ one_at_a_time = sum(n for _, n in work[:8]) / (time.perf_counter() - t0)
 tps = [closed_loop(c, work) for c in concurrency]
 for c, x in zip(concurrency, tps):
     print(f"{c:3d} clients: {x:7.0f} tokens/s ({x / one_at_a_time:.1f}x one at a time)")
+assert tps[-1] > 1.5 * tps[0]                                         # more clients, more tokens per second
 
 # %%
 plt.figure(figsize=(5, 3))
@@ -466,11 +467,13 @@ plt.title("throughput vs concurrency"); plt.legend(); plt.tight_layout(); plt.sh
 
 # %% [markdown]
 # Throughput grows with concurrency because one decoding pass serves every running request: the
-# weights are read once per step, not once per request. It flattens once the step becomes compute-
-# bound (on a small CPU, early). At one client the engine is slower than the plain cache: every step it
-# gathers each sequence's blocks into one padded tensor, a copy that a real paged-attention kernel
-# (vLLM's) avoids by reading the blocks where they are. `benchmarks/bench_serve.py` measures the same against static batching
-# with the sizes of a real course model, with time to first token beside it.
+# weights are read once per step, not once per request. Each doubling of the clients adds less than the
+# one before, as the step becomes compute-bound (on a small CPU, early). At one client the engine is
+# slower than the plain cache: at every step and layer it writes the new key and value into their block
+# and gathers the sequence's blocks back into one tensor, a copy that a real paged-attention kernel
+# (vLLM's) avoids by reading the blocks where they are; for a model this small those extra operations
+# cost about as much as the layer's matrix products. `benchmarks/bench_serve.py` measures the same
+# against static batching with the sizes of a real course model, with time to first token beside it.
 #
 # **The server.** `tformer serve --run RUN` (or `--hf DIR`, or `--demo`) puts the engine behind an
 # OpenAI-compatible HTTP API (`/v1/completions`, `/v1/chat/completions` with streaming, `/v1/models`,

@@ -77,10 +77,13 @@ class EngineThread:
         self._wake.set()
 
     def tokens_per_second(self) -> float:
-        w = self.tokens_window
-        if len(w) < 2 or w[-1][0] - w[0][0] <= 0 or time.perf_counter() - w[-1][0] > 2.0:
+        """Tokens generated over the last 10 s (from the oldest step sample in it to now): it falls to 0
+        within 10 s of going idle."""
+        now = time.perf_counter()
+        w = [(t, n) for t, n in self.tokens_window if now - t < 10.0]
+        if len(w) < 2 or now - w[0][0] <= 0:
             return 0.0
-        return (w[-1][1] - w[0][1]) / (w[-1][0] - w[0][0])
+        return (w[-1][1] - w[0][1]) / (now - w[0][0])
 
     def stop(self) -> None:
         self._stop = True
