@@ -21,7 +21,8 @@ from tformer.grading import exercises  # noqa: F401  (registers every chapter)
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = i18n.translated_chapters()
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
-MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$", re.S)
+# inline math may run over a line break, as MyST and MathJax allow inside a paragraph
+MATH = re.compile(r"\$\$.+?\$\$|\$[^$]+?\$", re.S)
 CODE = re.compile(r"`[^`]+`")
 CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN = re.compile(r"[A-Za-z]")
