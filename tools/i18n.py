@@ -37,7 +37,7 @@ PO_DIR = LOCALE / LANG / "LC_MESSAGES"
 TRANSLATED = LOCALE / "translated.txt"
 ZH_NOTEBOOKS = ROOT / "notebooks" / "zh"
 GRADING_PO = ROOT / "tformer" / "grading" / "locale" / LANG / "LC_MESSAGES" / "tformer.po"
-GRADING_SOURCES = [ROOT / "tformer" / "grading" / "core.py"]
+GRADING_SOURCES = [ROOT / "tformer" / "grading" / "core.py", ROOT / "tformer" / "grading" / "cli.py"]
 LANDING = ROOT / "book" / "index.md"
 README = ROOT / "README.md"
 README_ZH = ROOT / "README.zh-CN.md"
@@ -168,12 +168,12 @@ def landing_page_zh() -> str:
 def grading_messages() -> list[tuple[str, str]]:
     """(msgid, where) of every `_("...")` call with a literal string in the grading sources."""
     found = []
-    for path in GRADING_SOURCES:
+    for k, path in enumerate(GRADING_SOURCES):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("_", "N_")
                     and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                found.append((node.lineno, node.args[0].value, f"{path.relative_to(ROOT).as_posix()}:{node.lineno}"))
+                found.append(((k, node.lineno, node.col_offset), node.args[0].value, f"{path.relative_to(ROOT).as_posix()}:{node.lineno}"))
     found = [(m, where) for _, m, where in sorted(found)]
     # the hints and named mistakes of the exercises the translated chapters check (by the names in their
     # `check("chNN.name", ...)` calls: chapter 11's notebooks share the ch11 prefix, one translated apart)
