@@ -21,7 +21,8 @@ from tformer.grading import exercises  # noqa: F401  (registers every chapter)
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = i18n.translated_chapters()
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
-MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$", re.S)
+# inline math may run over a line break, as MyST and MathJax allow inside a paragraph
+MATH = re.compile(r"\$\$.+?\$\$|\$[^$]+?\$", re.S)
 CODE = re.compile(r"`[^`]+`")
 CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN = re.compile(r"[A-Za-z]")
@@ -359,3 +360,35 @@ def test_tformer_grade_passes_the_language_to_its_worker(tmp_path, capsys, monke
     row = next(r for r in json.loads(out.read_text())["notebooks"][0]["exercises"] if r["exercise"] == "ch01.softmax")
     assert row["status"] == "error" and "抛出了 KeyError: 'missing'" in row["message"], row["message"]
     assert "你的函数在用例" in row["message"] and "你的代码第 4 行" in row["message"], row["message"]
+
+
+def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
+    """`tformer grade --lang zh` (or TFORMER_LANG=zh): the table's column headers, statuses and totals are
+    Chinese, aligned by terminal width; the exercise names, points and the JSON's keys and statuses stay English."""
+    from tformer.cli import main
+    from tformer.grading.cli import NotebookReport, Row, format_table
+    monkeypatch.delenv("TFORMER_LANG", raising=False)       # restored after the test: --lang sets it
+    rep = NotebookReport("notebooks/01_attention.ipynb", "ch01",
+                         [Row("ch01.softmax", 2, True, "passed"), Row("ch01.attention", 3, False, "not attempted")],
+                         ["ZeroDivisionError: division by zero"])
+    assert "TOTAL 2/5 points" in format_table([rep]) and "exercise" in format_table([rep])
+    monkeypatch.setenv("TFORMER_LANG", "zh")
+    table = format_table([rep]).splitlines()
+    assert table[1].split() == ["练习", "分值", "通过", "状态"], table[1]
+    assert table[2].split() == ["ch01.softmax", "2", "是", "通过"] and table[3].split()[-2:] == ["否", "未作答"]
+    assert table[4] == "  单元格出错：ZeroDivisionError: division by zero" and table[5].split() == ["本章合计", "2/5"]
+    assert table[-1] == "总计 2/5 分"
+    wide = lambda s: sum(2 if CJK.match(c) else 1 for c in s)     # terminal columns: a Chinese character takes two
+    assert wide(table[1][: table[1].index("状态")]) == wide(table[2][: table[2].rindex("通过")]) == 47
+    assert wide(table[1][: table[1].index("通过")]) == wide(table[2][: table[2].index("是")])
+    # through the CLI: `--lang zh` sets the language for the grader and its workers (the worker's side is the
+    # test above); the notebook's run is replaced by the report above, so no worker starts here
+    monkeypatch.delenv("TFORMER_LANG")
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "01_attention.ipynb")
+    monkeypatch.setattr("tformer.grading.cli.run_notebook", lambda path, timeout, small: rep)
+    out = tmp_path / "report.json"
+    assert main(["grade", str(tmp_path), "--json", str(out), "--lang", "zh"]) == 0
+    printed = capsys.readouterr().out
+    assert "练习" in printed and "本章合计" in printed and "总计 2/5 分" in printed, printed
+    rows = json.loads(out.read_text())["notebooks"][0]["exercises"]
+    assert [r["status"] for r in rows] == ["passed", "not attempted"], rows

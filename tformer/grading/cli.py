@@ -29,15 +29,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from .core import REGISTRY, Outcome, Result, _cases, judge
+from .core import REGISTRY, N_, Outcome, Result, _, _cases, judge
 from .worker import MAX_FRAME, write_frame
 
 _CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
+# the table's statuses in the report's language (TFORMER_LANG or --lang, through the checker's catalog);
+# the JSON keeps them in English
+_STATUSES = (N_("passed"), N_("failed"), N_("not attempted"), N_("error"), N_("timeout"), N_("not run"))
 
 
 @dataclass
@@ -218,19 +222,26 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> Noteb
     return report
 
 
+def _pad(text: str, width: int, right: bool = False) -> str:
+    """`text` padded to `width` terminal columns (a Chinese character takes two)."""
+    pad = " " * max(0, width - sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text))
+    return pad + text if right else text + pad
+
+
 def format_table(reports: list[NotebookReport]) -> str:
+    """The report as text; its labels in the report's language (TFORMER_LANG=zh or --lang zh: Chinese)."""
     lines = []
     for rep in reports:
         lines.append(f"{rep.chapter or '?'}  {Path(rep.notebook).name}  ({rep.seconds:.0f} s)")
-        lines.append(f"  {'exercise':<28} {'points':>6}  {'passed':<6}  status")
+        lines.append(f"  {_pad(_('exercise'), 28)} {_pad(_('points'), 6, True)}  {_pad(_('passed'), 6)}  {_('status')}")
         for r in rep.rows:
-            lines.append(f"  {r.exercise:<28} {r.points:>6}  {'yes' if r.passed else 'no':<6}  {r.status}")
+            lines.append(f"  {r.exercise:<28} {r.points:>6}  {_pad(_('yes') if r.passed else _('no'), 6)}  {_(r.status)}")
         for err in rep.cell_errors:
-            lines.append(f"  cell error: {err}")
-        lines.append(f"  {'chapter total':<28} {rep.earned:>3}/{rep.possible:<3}")
+            lines.append("  " + _("cell error: {error}").format(error=err))
+        lines.append(f"  {_pad(_('chapter total'), 28)} {rep.earned:>3}/{rep.possible:<3}")
         lines.append("")
     earned, possible = sum(r.earned for r in reports), sum(r.possible for r in reports)
-    lines.append(f"TOTAL {earned}/{possible} points")
+    lines.append(_("TOTAL {earned}/{possible} points").format(earned=earned, possible=possible))
     return "\n".join(lines)
 
 
@@ -266,6 +277,8 @@ def _main(args: argparse.Namespace) -> int:
         find_notebooks(Path(args.path))
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e).removeprefix("tformer grade: ")) from None
+    if args.lang:
+        os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
     data = grade(args.path, args.json, args.timeout, small=not args.full)
     t = data["total"]
     if args.require_all and t["earned"] < t["possible"]:
@@ -284,5 +297,7 @@ def add_cli(sub) -> None:
     p.add_argument("--timeout", type=positive_int, default=600, help="seconds allowed per cell (default 600)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
     p.add_argument("--require-all", action="store_true", help="exit 1 unless every exercise passed")
+    p.add_argument("--lang", choices=("en", "zh"), help="the report's language (default: TFORMER_LANG, else en; "
+                   "zh: Chinese labels and messages, the JSON's keys and statuses stay English)")
     add_debug(p)
     p.set_defaults(func=_main)
