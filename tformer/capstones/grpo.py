@@ -40,7 +40,7 @@ RECIPE = {
     "sft": dict(n_train=2000, steps=600, batch_size=16, lr=3e-3),
     "grpo": dict(iterations=150, prompts=16, group=8, lr=3e-4, updates=2, eps=0.2, beta=0.04, temperature=1.0,
                  max_new=10),
-    "test_prompts": 400, "samples": 16, "eval_every": 50, "save_every": 25,
+    "test_prompts": 400, "samples": 8, "eval_every": 50, "save_every": 25,
     "seeds": [0, 1, 2],
 }
 TINY = {"model": dict(d_model=16, n_layers=1, n_heads=2, context_length=128), "vocab_size": 300,
