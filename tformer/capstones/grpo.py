@@ -47,7 +47,8 @@ TINY = {"model": dict(d_model=16, n_layers=1, n_heads=2, context_length=128), "v
         "pretrain": dict(steps=4, batch_size=4, lr=3e-3, weight_decay=0.1),
         "sft": dict(n_train=40, steps=4, batch_size=8, lr=3e-3),
         "grpo": dict(RECIPE["grpo"], iterations=4, prompts=4, group=4, max_new=6),
-        "test_prompts": 16, "samples": 4, "eval_every": 2, "save_every": 2, "seeds": [0, 1]}
+        "test_prompts": 16, "samples": 4, "eval_every": 2, "save_every": 2, "seeds": [0, 1],
+        "corpus_chars": 20000}                  # the tests' size: a slice of the corpus
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _sft_step_loss(model, b):
 def train_sft(folder: Path, recipe: dict, progress: bool) -> dict:
     """The base model and its SFT (the chapter's recipe); saves folder/sft.pt (weights, config, tokenizer)."""
     folder.mkdir(parents=True, exist_ok=True)
-    text = offline_text()
+    text = offline_text()[:recipe.get("corpus_chars")]
     tok = train_tokenizer([text], vocab_size=recipe["vocab_size"])
     end_id = tok.token_to_id("<|endoftext|>")
     train_ids, _ = split_stream(encode(tok, text), 0.9)
