@@ -308,8 +308,9 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# A run this short shows the machinery, not the gain: the accuracies above move by a point or two,
-# about what another seed moves them by. The claim to test is that the mean of three GRPO seeds beats
+# A run this short shows the machinery, not the gain: the accuracies above move by a few points either
+# way, and this SFT model's sampled answers are so rarely right (the reward printed above) that most
+# groups are all wrong, with advantage 0. The claim to test is that the mean of three GRPO seeds beats
 # the SFT model on the held-out prompts (both tasks together) by more than the seeds' own spread (max
 # minus min). That needs a few minutes of CPU, more than a notebook may take: the chapter's capstone,
 # `tformer capstone grpo` (the same recipe with 600 SFT steps and 150 GRPO iterations of 16 prompts x 8
