@@ -125,3 +125,39 @@ def test_sampling_is_batched_and_masks_the_answer():
     assert roll.mask.any(1).all() and (roll.mask.sum(1) <= 6).all()
     lp = grpo.token_logprobs(model, roll.ids)
     assert lp.shape == roll.mask.shape and (lp <= 0).all()
+
+
+def test_an_interrupted_grpo_capstone_resumes_to_the_same_result(tmp_path):
+    from tformer.capstones import run_capstone
+
+    kw = dict(tiny=True, threads=1, progress=False)
+    whole = run_capstone("grpo", tmp_path / "whole", **kw)
+    assert run_capstone("grpo", tmp_path / "cut", stop_after=2, **kw) is None       # stopped inside seed 0's GRPO
+    assert not (tmp_path / "cut" / "result.json").exists()
+    resumed = run_capstone("grpo", tmp_path / "cut", **kw)
+    assert resumed["sessions"] >= 2
+    for key in ("sft_greedy_mean", "grpo_greedy_mean", "grpo_sampled_pass_at_1", "curves"):
+        assert whole[key] == resumed[key], key
+    a = torch.load(tmp_path / "whole" / "grpo-seed0" / "last.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "cut" / "grpo-seed0" / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)                        # the same final weights, bit for bit
+    assert whole["sft"]["pass_at_k"].keys() == {"1", "2", "4"} and len(whole["grpo"]) == 2
+
+
+def test_an_sft_run_folder_loads_only_with_its_recipe(tmp_path):
+    from tformer.data.text import train_tokenizer
+    from tformer.models import GPT, GPTConfig
+    from tformer.training.sft import load_run, save_run
+
+    tok = train_tokenizer(["User: What is 1 + 2? Assistant: 3 " * 20], vocab_size=300)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.get_vocab_size(), context_length=16, n_layers=1, n_heads=2, d_model=16))
+    meta = {"small": True, "sft_steps": 400}
+    save_run(tmp_path / "run", model, tok, meta)
+    got, got_tok = load_run(tmp_path / "run", meta)
+    x = torch.tensor([tok.encode("What is 1 + 2?").ids])
+    assert torch.equal(got.eval()(x), model.eval()(x)) and got_tok.to_str() == tok.to_str()
+    assert load_run(tmp_path / "run", {**meta, "sft_steps": 300}) is None           # another recipe
+    assert load_run(tmp_path / "none", meta) is None                                 # no run there
+    (tmp_path / "run" / "model.pt").write_bytes(b"cut")
+    assert load_run(tmp_path / "run", meta) is None                                  # unreadable

@@ -5,6 +5,7 @@
     vision     the `vit` (digits) and `clip` (digits, LiT on vit's frozen tower) recipes
     translate  the `translate` recipe (Multi30k de->en through `tformer.translate.train_run`)
     moe        the `moe` recipe (dense vs MoE on the Python standard library's source)
+    grpo       the `grpo` recipe (chapter 11: GRPO from an SFT model on verifiable tasks, 3 seeds)
     show       show(NAME, folder): what a chapter's capstone cell prints and plots for a finished run, or
                the committed reference under data/capstones/NAME when no local run exists
     cli        `tformer capstone NAME [--out DIR] [--time-budget MIN] [--data DIR] [--text FILE]`

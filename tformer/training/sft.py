@@ -12,10 +12,13 @@ is the ordinary next-token loss `tformer.training.losses.causal_lm_loss(model(id
     data = instruction_set(500, seed=0)               # list of conversations (add, code, recall, read)
     ids, labels = encode_chats(tok, data)             # (N, T) each, padded
     loss = causal_lm_loss(model(ids), labels)
+    save_run(folder, model, tok, meta) / load_run(folder, meta)   # one notebook's SFT model for the next
 """
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -140,5 +143,45 @@ def instruction_set(n: int, seed: int = 0, kinds: tuple[str, ...] = KINDS) -> li
     return [make_task(kinds[i % len(kinds)], rng) for i in range(n)]
 
 
+# --- one notebook's SFT model for the next ---------------------------------------------------------------
+
+RUNS = Path(__file__).resolve().parents[2] / "runs"
+
+
+def save_run(folder: str | Path, model, tok, meta: dict) -> Path:
+    """Write folder/model.pt (weights and GPTConfig fields), folder/tokenizer.json and folder/meta.json
+    (what the run was: the mode, the recipe), so that a later notebook can start from this model."""
+    from .checkpoint import atomic_save, atomic_write_text
+    from dataclasses import asdict
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_save({"model": model.state_dict(), "config": asdict(model.cfg)}, folder / "model.pt")
+    atomic_write_text(folder / "tokenizer.json", tok.to_str())
+    atomic_write_text(folder / "meta.json", json.dumps(meta, indent=1, sort_keys=True))
+    return folder
+
+
+def load_run(folder: str | Path, meta: dict, device=None):
+    """(model, tokenizer) saved by `save_run` with exactly this `meta`, else None (no run there, or a run
+    of another mode or recipe)."""
+    from tokenizers import Tokenizer
+
+    from ..models.gpt import GPT, GPTConfig
+    from .checkpoint import load_checkpoint
+    folder = Path(folder)
+    try:
+        have = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        if have != json.loads(json.dumps(meta, sort_keys=True)):
+            return None
+        d = load_checkpoint(folder / "model.pt", weights_only=False)
+        tok = Tokenizer.from_str((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RuntimeError):          # missing, unreadable or another format
+        return None
+    model = GPT(GPTConfig(**d["config"]))
+    model.load_state_dict(d["model"])
+    return model.to(device) if device is not None else model, tok
+
+
 __all__ = ["sft_loss", "render", "encode_chat", "encode_chats", "prompt_ids", "exact_match", "sequence_logprob",
-           "instruction_set", "make_task", "read_turn", "fact", "KINDS", "USER", "ASSISTANT", "END"]
+           "instruction_set", "make_task", "read_turn", "fact", "KINDS", "USER", "ASSISTANT", "END", "save_run", "load_run",
+           "RUNS"]
