@@ -2,6 +2,7 @@
 
     presets   TranslatePreset: small (a CPU), gpu (one GPU), base and big (WMT14, the paper)
     pipeline  build_model, train_run (BPE, batches, Trainer, run folder), load_run, score_files (sacreBLEU)
+    peer      TorchTransformer: nn.Transformer of the same size, the capstone's peer (`--set arch=torch`)
     cli       `tformer translate train | score | translate`
 """
 from .pipeline import Seq2SeqLoss, build_model, load_run, score_files, score_lines, train_run

@@ -2,7 +2,8 @@
 
 Same width, depth, heads, FFN, dropout and post-LN as a `TranslatePreset`; the embeddings scaled by
 sqrt(d_model) with sinusoidal positions and one table tied three ways (source, target, output), as the
-course's `Transformer` does with a shared BPE. Uncompiled, PyTorch's own kernels.
+course's `Transformer` does with a shared BPE; initialised as PyTorch's translation tutorial does (Xavier
+uniform on every matrix). Uncompiled, PyTorch's own kernels.
 
 It has the course model's decoding interface (`encode`, `decode`, `new_cache`, `cfg.context_length`), so
 the same pipeline trains, checkpoints, averages and scores it: `tformer translate train --set arch=torch`.
@@ -62,6 +63,9 @@ class TorchTransformer(nn.Module):
                                    norm_first=norm_first)
         self.out = nn.Linear(d_model, vocab_size, bias=False)
         self.out.weight = self.embed.weight
+        for p in self.parameters():            # PyTorch's nn.Transformer translation tutorial: Xavier on every
+            if p.dim() > 1:                    # matrix (nn.Embedding's N(0, 1) would start the tied head at
+                nn.init.xavier_uniform_(p)     # logits of std ~sqrt(d_model): a loss of ~60)
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop(self.embed(x) * math.sqrt(self.cfg.d_model) + self.pe[: x.shape[1]])
