@@ -188,8 +188,11 @@ check("ch01.attention", my_attention)
 
 # %% [markdown]
 # ## The package's version
-# What you wrote is what `tformer` runs: `tformer/attention.py`'s reference attention, with the same
-# fully-masked-row rule (the input checks first name what they expected when a shape is wrong).
+# What you wrote is `tformer`'s reference attention, `tformer/attention.py`'s
+# `scaled_dot_product_attention`, with the same fully-masked-row rule (the input checks first name what
+# they expected when a shape is wrong). `tformer.MultiHeadAttention` runs it when the weights are wanted;
+# otherwise it calls PyTorch's fused kernel, `F.scaled_dot_product_attention`, which the tests check
+# against this reference.
 
 # %%
 print(inspect.getsource(tformer.scaled_dot_product_attention))

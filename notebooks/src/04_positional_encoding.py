@@ -243,7 +243,9 @@ check("ch04.shift_matrix", my_shift_matrix)
 
 # %% [markdown]
 # ## The package's version
-# What you wrote is what `tformer` runs: `tformer/positional.py`'s table and shift matrix.
+# What you wrote is what `tformer` ships in `tformer/positional.py`: the table, which
+# `SinusoidalPositionalEncoding` adds to the embeddings, and the shift matrix, which no model runs: it is
+# the property proved above, kept as a function to test it.
 
 # %%
 print(inspect.getsource(tformer.sinusoidal_table))
