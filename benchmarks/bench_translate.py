@@ -11,6 +11,7 @@ alternate step by step (so a change in machine load hits both), and each reports
 from __future__ import annotations
 
 import argparse
+import copy
 from dataclasses import replace
 
 import torch
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile(tformer) (compile time excluded)")
     args = ap.parse_args()
     tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     dev = torch.device(args.device)
@@ -56,6 +58,8 @@ def main() -> None:
 
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
     runs = {"tformer": (ours, loss_ours), "nn.Transformer": (peer, loss_peer)}
+    if args.compile:                                  # same weights, inductor's fused kernels; warm-up compiles
+        runs["tformer compiled"] = (torch.compile(copy.deepcopy(ours)), loss_ours)
     opts = {k: torch.optim.Adam(m.parameters(), 1e-4, betas=(0.9, 0.98), eps=1e-9) for k, (m, _) in runs.items()}
 
     def step(name):
@@ -79,7 +83,8 @@ def main() -> None:
     for name, sec in med.items():
         tps[name] = tokens / sec
         print(f"{name:>15}: median step {sec * 1000:8.1f} ms  {tps[name]:9.0f} target tokens/s")
-    print(f"ratio tformer / nn.Transformer: {tps['tformer'] / tps['nn.Transformer']:.2f}")
+    for name in [k for k in tps if k != "nn.Transformer"]:
+        print(f"ratio {name} / nn.Transformer: {tps[name] / tps['nn.Transformer']:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The translation pipeline: offline corpus, BPE, token batching, decoding, BLEU, and the end-to-end run."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -283,6 +284,24 @@ def test_peer_decodes_like_its_full_forward():
         lp = torch.log_softmax(peer(src[b:b + 1][:, src[b] != 0], ys[:, :-1])[0].double(), -1)
         total = float(lp.gather(1, torch.tensor(seq)[:, None]).sum())
         assert float(score[b]) == pytest.approx(total / length_penalty(len(seq), 0.6), abs=1e-4)
+
+
+def test_peer_starts_like_the_course_model():
+    """Same size, same scale at the start: the tied table's scaled rows have std 1 in both models, the
+    positions' scale (a peer whose table is 4x smaller learns far more slowly), and the layers are Xavier."""
+    from tformer.translate.peer import TorchTransformer
+    from tformer.translate.pipeline import build_model
+    from tformer.translate.presets import get_preset
+    torch.manual_seed(0)
+    p = get_preset("small")
+    ours = build_model(p, 8000)
+    peer = build_model(dataclasses.replace(p, arch="torch"), 8000)
+    assert isinstance(peer, TorchTransformer)
+    assert abs(ours.num_params() - peer.num_params()) / ours.num_params() < 0.01
+    for table in (ours.src_embed.weight, peer.embed.weight):
+        assert float(table.std()) * p.d_model ** 0.5 == pytest.approx(1.0, rel=0.05)
+    w = peer.core.encoder.layers[0].linear1.weight                # Xavier uniform: bound sqrt(6 / (fan_in + fan_out))
+    assert float(w.abs().max()) == pytest.approx((6 / sum(w.shape)) ** 0.5, rel=0.02)
 
 
 def test_peer_trains_and_scores_through_the_pipeline(tmp_path):
