@@ -118,6 +118,23 @@ def test_digit_caption_training_smoke():
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
 
 
+def test_caption_word_dropout_keeps_the_class_and_is_reproducible():
+    from tformer.data.captions import TRAIN_TEMPLATES
+    from tformer.data.images import DIGIT_NAMES
+    y = torch.arange(10).repeat(20)
+    plain = digit_captions(y, generator=torch.Generator().manual_seed(3))
+    assert digit_captions(y, generator=torch.Generator().manual_seed(3), word_dropout=0.0) == plain
+    drop = digit_captions(y, generator=torch.Generator().manual_seed(3), word_dropout=0.5)
+    assert drop == digit_captions(y, generator=torch.Generator().manual_seed(3), word_dropout=0.5)
+    full = {t.format(name=DIGIT_NAMES[c], digit=c) for t in TRAIN_TEMPLATES for c in range(10)}
+    assert sum(c not in full for c in drop) > 50                   # wordings the templates never had
+    for cap, c in zip(drop, y.tolist()):                           # the class always survives, nothing else added
+        assert DIGIT_NAMES[c] in cap or str(c) in cap
+        assert len(cap.split(" ")) <= max(len(p.split(" ")) for p in plain)
+    assert all(len(c.split(" ")) == 1 for c in digit_captions(y[:30], generator=torch.Generator().manual_seed(0),
+                                                               word_dropout=1.0) if c.isalpha())
+
+
 def test_given_image_tower_is_used_and_head_dropped():
     vit = ViT(ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=16, n_layers=1, n_heads=2, d_ff=32,
                         n_classes=10))

@@ -42,7 +42,7 @@ VIT = {
 CLIP_TOWER = dict(epochs=30, budget_minutes=3.0)   # the CLIP towers keep the 30-epoch recipe they were measured with
 CLIP_RECIPE = {
     "text": dict(context_length=40, text_d_model=64, text_n_layers=2, text_n_heads=4, text_d_ff=128, embed_dim=64),
-    "train": dict(epochs=20, batch_size=64, lr=3e-3, weight_decay=0.05, warmup_frac=0.1),
+    "train": dict(epochs=20, batch_size=64, lr=3e-3, weight_decay=0.05, warmup_frac=0.1, word_dropout=0.3),
     "seeds": [0, 1, 2],
     "budget_minutes": 10.0,
 }
@@ -79,9 +79,9 @@ class EpochImageBatches:
 class EpochCaptionBatches(EpochImageBatches):
     """(images, caption ids) batches: each image meets one caption from TRAIN_TEMPLATES, drawn per (seed, epoch)."""
 
-    def __init__(self, x, y, batch_size: int, seed: int, context_length: int):
+    def __init__(self, x, y, batch_size: int, seed: int, context_length: int, word_dropout: float = 0.0):
         super().__init__(x, y, batch_size, seed, None)
-        self.ctx = context_length
+        self.ctx, self.word_dropout = context_length, word_dropout
 
     def __iter__(self):
         g = torch.Generator().manual_seed(1_000_003 * self.seed + self.epoch)
@@ -90,7 +90,7 @@ class EpochCaptionBatches(EpochImageBatches):
             idx = perm[i:i + self.batch_size]
             if len(idx) < 2:                                   # a batch of one has no negative
                 continue
-            yield self.x[idx], caption_ids(digit_captions(self.y[idx], generator=g), self.ctx)
+            yield self.x[idx], caption_ids(digit_captions(self.y[idx], generator=g, word_dropout=self.word_dropout), self.ctx)
 
 
 class LockedImageCLIP(CLIP):
@@ -298,7 +298,7 @@ def run_clip(run: CapstoneRun, recipe: dict) -> dict:
             tower = _load_vit(run, recipe["tower"], seed)
             torch.manual_seed(seed)                        # the text tower's initial weights: the seed's alone
             model = clip_model(recipe, tower)
-            batches = EpochCaptionBatches(data.x_train, data.y_train, tc["batch_size"], seed, ctx)
+            batches = EpochCaptionBatches(data.x_train, data.y_train, tc["batch_size"], seed, ctx, tc.get("word_dropout", 0.0))
             total = _steps(len(data.y_train), tc, run.opts)
             budget = run.part_budget(0.7 / len(seeds), recipe["budget_minutes"])
             cfg = _trainer_config(total, tc["warmup_frac"], tc["lr"], budget, run.opts, seed)

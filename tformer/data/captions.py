@@ -21,10 +21,23 @@ CAPTION_VOCAB = 259
 
 
 def digit_captions(labels: torch.Tensor, templates: list[str] = TRAIN_TEMPLATES,
-                   generator: torch.Generator | None = None) -> list[str]:
-    """One caption per label (N,): a template drawn at random, filled with the digit's name and numeral."""
+                   generator: torch.Generator | None = None, word_dropout: float = 0.0) -> list[str]:
+    """One caption per label (N,): a template drawn at random, filled with the digit's name and numeral.
+
+    `word_dropout` p drops each word of the template's own wording with probability p (the digit's name and
+    numeral always stay): a text augmentation that keeps the text tower from keying on the few wordings it
+    is trained on, so that wordings it never saw still land near their class."""
     pick = torch.randint(0, len(templates), (len(labels),), generator=generator)
-    return [templates[int(t)].format(name=DIGIT_NAMES[int(c)], digit=int(c)) for t, c in zip(pick, labels)]
+    caps = [templates[int(t)].format(name=DIGIT_NAMES[int(c)], digit=int(c)) for t, c in zip(pick, labels)]
+    if word_dropout <= 0:
+        return caps
+    out = []
+    for cap, c in zip(caps, labels.tolist()):
+        words = cap.split(" ")
+        keep = torch.rand(len(words), generator=generator) >= word_dropout
+        kept = [w for w, k in zip(words, keep.tolist()) if k or DIGIT_NAMES[c] in w or str(c) in w]
+        out.append(" ".join(kept))
+    return out
 
 
 def caption_ids(texts: list[str], context_length: int) -> torch.Tensor:
