@@ -134,6 +134,16 @@ def test_each_committed_reference_matches_todays_recipe(name, monkeypatch):
                                     f"with `{res['command']}` and copy result.json there")
     for key in ("command", "git_commit", "device_name", "date", "wall_minutes", "cpu_minutes"):
         assert res[key], key
+    if name in ("vit", "clip"):                            # every part ran its recipe to the end, none cut by time
+        from tformer.capstones.vision import _steps
+        from tformer.data.images import load_digits
+        n = len(load_digits().y_train)
+        parts = [(res["config"]["train"] if name == "vit" else res["config"]["tower"]["train"],
+                  res["steps"] if name == "vit" else res["tower_steps"])]
+        if name == "clip":
+            parts.append((res["config"]["train"], res["steps"]))
+        for tc, steps in parts:
+            assert steps == [_steps(n, tc, Options())] * len(steps), f"{name}: a part stopped early: {steps}"
 
 
 def test_the_translate_cell_shows_translations_and_attention_and_the_reference_ships_no_dataset_text(

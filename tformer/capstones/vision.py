@@ -320,6 +320,7 @@ def run_clip(run: CapstoneRun, recipe: dict) -> dict:
               "per_seed": [p["zero_shot"] for p in parts], "i2t_r1": mean["i2t_r1"], "t2i_r1": mean["t2i_r1"],
               "i2t_r1_per_seed": [p["i2t_r1"] for p in parts], "t2i_r1_per_seed": [p["t2i_r1"] for p in parts],
               "tower_test_acc": [run.state["parts"][f"vit-seed{s}"]["test_acc"] for s in seeds],
+              "tower_steps": [run.state["parts"][f"vit-seed{s}"]["steps"] for s in seeds],
               "seeds": seeds, "steps": [p["steps"] for p in parts],
               "tokens": sum(p["steps"] for p in parts) * tc["batch_size"] * ctx,
               "train_minutes": [p["minutes"] for p in parts], "test_images": len(data.y_test),
