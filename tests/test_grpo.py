@@ -161,3 +161,33 @@ def test_an_sft_run_folder_loads_only_with_its_recipe(tmp_path):
     assert load_run(tmp_path / "none", meta) is None                                 # no run there
     (tmp_path / "run" / "model.pt").write_bytes(b"cut")
     assert load_run(tmp_path / "run", meta) is None                                  # unreadable
+
+
+def test_the_capstone_starts_from_the_notebooks_recipe():
+    from tformer.capstones.grpo import RECIPE
+    from tformer.training.sft_start import notebook_recipe
+
+    small = notebook_recipe(small=True)
+    for key in ("model", "vocab_size", "pretrain"):
+        assert RECIPE[key] == small[key], key
+    assert {**RECIPE["sft"], "steps": small["sft"]["steps"]} == small["sft"]      # the capstone trains SFT longer
+    assert notebook_recipe(small=False).keys() == small.keys()
+
+
+def test_the_sft_start_loads_only_with_its_recipe_and_tokenizer(tmp_path):
+    from tformer.data.text import train_tokenizer
+    from tformer.models import GPT, GPTConfig
+    from tformer.training.sft_start import load_sft_start, notebook_recipe, save_sft_start
+
+    tok = train_tokenizer(["User: What is 1 + 2? Assistant: 3 " * 20], vocab_size=300)
+    other = train_tokenizer(["User: Sort 3 1 2. Assistant: 1 2 3 " * 20], vocab_size=300)
+    recipe = notebook_recipe(small=True)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.get_vocab_size(), context_length=16, n_layers=1, n_heads=2, d_model=16))
+    save_sft_start(model, tok, recipe, True, folder=tmp_path / "run")
+    got = load_sft_start(tok, recipe, True, folder=tmp_path / "run")
+    x = torch.tensor([tok.encode("What is 1 + 2?").ids])
+    assert torch.equal(got.eval()(x), model.eval()(x))
+    assert load_sft_start(tok, recipe, False, folder=tmp_path / "run") is None       # the other mode
+    assert load_sft_start(tok, {**recipe, "sft": {**recipe["sft"], "steps": 1}}, True, folder=tmp_path / "run") is None
+    assert load_sft_start(other, recipe, True, folder=tmp_path / "run") is None      # another tokenizer

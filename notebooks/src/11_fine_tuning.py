@@ -26,7 +26,7 @@
 # %%
 import copy
 import inspect
-import random
+from functools import partial
 
 import matplotlib.pyplot as plt
 import torch
@@ -35,13 +35,12 @@ import torch.nn.functional as F
 import tformer
 from tformer.inference import decode
 from tformer.grading import check
-from tformer.training.losses import causal_lm_loss
-from tformer.data.text import LMBatches, encode, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.data.text import offline_text, train_tokenizer
 from tformer.training.lora import LoRALinear, add_lora, merge_lora, trainable_params
 from tformer.training.metrics import distinct_n
 from tformer.models import GPT, GPTConfig
-from tformer.training.sft import KINDS, RUNS, encode_chat, encode_chats, exact_match, instruction_set, prompt_ids, save_run
-from tformer.training import grpo, train_steps
+from tformer.training.sft import KINDS, encode_chat, encode_chats, exact_match, instruction_set, prompt_ids, sft_step_loss
+from tformer.training import sft_start, train_steps
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
@@ -55,24 +54,14 @@ print("small mode:", SMALL, "| device:", dev)
 # then linear decay); `fit` calls `tformer.training.train_steps`, which picks the trainable parameters and the settings.
 
 # %%
-def fit(model, loss_fn, batches, steps, lr, schedule="linear", weight_decay=0.0):
-    return train_steps(model, loss_fn, batches, steps, lr, schedule, weight_decay, device=dev)
-
-
+fit = partial(train_steps, device=dev)       # fit(model, loss_fn, batches, steps, lr, schedule="linear", weight_decay=0.0)
+recipe = sft_start.notebook_recipe(SMALL)    # model sizes, steps, batch sizes and learning rates, small or full mode
+print(recipe)
 text = offline_text()
-tok = train_tokenizer([text], vocab_size=1024 if SMALL else 8192)
+tok = train_tokenizer([text], vocab_size=recipe["vocab_size"])
 EOT = tok.token_to_id("<|endoftext|>")
-train_ids, val_ids = split_stream(encode(tok, text), 0.9)
-if SMALL:
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=64, n_layers=2, n_heads=4, d_model=64)
-    pre_steps = 150
-else:
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=256, n_layers=6, n_heads=6, d_model=384)
-    pre_steps = 3000
-tformer.seed_everything(0)
-base = GPT(cfg).to(dev)
-pre_losses = fit(base, lm_loss, LMBatches(train_ids, 16, cfg.context_length - 1, pre_steps, seed=0), pre_steps, 3e-3,
-                 weight_decay=0.1)
+base, pre_losses = sft_start.pretrain(tok, text, recipe, device=dev)     # next-token pretraining through fit's Trainer
+cfg = base.cfg
 print(f"GPT, {base.num_params():,} parameters: training loss {pre_losses[0]:.2f} -> {pre_losses[-1]:.2f}")
 
 # %% [markdown]
@@ -210,13 +199,12 @@ check("ch11.sft_loss", my_sft_loss)
 # this model and rewards them with GRPO.
 
 # %%
-n_train = 2000 if SMALL else 20000
+n_train = recipe["sft"]["n_train"]
 train_chats, test_chats = instruction_set(n_train, seed=0), instruction_set(400, seed=1)
 ids, mask = encode_chat(tok, train_chats[2])
 print("".join(f"[{tok.decode([i], skip_special_tokens=False)}]" if m else tok.decode([i]) for i, m in zip(ids, mask)))
-chats = train_chats + grpo.sft_chats(grpo.problems(n_train, seed=0))     # + the checkable tasks, for the next notebook
-random.Random(0).shuffle(chats)
-X, Y = encode_chats(tok, chats, pad_id=EOT)
+chats = sft_start.training_chats(n_train)    # train_chats + as many GRPO-task problems (for the next notebook), shuffled
+X, Y = encode_chats(tok, chats, pad_id=EOT)  # (N, T) ids, (N, T) labels: the ids on answer tokens, -100 elsewhere
 X_test, Y_test = encode_chats(tok, test_chats, pad_id=EOT)
 assert X.shape[1] <= cfg.context_length
 print(f"{len(chats)} training conversations, padded to {X.shape[1]} tokens; "
@@ -232,19 +220,14 @@ def task_accuracy(model):
 # Full fine-tuning: every weight of a copy of the base model trains on the conversations.
 
 # %%
-sft_steps, batch = (400, 16) if SMALL else (2000, 32)
-sft_batches = [(X[i:i + batch], Y[i:i + batch]) for i in range(0, len(X), batch)]
-
-
-def sft_step_loss(model, b):
-    ids, labels = b
-    return causal_lm_loss(model(ids), labels), 1          # (mean, count 1): the Trainer's (sum, count) shape
-
+sft_steps, batch, sft_lr = recipe["sft"]["steps"], recipe["sft"]["batch_size"], recipe["sft"]["lr"]
+sft_batches = sft_start.sft_batches(X, Y, batch)          # [(ids (b, T), labels (b, T)), ...]
+print(inspect.getsource(sft_step_loss))                   # the package's: causal_lm_loss(model(ids), labels), 1
 
 acc_base = task_accuracy(base)
 tformer.seed_everything(0)
 sft = copy.deepcopy(base)
-sft_losses = fit(sft, sft_step_loss, sft_batches, sft_steps, 3e-3)
+sft_losses = fit(sft, sft_step_loss, sft_batches, sft_steps, sft_lr)
 acc_sft = task_accuracy(sft)
 print("base model :", {k: f"{v:.0%}" for k, v in acc_base.items()})
 print("after SFT  :", {k: f"{v:.0%}" for k, v in acc_sft.items()})
@@ -257,9 +240,7 @@ assert mean(acc_base) < 0.05 and mean(acc_sft) > 0.4 and acc_sft["recall"] > 0.8
 # same one itself when it does not find it.
 
 # %%
-SFT_META = {"notebook": "11_fine_tuning", "small": SMALL, "vocab_size": tok.get_vocab_size(), "d_model": cfg.d_model,
-            "pre_steps": pre_steps, "sft_steps": sft_steps, "n_train": n_train, "tasks": list(KINDS) + list(grpo.TASKS)}
-print("saved to", save_run(RUNS / "11_fine_tuning", sft, tok, SFT_META))
+print("saved to", sft_start.save_sft_start(sft, tok, recipe, SMALL))
 
 # %% [markdown]
 # What the fine-tuned model writes, greedy, for new prompts of each task (the code answer, and the

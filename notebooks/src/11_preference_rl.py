@@ -23,21 +23,20 @@
 # %%
 import copy
 import random
+from functools import partial
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
 import tformer
-from tformer.data.text import LMBatches, encode, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.data.text import offline_text, train_tokenizer
 from tformer.grading import check
 from tformer.inference.rag import TfidfRetriever
-from tformer.models import GPT, GPTConfig
-from tformer.training import grpo, train_steps
+from tformer.training import grpo, sft_start, train_steps
 from tformer.training.dpo import dpo_loss, preference_pairs
 from tformer.training.losses import causal_lm_loss
-from tformer.training.sft import (KINDS, NAMES, PLACES, RUNS, encode_chats, exact_match, fact, instruction_set, load_run,
-                                  sequence_logprob)
+from tformer.training.sft import NAMES, PLACES, encode_chats, exact_match, fact, sequence_logprob
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
@@ -54,25 +53,12 @@ print("small mode:", SMALL, "| device:", dev)
 # through `tformer.training.Trainer`; `fit` calls `tformer.training.train_steps`.
 
 # %%
-def fit(model, loss_fn, batches, steps, lr, schedule="linear", weight_decay=0.0):
-    return train_steps(model, loss_fn, batches, steps, lr, schedule, weight_decay, device=dev)
-
-
-def sft_step_loss(model, b):
-    return causal_lm_loss(model(b[0]), b[1]), 1            # (mean, count 1): the Trainer's (sum, count) shape
-
-
+fit = partial(train_steps, device=dev)       # fit(model, loss_fn, batches, steps, lr, schedule="linear", weight_decay=0.0)
+recipe = sft_start.notebook_recipe(SMALL)    # the previous notebook's sizes, steps and learning rates
 text = offline_text()
-tok = train_tokenizer([text], vocab_size=1024 if SMALL else 8192)
+tok = train_tokenizer([text], vocab_size=recipe["vocab_size"])
 EOT = tok.token_to_id("<|endoftext|>")
-if SMALL:
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=64, n_layers=2, n_heads=4, d_model=64)
-    pre_steps, sft_steps, batch, n_train = 150, 400, 16, 2000
-else:
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), context_length=256, n_layers=6, n_heads=6, d_model=384)
-    pre_steps, sft_steps, batch, n_train = 3000, 2000, 32, 20000
-SFT_META = {"notebook": "11_fine_tuning", "small": SMALL, "vocab_size": tok.get_vocab_size(), "d_model": cfg.d_model,
-            "pre_steps": pre_steps, "sft_steps": sft_steps, "n_train": n_train, "tasks": list(KINDS) + list(grpo.TASKS)}
+batch, n_train = recipe["sft"]["batch_size"], recipe["sft"]["n_train"]
 rl_train = grpo.problems(n_train, seed=0)                                 # never a held-out prompt
 rl_test = grpo.problems(200 if SMALL else 1000, seed=1, split="test")     # only held-out prompts
 
@@ -80,29 +66,14 @@ rl_test = grpo.problems(200 if SMALL else 1000, seed=1, split="test")     # only
 # The previous notebook's recipe, for when its run folder is missing:
 
 # %%
-def train_sft_start():
-    train_ids, _ = split_stream(encode(tok, text), 0.9)
-    tformer.seed_everything(0)
-    base = GPT(cfg).to(dev)
-    fit(base, lm_loss, LMBatches(train_ids, 16, cfg.context_length - 1, pre_steps, seed=0), pre_steps, 3e-3,
-        weight_decay=0.1)
-    chats = instruction_set(n_train, seed=0) + grpo.sft_chats(rl_train)
-    random.Random(0).shuffle(chats)
-    X, Y = encode_chats(tok, chats, pad_id=EOT)
-    assert X.shape[1] <= cfg.context_length
-    tformer.seed_everything(0)
-    model = copy.deepcopy(base)
-    losses = fit(model, sft_step_loss, [(X[i:i + batch], Y[i:i + batch]) for i in range(0, len(X), batch)], sft_steps, 3e-3)
-    print(f"trained here: SFT loss {losses[0]:.2f} -> {losses[-1]:.2f}")
-    return model
-
-
-loaded = load_run(RUNS / "11_fine_tuning", SFT_META, device=dev)
-if loaded is not None and loaded[1].to_str() == tok.to_str():
-    sft = loaded[0]
-    print("the SFT model of the previous notebook, from", RUNS / "11_fine_tuning")
-else:
-    sft = train_sft_start()
+print(recipe)
+sft = sft_start.load_sft_start(tok, recipe, SMALL, device=dev)   # None unless its recipe and tokenizer are these
+if sft is not None:
+    print("the SFT model of the previous notebook, from", sft_start.RUN_FOLDER)
+else:                                            # pretraining, then fit(copy of base, sft_step_loss, ...), seeded
+    start = sft_start.train_sft_start(tok, text, recipe, device=dev)
+    sft = start.model
+    print(f"trained here: SFT loss {start.sft_losses[0]:.2f} -> {start.sft_losses[-1]:.2f}")
 acc_sft = grpo.greedy_accuracy(sft, tok, rl_test, EOT)["greedy"]
 print("SFT model, held-out exact answers:", {k: f"{v:.0%}" for k, v in acc_sft.items()})
 

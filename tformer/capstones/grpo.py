@@ -24,13 +24,11 @@ from pathlib import Path
 
 import torch
 
-from ..data.text import LMBatches, encode, lm_loss, offline_text, split_stream, train_tokenizer
+from ..data.text import offline_text, train_tokenizer
 from ..models.gpt import GPT, GPTConfig
 from ..training import grpo
 from ..training.checkpoint import atomic_save, load_checkpoint
-from ..training.losses import causal_lm_loss
-from ..training.sft import encode_chats, instruction_set
-from ..training.trainer import train_steps
+from ..training.sft_start import train_sft_start
 from .runfolder import CapstoneRun, Options
 
 RECIPE = {
@@ -85,33 +83,16 @@ def evaluate(model, tok, data, end_id: int, samples: int, max_new: int, seed: in
             "pass_at_k_per_task": pass_k}
 
 
-def _sft_step_loss(model, b):
-    return causal_lm_loss(model(b[0]), b[1]), 1
-
-
 def train_sft(folder: Path, recipe: dict, progress: bool) -> dict:
-    """The base model and its SFT (the chapter's recipe); saves folder/sft.pt (weights, config, tokenizer)."""
+    """The base model and its SFT (the chapter's recipe, `tformer.training.sft_start`); saves folder/sft.pt
+    (weights, config, tokenizer)."""
     folder.mkdir(parents=True, exist_ok=True)
     text = offline_text()[:recipe.get("corpus_chars")]
     tok = train_tokenizer([text], vocab_size=recipe["vocab_size"])
     end_id = tok.token_to_id("<|endoftext|>")
-    train_ids, _ = split_stream(encode(tok, text), 0.9)
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), **recipe["model"])
     pre, sft = recipe["pretrain"], recipe["sft"]
-    torch.manual_seed(0)
-    base = GPT(cfg)
-    t = cfg.context_length - 1
-    pre_losses = train_steps(base, lm_loss, LMBatches(train_ids, pre["batch_size"], t, pre["steps"], seed=0),
-                             pre["steps"], pre["lr"], weight_decay=pre["weight_decay"])
-    rl_train = grpo.problems(sft["n_train"], seed=0)
-    chats = instruction_set(sft["n_train"], seed=0) + grpo.sft_chats(rl_train)
-    random.Random(0).shuffle(chats)
-    X, Y = encode_chats(tok, chats, pad_id=end_id)
-    b = sft["batch_size"]
-    torch.manual_seed(0)
-    model = copy.deepcopy(base)
-    sft_losses = train_steps(model, _sft_step_loss, [(X[i:i + b], Y[i:i + b]) for i in range(0, len(X), b)],
-                             sft["steps"], sft["lr"])
+    start = train_sft_start(tok, text, recipe)
+    model, pre_losses, sft_losses = start.model, start.pre_losses, start.sft_losses
     atomic_save({"model": model.state_dict(), "config": recipe["model"], "tokenizer": tok.to_str()}, folder / "sft.pt")
     test = grpo.problems(recipe["test_prompts"], seed=1, split="test")
     ev = evaluate(model, tok, test, end_id, recipe["samples"], recipe["grpo"]["max_new"])

@@ -7,6 +7,7 @@
     trainer      TrainConfig and the Trainer: accumulation, clipping, autocast, validation, exact resume
     metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity, recall@k, the power-law fit, Chinchilla N and D
     sft, lora, dpo   chat template and prompt-masked labels; low-rank adapters; preference optimisation
+    sft_start    the chapter's SFT start: its recipe, pretraining, SFT data and run, the run folder
     grpo         GRPO: group-relative advantages, the clipped loss with a k3 KL, verifiable tasks, pass@k
     vision       train_classifier (ViT) and train_clip: the Trainer with the ViT / CLIP recipe
 

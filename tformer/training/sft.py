@@ -11,7 +11,7 @@ is the ordinary next-token loss `tformer.training.losses.causal_lm_loss(model(id
 
     data = instruction_set(500, seed=0)               # list of conversations (add, code, recall, read)
     ids, labels = encode_chats(tok, data)             # (N, T) each, padded
-    loss = causal_lm_loss(model(ids), labels)
+    loss = causal_lm_loss(model(ids), labels)        # = sft_step_loss(model, (ids, labels))[0], the Trainer's form
     save_run(folder, model, tok, meta) / load_run(folder, meta)   # one notebook's SFT model for the next
 """
 from __future__ import annotations
@@ -35,6 +35,13 @@ def sft_loss(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tenso
 
     It is `causal_lm_loss` on already-shifted targets, with the prompt's targets set to IGNORE."""
     return causal_lm_loss(logits, targets=targets.masked_fill(~loss_mask, IGNORE))
+
+
+def sft_step_loss(model, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """The SFT loss of one batch (ids (B, T), labels (B, T) from `encode_chats`) in the Trainer's
+    (sum, count) shape: (the mean over the answer tokens, 1)."""
+    ids, labels = batch
+    return causal_lm_loss(model(ids), labels), 1
 
 
 def render(turns: list[Turn]) -> list[tuple[str, bool]]:
@@ -182,6 +189,6 @@ def load_run(folder: str | Path, meta: dict, device=None):
     return model.to(device) if device is not None else model, tok
 
 
-__all__ = ["sft_loss", "render", "encode_chat", "encode_chats", "prompt_ids", "exact_match", "sequence_logprob",
+__all__ = ["sft_loss", "sft_step_loss", "render", "encode_chat", "encode_chats", "prompt_ids", "exact_match", "sequence_logprob",
            "instruction_set", "make_task", "read_turn", "fact", "KINDS", "USER", "ASSISTANT", "END", "save_run", "load_run",
            "RUNS"]
