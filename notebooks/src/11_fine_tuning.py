@@ -18,7 +18,9 @@
 # * `tformer/training/losses.py: causal_lm_loss` (the SFT loss is this loss with the prompt's labels ignored)
 # * `tformer/training/lora.py: lora_forward, LoRALinear, add_lora, merge_lora, trainable_params`
 # * `tformer/training/trainer.py: Trainer, train_steps`, the one training loop every step below uses
-# * `tformer/training/grpo.py: problems, sft_chats` (the two tasks with checkable answers the next notebook rewards)
+# * `tformer/training/sft_start.py: notebook_recipe, pretrain, training_chats, sft_batches, save_sft_start` (the chapter's
+#   SFT start, shared with the next notebook and the GRPO capstone; its data holds the two tasks with checkable
+#   answers, from `tformer/training/grpo.py`, that the next notebook rewards)
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
 # the `check(...)` cell below it: PASS, or the smallest failing input with a hint.

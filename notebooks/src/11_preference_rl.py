@@ -13,6 +13,8 @@
 #
 # **Where the code lives.**
 # * `tformer/training/sft.py: encode_chats, exact_match, sequence_logprob, instruction_set, prompt_ids`
+# * `tformer/training/sft_start.py: notebook_recipe, load_sft_start, train_sft_start` (the SFT start: the previous
+#   notebook's run folder, or trained here by the same recipe)
 # * `tformer/training/dpo.py: dpo_loss, preference_pairs`
 # * `tformer/training/grpo.py: group_advantages, grpo_loss, k3_kl, grpo_step, sample_answers, problems, pass_at_k`
 # * `tformer/inference/rag.py: TfidfRetriever`; `tformer/training/trainer.py: Trainer, train_steps`
