@@ -2,7 +2,6 @@
 report.md written, an interrupted run resumes to the same result, a second job on the folder refused),
 bad input as one line and exit 2, the chapter cells' `show`, and the committed references' recipes."""
 import json
-import os
 from pathlib import Path
 
 import pytest

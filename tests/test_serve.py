@@ -5,7 +5,6 @@ decoding equal), so every greedy answer can be checked against the model decodin
 import asyncio
 import json
 import os
-import threading
 import time
 
 import httpx

@@ -1,7 +1,6 @@
 """tformer.utils.timing: peak memory counts what was allocated; fits recover known exponents; a step trains."""
 import copy
 
-import pytest
 import torch
 
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM

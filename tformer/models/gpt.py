@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..utils.checks import check_tokens
 from ..blocks import BlockConfig, TransformerBlock

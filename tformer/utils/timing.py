@@ -18,7 +18,6 @@ Timings on a shared machine vary: report medians of several runs and compare wit
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import statistics
 import sys
