@@ -329,8 +329,9 @@ if cap is not None:
 # pass@4 and pass@8: what the SFT model found in one of four to eight samples, the GRPO model now answers
 # first. Unlike the large-k result, pass@8 rises too: k = 8 is far from the hundreds of samples at which
 # Yue et al. compare, and a model this small still learns the task itself. And the whole gain is on sorting:
-# on addition the SFT model is right in well under one sample in five even at k = 8, so nearly every
-# addition group is all wrong, every advantage is 0, and greedy addition does not improve. GRPO sharpens
+# on addition, even eight samples of the SFT model hold a right answer for only about one prompt in seven
+# (its pass@8 above), so nearly every addition group is all wrong, every advantage is 0, and greedy
+# addition does not improve. GRPO sharpens
 # what sampling already finds; it cannot learn from a reward that never comes.
 
 # %% [markdown]
