@@ -191,3 +191,17 @@ def test_the_sft_start_loads_only_with_its_recipe_and_tokenizer(tmp_path):
     assert load_sft_start(tok, recipe, False, folder=tmp_path / "run") is None       # the other mode
     assert load_sft_start(tok, {**recipe, "sft": {**recipe["sft"], "steps": 1}}, True, folder=tmp_path / "run") is None
     assert load_sft_start(other, recipe, True, folder=tmp_path / "run") is None      # another tokenizer
+
+
+def test_start_from_gives_a_trainable_policy_and_a_frozen_reference():
+    import torch
+    from tformer.models.gpt import GPT, GPTConfig
+    from tformer.training.grpo import start_from
+    sft = GPT(GPTConfig(vocab_size=32, context_length=16, n_layers=1, n_heads=2, d_model=16))
+    policy, ref, opt = start_from(sft, 1e-3)
+    assert policy is not sft and ref is not sft and not ref.training
+    assert all(p.requires_grad for p in policy.parameters()) and not any(p.requires_grad for p in ref.parameters())
+    assert {id(p) for g in opt.param_groups for p in g["params"]} == {id(p) for p in policy.parameters()}
+    for a, b in zip(policy.parameters(), sft.parameters()):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    assert opt.defaults["weight_decay"] == 0.0 and opt.defaults["betas"] == (0.9, 0.99)

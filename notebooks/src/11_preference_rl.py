@@ -16,7 +16,7 @@
 # * `tformer/training/sft_start.py: notebook_recipe, load_sft_start, train_sft_start` (the SFT start: the previous
 #   notebook's run folder, or trained here by the same recipe)
 # * `tformer/training/dpo.py: dpo_loss, preference_pairs`
-# * `tformer/training/grpo.py: group_advantages, grpo_loss, k3_kl, grpo_step, sample_answers, problems, pass_at_k`
+# * `tformer/training/grpo.py: group_advantages, grpo_loss, k3_kl, start_from, grpo_step, sample_answers, problems, pass_at_k`
 # * `tformer/inference/rag.py: TfidfRetriever`; `tformer/training/trainer.py: Trainer, train_steps`
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
@@ -247,18 +247,16 @@ assert not {q for _, q, _ in rl_train} & {q for _, q, _ in rl_test}
 G, rl_steps, rl_batch, rl_lr, n_seeds = (8, 20, 16, 3e-4, 1) if SMALL else (16, 300, 32, 1e-4, 3)
 
 
-def run_grpo(seed):
+def train_grpo(seed):
     tformer.seed_everything(seed)
-    policy = copy.deepcopy(sft)
-    ref = copy.deepcopy(sft).eval().requires_grad_(False)
-    opt = torch.optim.AdamW(policy.parameters(), lr=rl_lr, betas=(0.9, 0.99), weight_decay=0.0)
+    policy, ref, opt = grpo.start_from(sft, rl_lr)     # trainable copy, frozen reference, AdamW
     gen, rng = torch.Generator(device=dev).manual_seed(seed), random.Random(seed)
     log = [grpo.grpo_step(policy, ref, opt, tok, rng.sample(rl_train, rl_batch), group=G, end_id=EOT,
                           updates=2, generator=gen) for _ in range(rl_steps)]
     return policy, log
 
 
-runs = [run_grpo(seed) for seed in range(n_seeds)]
+runs = [train_grpo(seed) for seed in range(n_seeds)]
 acc_rl = [grpo.greedy_accuracy(p, tok, rl_test, EOT)["greedy"] for p, _ in runs]
 print("SFT            :", {k: f"{v:.0%}" for k, v in acc_sft.items()})
 for seed, (acc, (_, log)) in enumerate(zip(acc_rl, runs)):

@@ -119,9 +119,7 @@ def train_grpo_seed(folder: Path, sft_folder: Path, recipe: dict, seed: int, opt
     folder.mkdir(parents=True, exist_ok=True)
     g = recipe["grpo"]
     sft, tok, end_id = load_sft(sft_folder)
-    ref = copy.deepcopy(sft).eval().requires_grad_(False)
-    policy = copy.deepcopy(sft)
-    opt = torch.optim.AdamW(policy.parameters(), lr=g["lr"], betas=(0.9, 0.99), weight_decay=0.0)
+    policy, ref, opt = grpo.start_from(sft, g["lr"])
     gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     rl_train = grpo.problems(recipe["sft"]["n_train"], seed=0)
     test = grpo.problems(recipe["test_prompts"], seed=1, split="test")

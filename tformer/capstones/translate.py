@@ -62,7 +62,9 @@ def cross_attention(model, bpe, src: str, hyp: str) -> dict:
     with torch.no_grad(), capture_attention(model.decoder.layers[-1].cross_attn) as w:
         model.eval()(torch.tensor([s], device=dev), torch.tensor([t], device=dev))
     weights = w[-1][0].mean(0)                                    # (T, S): the heads' average
-    piece = lambda ids: [x if x.strip() else repr(x) for x in bpe.decode([[i] for i in ids])]  # noqa: E731
+
+    def piece(ids):                                               # one string per token; blank ones shown quoted
+        return [x if x.strip() else repr(x) for x in bpe.decode([[i] for i in ids])]
     return {"src_tokens": piece(s[:-1]) + ["</s>"], "tgt_tokens": ["<s>"] + piece(t[1:]),
             "weights": [[round(float(v), 3) for v in row] for row in weights.cpu()]}
 

@@ -27,6 +27,7 @@ prompts no training set ever contains.
 """
 from __future__ import annotations
 
+import copy
 import math
 import random
 import zlib
@@ -200,6 +201,14 @@ def greedy_accuracy(model, tok, data: list[tuple[str, str, str]], end_id: int, m
 def sft_chats(data: list[tuple[str, str, str]]) -> list[list[Turn]]:
     """The problems as one-turn conversations for supervised fine-tuning."""
     return [[(q, a)] for _, q, a in data]
+
+
+def start_from(sft, lr: float):
+    """(policy, reference, optimizer) for GRPO from an SFT model: the policy a trainable copy, the reference a
+    frozen copy in eval mode (the KL term's anchor), AdamW without weight decay, betas (0.9, 0.99)."""
+    policy = copy.deepcopy(sft)
+    ref = copy.deepcopy(sft).eval().requires_grad_(False)
+    return policy, ref, torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
 
 
 def grpo_step(policy, ref, optimizer, tok, batch: list[tuple[str, str, str]], *, group: int = 8, max_new: int = 10,
