@@ -123,7 +123,7 @@ def _sources(only: list[str] | None):
 
 def stage_chapters(only: list[str] | None = None) -> list[str]:
     import nbformat
-    from tools.notebooks import build_notebook
+    from tools.notebooks import build_notebook, drop_stale
 
     names = []
     for src in _sources(only):
@@ -131,9 +131,7 @@ def stage_chapters(only: list[str] | None = None) -> list[str]:
         add_captions(nb)
         _write(STAGE / "chapters" / f"{src.stem}.ipynb", nbformat.writes(nb) + "\n")
         names.append(src.stem)
-    for old in (STAGE / "chapters").glob("*.ipynb"):   # a chapter renamed or split since the last build
-        if old.stem not in names:
-            old.unlink()
+    drop_stale(STAGE / "chapters", ".ipynb", set(names))   # a chapter renamed or split since the last build
     return names
 
 
@@ -150,7 +148,7 @@ def stage_chapters_zh(only: list[str] | None = None) -> list[str]:
 
     import nbformat
     from tools import i18n
-    from tools.notebooks import build_notebook
+    from tools.notebooks import build_notebook, drop_stale
 
     translated = set(i18n.translated_chapters())
     names, captions = [], {}
@@ -178,9 +176,7 @@ def stage_chapters_zh(only: list[str] | None = None) -> list[str]:
             zh.cells.insert(1, nbformat.v4.new_markdown_cell(UNTRANSLATED_NOTE, id=f"{src.stem[:2]}-zh-note"))
         _write(STAGE_ZH / "chapters" / f"{src.stem}.ipynb", nbformat.writes(zh) + "\n")
         names.append(src.stem)
-    for old in (STAGE_ZH / "chapters").glob("*.ipynb"):
-        if old.stem not in names:
-            old.unlink()
+    drop_stale(STAGE_ZH / "chapters", ".ipynb", set(names))
     _write(STAGE_ZH / "_captions.json", json.dumps(captions, ensure_ascii=False, indent=1) + "\n")
     return names
 
@@ -282,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     chapters = stage(only)
     chapters_zh = stage_zh(only) if args.lang != "en" else []
+    if only is None:                     # Sphinx keeps the page of a removed chapter: drop it from both sites
+        from tools.notebooks import drop_stale
+        drop_stale(OUT / "chapters", ".html", set(chapters))
+        if args.lang != "en":
+            drop_stale(OUT_ZH / "chapters", ".html", set(chapters_zh))
     cache = cache_dir()
     for old in CACHES.glob("*"):         # executions against an older package are never reused
         if old != cache:

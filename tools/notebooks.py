@@ -78,6 +78,15 @@ def sources() -> list[Path]:
     return sorted(p for p in SRC.glob("[0-9][0-9]_*.py"))
 
 
+def drop_stale(folder: Path, suffix: str, stems: set[str]) -> list[Path]:
+    """Remove chapter files (NN_slug + suffix) in `folder` whose chapter is not in `stems`: what a chapter
+    renamed or split since the last build left behind (other files are never touched)."""
+    gone = [p for p in folder.glob(f"[0-9][0-9]_*{suffix}") if p.name[: -len(suffix)] not in stems]
+    for p in gone:
+        p.unlink()
+    return gone
+
+
 def build(out: Path, solutions: bool) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -85,6 +94,7 @@ def build(out: Path, solutions: bool) -> list[Path]:
         dst = out / (src.stem + ".ipynb")
         dst.write_text(render(src, solutions))
         written.append(dst)
+    drop_stale(out, ".ipynb", {src.stem for src in sources()})
     return written
 
 
