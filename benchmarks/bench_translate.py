@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(tformer) (compile time excluded)")
+    ap.add_argument("--bf16", action="store_true", help="on a CPU, also time both models under bf16 autocast "
+                    "(fast where the CPU has bf16 matrix units: AMX or AVX512-BF16)")
     args = ap.parse_args()
     tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     dev = torch.device(args.device)
@@ -56,10 +58,15 @@ def main() -> None:
         return F.cross_entropy(logits.flatten(0, 1).float(), b.tgt_out.flatten(), ignore_index=0,
                                label_smoothing=0.1, reduction="sum"), (b.tgt_out != 0).sum()
 
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
     runs = {"tformer": (ours, loss_ours), "nn.Transformer": (peer, loss_peer)}
+    bf16 = {k: dev.type == "cuda" for k in runs}        # on CUDA both always run under bf16 autocast
+    if args.bf16 and dev.type == "cpu":
+        for k in list(runs):
+            runs[k + " bf16"] = (copy.deepcopy(runs[k][0]), runs[k][1])
+            bf16[k + " bf16"] = True
     if args.compile:                                  # same weights, inductor's fused kernels; warm-up compiles
         runs["tformer compiled"] = (torch.compile(copy.deepcopy(ours)), loss_ours)
+        bf16["tformer compiled"] = dev.type == "cuda"
     opts = {k: torch.optim.Adam(m.parameters(), 1e-4, betas=(0.9, 0.98), eps=1e-9) for k, (m, _) in runs.items()}
 
     def step(name):
@@ -67,7 +74,7 @@ def main() -> None:
 
         def run():
             model.train()
-            with amp:
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16[name]):
                 loss, n = loss_fn(model, batch)
             (loss / n).backward()
             opts[name].step()
@@ -82,9 +89,12 @@ def main() -> None:
     tps = {}
     for name, sec in med.items():
         tps[name] = tokens / sec
-        print(f"{name:>15}: median step {sec * 1000:8.1f} ms  {tps[name]:9.0f} target tokens/s")
+        print(f"{name:>19}: median step {sec * 1000:8.1f} ms  {tps[name]:9.0f} target tokens/s")
     for name in [k for k in tps if k != "nn.Transformer"]:
         print(f"ratio {name} / nn.Transformer: {tps[name] / tps['nn.Transformer']:.2f}")
+    if "tformer bf16" in tps:
+        print(f"ratio tformer bf16 / nn.Transformer bf16 (same precision): "
+              f"{tps['tformer bf16'] / tps['nn.Transformer bf16']:.2f}")
 
 
 if __name__ == "__main__":

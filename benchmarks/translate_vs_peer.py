@@ -4,7 +4,10 @@ Two processes start together, each on `--threads` CPU threads (1 + 1 on a 2-core
   * ours: `tformer capstone translate` (preset small: BPE, training, averaging, greedy and beam-4 scoring),
   * the peer: `tformer translate train --preset small --set arch=torch`: `torch.nn.Transformer` of the
     same size (tformer/translate/peer.py) through the same pipeline, so the data, the BPE, the batches,
-    the loss, the schedule and the budget are the same; only the model differs.
+    the loss, the schedule and the budget are the same; the model differs, and the precision: ours takes
+    the preset's bf16 autocast where the CPU has bf16 matrix units (AMX, AVX512-BF16), the peer trains in
+    float32 as a user would write it (`--peer-bf16` gives it the same autocast; bench_translate.py times
+    both ways).
 Then the peer is scored like ours (test_2016_flickr, greedy and beam 4; test_2017_flickr as well when the
 data folder has it) and one table compares them: BLEU with the steps and tokens/s beside, since machines
 differ. Re-running with the same --out resumes both runs. Not run by CI (about 35 minutes).
@@ -44,6 +47,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads of each of the two processes")
     ap.add_argument("--out", default="runs/translate-vs-peer")
+    ap.add_argument("--peer-bf16", action="store_true", help="the peer under bf16 autocast too (same precision)")
     ap.add_argument("--smoke", action="store_true", help="both at the tiny size for a few steps (tests the script)")
     args = ap.parse_args()
     out, data = Path(args.out), Path(args.data)
@@ -53,7 +57,9 @@ def main() -> None:
     size = (["--tiny", "--max-steps", "4"], ["--preset", "tiny", "--max-steps", "4"]) if args.smoke else ([], ["--preset", "small"])
     ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), *common, *size[0]],
                             stdout=open(out / "tformer.log", "a"), stderr=subprocess.STDOUT)
-    peer = subprocess.Popen(py + ["translate", "train", *size[1], "--set", "arch=torch", "--no-progress",
+    precision = "true" if args.peer_bf16 else "false"
+    peer = subprocess.Popen(py + ["translate", "train", *size[1], "--set", "arch=torch", "--set", f"cpu_bf16={precision}",
+                                  "--no-progress",
                                   "--out", str(out / "torch"), *common],
                             stdout=open(out / "torch.log", "a"), stderr=subprocess.STDOUT)
     print(f"training both for {args.minutes:g} min (logs: {out}/tformer.log, {out}/torch.log) ...", flush=True)

@@ -39,6 +39,21 @@ def test_cpu_when_there_is_no_accelerator():
     assert (p.device.type, p.amp_dtype, p.backend) == ("cpu", None, FLASH)
 
 
+@pytest.mark.parametrize("asked,native,dtype", [(False, True, None), (False, False, None), (True, False, None),
+                                                (True, True, BF16)])
+def test_a_cpu_trains_in_bf16_only_when_the_recipe_asks_and_the_cpu_multiplies_bf16_natively(asked, native, dtype):
+    assert policy.amp_dtype("cpu", cpu_bf16=asked, cpu_native=native) == dtype
+    assert policy.amp_dtype("cuda", capability=(8, 0), cpu_bf16=asked, cpu_native=native) == BF16   # CUDA: as before
+
+
+def test_the_cpu_bf16_check_reads_this_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    assert not policy.cpu_bf16_native() and policy.amp_dtype("cpu", cpu_bf16=True) is None
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert policy.cpu_bf16_native() and policy.amp_dtype("cpu", cpu_bf16=True) == BF16
+
+
 @pytest.mark.parametrize("cuda,mps", [(True, False), (False, True), (True, True)])
 def test_small_mode_stays_on_the_cpu_but_capstone_commands_do_not(cuda, mps):
     assert choose(small=True, env="", cuda=cuda, mps=mps, capability=(9, 0)).device.type == "cpu"

@@ -99,6 +99,28 @@ def _fit(amp16: bool):
     return t
 
 
+def test_a_cpu_bf16_recipe_runs_its_steps_under_bf16_autocast_and_trains_like_fp32(monkeypatch):
+    ref = _fit(False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)     # a CPU with AMX, injected
+    seen = []
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    data = [(torch.randn(4, 8, generator=torch.Generator().manual_seed(i)), torch.ones(4, 1)) for i in range(3)]
+
+    def loss_fn(m, batch):
+        out = m(batch[0])
+        seen.append(out.dtype)
+        return ((out.float() - batch[1]) ** 2).sum(), batch[1].numel()
+    t = Trainer(model, loss_fn, data, TrainConfig(max_steps=3, lr=1e-2, warmup=1, schedule="constant", cpu_bf16=True,
+                                                  progress=False), device="cpu")
+    assert t.amp_dtype == torch.bfloat16 and not t.scaler.is_enabled()    # bf16 has fp32's range: no scaler
+    t.fit()
+    assert seen == [torch.bfloat16] * 3
+    for a, b in zip(ref.module.parameters(), t.module.parameters()):
+        assert b.dtype == torch.float32                                    # the weights stay fp32 (autocast casts)
+        torch.testing.assert_close(a, b, rtol=3e-2, atol=3e-2)
+
+
 def test_trainer_fp16_with_grad_scaler_trains_like_fp32():
     ref, half = _fit(False), _fit(True)
     assert half.scaler.get_scale() == 256.0                                # the loss was scaled, no step skipped

@@ -74,6 +74,7 @@ class TrainConfig:
     grad_clip: float | None = 1.0      # max global gradient norm; None = no clipping
     accum_steps: int = 1               # micro-batches per optimizer step
     amp: bool = True                   # CUDA autocast: bf16 on sm80+, fp16 + grad scaler before (ignored on CPU)
+    cpu_bf16: bool = False             # ... and bf16 autocast on a CPU with bf16 matrix units (AMX, AVX512-BF16)
     eval_every: int = 0                # validate every N steps (0 = only at the end)
     save_every: int = 0                # full checkpoint (last.pt) every N steps (0 = only at the end)
     snapshot_every: int = 0            # weights-only snapshot for averaging every N steps (0 = off)
@@ -157,7 +158,8 @@ class Trainer:
                             f"RunScheduler(optimizer, schedule) with a Schedule), got {type(self.scheduler).__name__}")
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.extra_state = extra_state or {}    # saved with last.pt (e.g. the run's model config)
-        self.amp_dtype = amp_dtype(self.device) if self.cfg.amp else None   # tformer.utils.gpu: by compute capability
+        self.amp_dtype = (amp_dtype(self.device, cpu_bf16=self.cfg.cpu_bf16)   # tformer.utils.device: the policy
+                          if self.cfg.amp else None)
         self.scaler = grad_scaler(self.amp_dtype, self.device)                # only fp16 scales the loss
         self.state = TrainState()
         self._resumed = False

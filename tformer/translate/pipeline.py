@@ -277,7 +277,8 @@ def _train(out: Path, p: TranslatePreset, info: dict, changes: dict, time_budget
     tc = TrainConfig(max_steps=p.max_steps, time_budget=time_budget, lr=p.lr, warmup=p.warmup, schedule=p.schedule,
                      grad_clip=p.grad_clip, accum_steps=p.accum_steps, eval_every=p.eval_every,
                      save_every=p.save_every, snapshot_every=p.snapshot_every, snapshot_minutes=p.snapshot_minutes,
-                     keep_snapshots=max(p.keep_snapshots or 0, p.average_last), seed=p.seed, progress=progress)
+                     keep_snapshots=max(p.keep_snapshots or 0, p.average_last), seed=p.seed, progress=progress,
+                     cpu_bf16=p.cpu_bf16)
     trainer = Trainer(model, Seq2SeqLoss(p.label_smoothing, bpe.pad_id), batches, tc, val_data=val_batches,
                       out_dir=out, device=dev, extra_state={"run": info})
     if trainer.state.step and rank == 0:
@@ -291,7 +292,8 @@ def _train(out: Path, p: TranslatePreset, info: dict, changes: dict, time_budget
                   + (f"; time budget {time_budget} min" if time_budget is not None else ""), file=sys.stderr)
     if progress and rank == 0:
         print(f"{src}->{tgt}: {batches.n_pairs} training pairs in {len(batches)} batches of <= {p.max_tokens} tokens; "
-              f"model {model.num_params() / 1e6:.1f}M parameters; "
+              f"model {model.num_params() / 1e6:.1f}M parameters, training in "
+              f"{str(trainer.amp_dtype or torch.float32).replace('torch.', '')} on {dev.type}; "
               + (f"resuming at step {trainer.state.step}" if trainer.state.step else "starting"))
     result = trainer.fit(steps=stop_after)
     finished = trainer.state.step >= p.max_steps or (time_budget is not None

@@ -6,6 +6,8 @@
            in 30 minutes instead of ~600 at 5,000) and the "linear" schedule, which decays to 0 exactly
            when the time budget runs out. Measured de->en on an idle 2-core CPU: 37.0 greedy / 38.3
            beam-4 sacreBLEU on test_2016_flickr (5,000-token batches + inverse-sqrt: 32.5 / 33.5).
+           On a CPU with bf16 matrix units (Intel AMX, AVX512-BF16) it trains under bf16 autocast: about 1.8x
+           the float32 step (`python benchmarks/bench_translate.py --bf16 --threads 1`); elsewhere in float32.
     gpu    Multi30k on one GPU in 2.5-5 minutes: base's width (d=512, 8 heads, d_ff 2048) with 3+3 layers,
            dropout 0.3, an 8k vocabulary, 8,000-token batches, lr 1e-3 with 400 warm-up steps and the
            linear schedule, gradients clipped at 1. This is a recipe first set by hand, measured on
@@ -44,6 +46,8 @@ class TranslatePreset:
                                       # max_steps or the time budget, whichever comes first
     label_smoothing: float = 0.1      # epsilon_ls
     grad_clip: float | None = None    # the paper does not clip
+    cpu_bf16: bool = False            # bf16 autocast on a CPU with bf16 matrix units (AMX, AVX512-BF16); a CUDA
+                                      # GPU always autocasts (tformer.utils.device.amp_dtype)
     max_steps: int = 100_000          # training steps (base: 100k, big: 300k)
     eval_every: int = 2000            # validation loss every N steps
     save_every: int = 1000            # full checkpoint (resume point) every N steps
@@ -72,7 +76,7 @@ PRESETS: dict[str, TranslatePreset] = {
                             save_every=50, snapshot_minutes=0.0, snapshot_every=25, average_last=4,
                             offline_pairs=4000, max_len=64),
     "small": TranslatePreset(d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.1, vocab_size=8000,
-                             max_tokens=1600, lr=1.5e-3, warmup=400, schedule="linear", grad_clip=1.0, max_steps=100_000,
+                             max_tokens=1600, lr=1.5e-3, warmup=400, schedule="linear", grad_clip=1.0, max_steps=100_000, cpu_bf16=True,
                              eval_every=500, save_every=200, snapshot_minutes=1.5, average_last=5, max_len=128),
     "gpu": TranslatePreset(n_layers=3, dropout=0.3, attn_dropout=0.0, ffn_dropout=0.0, vocab_size=8000,
                            max_tokens=8000, lr=1e-3, warmup=400, schedule="linear", grad_clip=1.0,
