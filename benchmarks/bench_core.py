@@ -1,14 +1,22 @@
 """tformer's core against its peers, side by side in one run.
 
-    .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--quick]
+    .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--threads N] [--bf16]
 
 Each pair runs interleaved (peer, tformer, peer, tformer, ...) after a warm-up, so both see the same
 machine load; the table reports medians and the ratio peer_time / tformer_time (>= 1.0: tformer is
 at least as fast). Rows:
   * MultiHeadAttention vs nn.MultiheadAttention, forward + backward (B=16, T=128, d=512, 8 heads)
-  * GPT training step vs transformers' GPT2LMHeadModel, same config (6 layers, d=384, 6 heads, T=256)
+  * GPT training step vs transformers' GPT2LMHeadModel, same config (6 layers, d=384, 6 heads, T=256), each
+    with its library's loss path: `GPT.loss` fuses the LM head into the cross-entropy (no (B*T, 50257)
+    logits kept); the peer computes the logits, then F.cross_entropy (what its `labels=` path does)
+  * the same GPT's six blocks alone, forward + backward (no embedding, LM head, loss or optimizer, which
+    are the same operations on both sides and most of the step at vocabulary 50,257)
   * encoder-decoder training step vs nn.Transformer with the same embeddings/generator (6+6, d=512, B16xT64)
   * greedy generation of 128 tokens with the KV cache vs without it (GPT 6L/384d)
+
+`--bf16` repeats the training rows with both sides under CPU bf16 autocast (fast where the CPU has bf16
+matrix units: Intel AMX, AVX512-BF16) and prints, beside the same-precision ratio, tformer in bf16 against
+the peer in float32 (the peer as a user writes it).
 """
 from __future__ import annotations
 
@@ -43,26 +51,54 @@ def bench_mha(repeats):
     return time_interleaved({"peer": peer, "tformer": mine}, repeats), b * t
 
 
-def bench_gpt(repeats):
+def _gpt_pair(t):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    b, t = 8, 256
     hf = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=t, n_embd=384, n_layer=6, n_head=6,
                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
     ours = GPT(GPTConfig(vocab_size=50257, context_length=t, n_layers=6, n_heads=6, d_model=384))
+    return hf, ours
+
+
+def bench_blocks(repeats):
+    b, t = 8, 256
+    hf, ours = _gpt_pair(t)
+    x = torch.randn(b, t, 384, requires_grad=True)
+
+    def peer():
+        h = x
+        for blk in hf.transformer.h:
+            out = blk(h)
+            h = out[0] if isinstance(out, tuple) else out
+        h.sum().backward()
+
+    def mine():
+        h = x
+        for blk in ours.blocks:
+            h = blk(h, is_causal=True)
+        h.sum().backward()
+    return time_interleaved({"peer": peer, "tformer": mine}, repeats), b * t
+
+
+def bench_gpt(repeats):
+    b, t = 8, 256
+    hf, ours = _gpt_pair(t)
     opt_hf = torch.optim.AdamW(hf.parameters(), lr=1e-4)
     opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4)
     idx = torch.randint(0, 50257, (b, t + 1))
     x, y = idx[:, :-1], idx[:, 1:]
 
-    def step(model, opt, logits_of):
-        logits = logits_of(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    def step(model, opt, loss_of):
+        loss = loss_of(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return time_interleaved({"peer": lambda: step(hf, opt_hf, lambda i: hf(i).logits),
-                        "tformer": lambda: step(ours, opt_ours, ours)}, repeats), b * t
+
+    def hf_loss(i, tgt):                      # what GPT2LMHeadModel(labels=...) computes: logits, then F.cross_entropy
+        logits = hf(i).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tgt.reshape(-1))
+    return time_interleaved({"peer": lambda: step(hf, opt_hf, hf_loss),
+                        "tformer": lambda: step(ours, opt_ours, ours.loss)}, repeats), b * t   # GPT.loss: head fused
 
 
 class TorchSeq2Seq(nn.Module):
@@ -117,21 +153,34 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
+    p.add_argument("--bf16", action="store_true", help="also the training rows under CPU bf16 autocast")
     args = p.parse_args()
     tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
     rows = [("MultiHeadAttention fwd+bwd", "nn.MultiheadAttention", bench_mha, "tokens/s"),
             ("GPT train step 6L/384d T=256", "transformers GPT2LMHeadModel", bench_gpt, "tokens/s"),
+            ("GPT blocks alone fwd+bwd", "GPT2LMHeadModel's blocks", bench_blocks, "tokens/s"),
             ("enc-dec train step 6+6 d512", "nn.Transformer", bench_seq2seq, "tgt tokens/s"),
             ("generate 128 tokens, KV cache", "same model, no cache", bench_generate, "tokens/s")]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats}")
     print(f"| {'what':32} | {'peer':30} | {'peer ms':>9} | {'tformer ms':>10} | {'tformer ' + 'rate':>16} | {'ratio':>6} |")
     print(f"|{'-' * 34}|{'-' * 32}|{'-' * 11}|{'-' * 12}|{'-' * 18}|{'-' * 8}|")
-    for what, peer, fn, unit in rows:
-        times, work = fn(args.repeats)
+    fp32 = {}
+
+    def show(what, peer, times, work, unit):
         ratio = times["peer"] / times["tformer"]
         rate = f"{work / times['tformer']:,.0f} {unit}"
         print(f"| {what:32} | {peer:30} | {times['peer'] * 1e3:9.1f} | {times['tformer'] * 1e3:10.1f} | "
               f"{rate:>16} | {ratio:6.2f} |", flush=True)
+    for what, peer, fn, unit in rows:
+        times, work = fn(args.repeats)
+        fp32[what] = times
+        show(what, peer, times, work, unit)
+    if args.bf16:
+        for what, peer, fn, unit in rows[:4]:          # the training rows
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                times, work = fn(args.repeats)
+            show(what + ", bf16", peer + ", bf16", times, work, unit)
+            print(f"|   tformer bf16 vs the peer in float32: {fp32[what]['peer'] / times['tformer']:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

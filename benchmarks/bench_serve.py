@@ -1,10 +1,13 @@
 """Serving many requests at once: one at a time vs static batching vs continuous batching, side by side.
 
-    .venv/bin/python benchmarks/bench_serve.py [--rounds 2] [--clients 1 4 16 64] [--quick] [--threads N] [--json F]
+    .venv/bin/python benchmarks/bench_serve.py [--rounds 2] [--clients 1 4 16 64] [--quick] [--threads N]
+                                               [--dtype float32|bfloat16] [--json F]
 
 Closed-loop clients: each sends its next request when its last one finishes. Prompt lengths are uniform
 in 16-512 tokens, output lengths uniform in 16-256 (the same seeded draws for every scheme). Model: GPT
-with 6 layers, d_model 384, 6 heads, context 1024, random weights, the byte-level vocabulary (257), float32.
+with 6 layers, d_model 384, 6 heads, context 1024, random weights, the byte-level vocabulary (257), in
+float32, or with `--dtype bfloat16` weights and cache in bf16 (every scheme alike: a server keeps no fp32
+master weights; fast where the CPU has bf16 matrix units, Intel AMX or AVX512-BF16).
 Each client sends `--rounds` requests (the same seeded draws for every scheme); schemes run in one
 process, one after another (one-at-a-time runs at most `--one-cap` of them: its rate does not depend on
 the number of clients):
@@ -35,11 +38,11 @@ from tformer.inference.engine import Engine, SamplingParams
 from tformer.models.gpt import GPT, GPTConfig
 
 
-def model_for(quick: bool) -> GPT:
+def model_for(quick: bool, dtype: torch.dtype = torch.float32) -> GPT:
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=257, context_length=1024, n_layers=2 if quick else 6, n_heads=6,
                     d_model=192 if quick else 384)
-    return GPT(cfg).eval()
+    return GPT(cfg).eval().to(dtype)
 
 
 class Workload:
@@ -146,16 +149,18 @@ def main(argv=None):
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--quick", action="store_true", help="a 2-layer, d=192 model, for a smoke run")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="weights and KV cache of every scheme")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's; on a machine shared with other jobs 1 is far steadier)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = model_for(args.quick)
+    model = model_for(args.quick, getattr(torch, args.dtype))
     work = Workload(0)
     rows, mem = [], []
     print(f"model: {model.cfg.n_layers} layers, d_model {model.cfg.d_model}, context {model.cfg.context_length}; "
-          f"{args.rounds} requests per client; prompts 16-512, outputs 16-256 tokens; {torch.get_num_threads()} threads")
+          f"{args.rounds} requests per client; prompts 16-512, outputs 16-256 tokens; {torch.get_num_threads()} threads, {args.dtype}")
     print(f"{'clients':>7} {'scheme':>10} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'requests':>8}")
     for c in args.clients:
         res = {}

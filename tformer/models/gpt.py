@@ -110,6 +110,20 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
         """idx (B, T) token ids -> logits (B, T, vocab_size). With `cache`, idx holds only new tokens."""
+        return self.head(self.final_norm(self._trunk(idx, cache)))
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, chunk: int = 1024) -> torch.Tensor:
+        """Mean next-token cross-entropy of idx (B, T) against targets (B, T) (already shifted: targets[:, t]
+        follows idx[:, t]): F.cross_entropy(self(idx).flatten(0, 1), targets.flatten()), with the LM head
+        fused into the loss (tformer.training.losses.linear_cross_entropy), so the (B*T, vocab) logits are
+        never kept: at GPT-2's vocabulary they are most of a small model's training step."""
+        from ..training.losses import linear_cross_entropy
+        h = self.final_norm(self._trunk(idx, None))                        # (B, T, d)
+        return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(),
+                                    ignore_index=ignore_index, chunk=chunk)
+
+    def _trunk(self, idx: torch.Tensor, cache: list[KVCache] | None) -> torch.Tensor:
+        """idx (B, T) -> the last block's output (B, T, d): embeddings, positions, the blocks."""
         check_tokens(idx, "idx")
         past = cache[0].length if cache is not None else 0
         t = idx.shape[1]
@@ -122,7 +136,7 @@ class GPT(nn.Module):
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None)
-        return self.head(self.final_norm(x))
+        return x
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         """Parameters (the tied LM head counted once). non_embedding: without position embeddings.
