@@ -85,10 +85,8 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
         last = steps[-1] if steps else {}
         from ..training.checkpoint import load_checkpoint
         tokens = int(load_checkpoint(folder / "last.pt")["train"]["tokens"])
-        from ..translate.presets import get_preset
-        from ..utils.device import amp_dtype, resolve
-        dtype = amp_dtype(resolve(None), cpu_bf16=get_preset(recipe["preset"]).cpu_bf16) or "float32"
-        return {"steps": last.get("step", rec.get("step")), "tokens": tokens, "precision": str(dtype).replace("torch.", ""), "minutes": round(last.get("minutes", 0.0), 2),
+        return {"steps": last.get("step", rec.get("step")), "tokens": tokens, "precision": rec["precision"],
+                "minutes": round(last.get("minutes", 0.0), 2),
                 "val_loss": rec.get("val_loss"),
                 "tokens_per_s": round(sum(r["tokens_per_s"] for r in steps[-20:]) / max(len(steps[-20:]), 1), 1),
                 "curve": {"step": [r["step"] for r in steps], "loss": [round(r["loss"], 4) for r in steps],
@@ -117,16 +115,17 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
         return out
     sc = run.part("score", score, f"{recipe['test']}, beams {recipe['beams']}")
     b4, g = sc[f"beam{recipe['beams'][-1]}"], sc["beam1"]
+    precision = tr.get("precision", "float32")              # a train part saved before runs recorded it: float32
     result = {"metric": f"sacrebleu_beam{recipe['beams'][-1]}", "value": b4["bleu"], "greedy_bleu": g["bleu"],
               "signature": b4["signature"], "hyp_len_ratio": {"greedy": g["hyp_len_ratio"], "beam": b4["hyp_len_ratio"]},
               "test": f"{recipe['test']} {recipe['src']}->{recipe['tgt']}", "data": str(data), "weights": sc["weights"],
               "steps": tr["steps"], "tokens": tr["tokens"], "tokens_per_s": tr["tokens_per_s"],
-              "precision": tr.get("precision", "float32"), "train_minutes": tr["minutes"],
+              "precision": precision, "train_minutes": tr["minutes"],
               "val_loss": tr["val_loss"], "examples": sc["examples"], "attention": sc.get("attention"),
               "curves": {"train": tr["curve"]}, "val": tr["val"]}
     report = (f"Transformer (preset {recipe['preset']}) on Multi30k {recipe['src']}->{recipe['tgt']}, "
               f"{tr['steps']} steps in {tr['minutes']} min at {tr['tokens_per_s']:.0f} target tokens/s "
-              f"({tr.get('precision', 'float32')}): sacreBLEU on "
+              f"({precision}): sacreBLEU on "
               f"{recipe['test']} **{b4['bleu']}** beam-{recipe['beams'][-1]}, {g['bleu']} greedy "
               f"(`{b4['signature']}`).\n\n" +
               "\n".join(f"- {e['src']}\n  - reference: {e['ref']}\n  - model: {e['hyp']}" for e in sc["examples"]))

@@ -93,8 +93,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         with torch.autocast(dev, enabled=False):
             w = weight.to(cast)
             grad_h = torch.empty_like(h)
-            grad_w = torch.zeros(weight.shape, dtype=torch.float32 if weight.dtype != torch.float64 else weight.dtype,
-                                 device=weight.device)
+            acc = torch.promote_types(weight.dtype, torch.float32)                 # float32, or float64
+            grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device)
             total = torch.zeros((), dtype=grad_w.dtype, device=h.device)
             for i in range(0, h.shape[0], chunk):
                 hc, tc, kc = h[i:i + chunk].to(cast), target[i:i + chunk], keep[i:i + chunk]
@@ -109,7 +109,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad_h[i:i + chunk] = (gc @ w).to(h.dtype)
                 grad_w += (gc.t() @ hc).to(grad_w.dtype)
         ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
-        return (total * scale).to(h.dtype if h.dtype == torch.float64 else torch.float32)
+        return (total * scale).to(torch.promote_types(h.dtype, torch.float32))
 
     @staticmethod
     def backward(ctx, grad_out):

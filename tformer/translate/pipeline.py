@@ -40,7 +40,7 @@ from ..training.trainer import Trainer, TrainConfig
 from ..training.losses import label_smoothed_cross_entropy
 from ..training.distributed import setup_distributed
 from .presets import RESUMABLE, TranslatePreset, get_preset, validate
-from ..utils.device import resolve as resolve_device
+from ..utils.device import dtype_name, resolve as resolve_device
 
 
 class Seq2SeqLoss:
@@ -157,7 +157,8 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
               dataset: str | None = None, pair: str = "en-de", src: str | None = None, tgt: str | None = None,
               time_budget: float | None = None, max_steps: int | None = None, device: str | None = None,
               progress: bool = True, stop_after: int | None = None, **overrides) -> dict:
-    """Train (or resume) the run in `out`; returns the final log record (loss, lr, tokens/s, val_loss).
+    """Train (or resume) the run in `out`; returns the final log record (loss, lr, tokens/s, val_loss) and the
+    training precision ("precision": "float32", or the autocast dtype).
 
     Without `data`/`dataset` it trains on the built-in offline corpus (English -> German unless src/tgt
     say otherwise); `preset` defaults to "tiny" for a new run and to the run's own on resume.
@@ -292,10 +293,10 @@ def _train(out: Path, p: TranslatePreset, info: dict, changes: dict, time_budget
                   + (f"; time budget {time_budget} min" if time_budget is not None else ""), file=sys.stderr)
     if progress and rank == 0:
         print(f"{src}->{tgt}: {batches.n_pairs} training pairs in {len(batches)} batches of <= {p.max_tokens} tokens; "
-              f"model {model.num_params() / 1e6:.1f}M parameters, training in "
-              f"{str(trainer.amp_dtype or torch.float32).replace('torch.', '')} on {dev.type}; "
+              f"model {model.num_params() / 1e6:.1f}M parameters, training in {dtype_name(trainer.amp_dtype)} "
+              f"on {dev.type}; "
               + (f"resuming at step {trainer.state.step}" if trainer.state.step else "starting"))
-    result = trainer.fit(steps=stop_after)
+    result = {**trainer.fit(steps=stop_after), "precision": dtype_name(trainer.amp_dtype)}
     finished = trainer.state.step >= p.max_steps or (time_budget is not None
                                                      and trainer.state.elapsed >= time_budget * 60)
     if finished:

@@ -55,7 +55,12 @@ class Policy:
 
     @property
     def dtype_name(self) -> str:
-        return str(self.amp_dtype or torch.float32).replace("torch.", "")
+        return dtype_name(self.amp_dtype)
+
+
+def dtype_name(amp: torch.dtype | None) -> str:
+    """The name a run records for its training precision: "bfloat16", "float16", or "float32" for None."""
+    return str(amp or torch.float32).replace("torch.", "")
 
 
 # -- what this machine has (the only place tformer asks torch which accelerators exist) -------------------
@@ -102,9 +107,8 @@ def cpu_bf16_native() -> bool:
     """True when this CPU has bf16 matrix instructions (Intel AMX, or AVX512-BF16 on Intel and AMD Zen 4+),
     where oneDNN runs a bf16 matmul several times faster than fp32 (8x on one core of an AMX Xeon). Elsewhere
     bf16 is emulated through fp32 and gains nothing."""
-    cpu = getattr(torch, "cpu", None)
-    return bool(cpu is not None and (getattr(cpu, "_is_amx_tile_supported", lambda: False)()
-                                     or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()))
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()           # private in torch 2.x
+                or getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
 # -- dtype and kernel per device ----------------------------------------------------------------------------
