@@ -1,7 +1,7 @@
 """Serving many requests at once: one at a time vs static batching vs continuous batching, side by side.
 
-    .venv/bin/python benchmarks/bench_serve.py [--rounds 2] [--clients 1 4 16 64] [--quick] [--threads N]
-                                               [--dtype float32|bfloat16] [--json F]
+    .venv/bin/python benchmarks/bench_serve.py [--rounds 2] [--clients 1 4 16 64] [--trials 1] [--quick]
+                                               [--threads N] [--dtype float32|bfloat16] [--json F]
 
 Closed-loop clients: each sends its next request when its last one finishes. Prompt lengths are uniform
 in 16-512 tokens, output lengths uniform in 16-256 (the same seeded draws for every scheme). Model: GPT
@@ -21,7 +21,9 @@ Reported: generated tokens/s (only each request's own tokens), time to first tok
 moment the client sent the request), and the ratios continuous/one and continuous/static. Then the
 cache memory at the same load (paged blocks in use vs a contiguous cache reserving the longest request,
 512 + 256 tokens, per running sequence) and prefix sharing (TTFT with a shared 256-token system prompt,
-sharing on vs off). On a shared machine the absolute figures move; ratios from one run are meaningful.
+sharing on vs off). On a shared machine the absolute figures move, and a slow spell during one scheme
+moves a ratio too: `--trials 3` runs the three schemes three times in rotated orders and reports the
+median ratio with the range over trials.
 """
 from __future__ import annotations
 
@@ -147,6 +149,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=2, help="requests each client sends, one after the other")
     ap.add_argument("--one-cap", type=int, default=16, help="at most this many requests for one-at-a-time")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
+    ap.add_argument("--trials", type=int, default=1,
+                    help="run the three schemes this many times (rotating their order); ratios: the median")
     ap.add_argument("--quick", action="store_true", help="a 2-layer, d=192 model, for a smoke run")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
@@ -158,26 +162,33 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     model = model_for(args.quick, getattr(torch, args.dtype))
     work = Workload(0)
-    rows, mem = [], []
+    rows, mem, summary = [], [], []
     print(f"model: {model.cfg.n_layers} layers, d_model {model.cfg.d_model}, context {model.cfg.context_length}; "
           f"{args.rounds} requests per client; prompts 16-512, outputs 16-256 tokens; {torch.get_num_threads()} threads, {args.dtype}")
     print(f"{'clients':>7} {'scheme':>10} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'requests':>8}")
+    schemes = (("one", run_one), ("static", run_static), ("continuous", run_continuous))
     for c in args.clients:
-        res = {}
-        for name, fn in (("one", run_one), ("static", run_static), ("continuous", run_continuous)):
-            kw = {"cap": args.one_cap} if name == "one" else {}
-            tps, ttft, extra = fn(model, work, c, args.rounds, **kw)
-            res[name] = tps
-            print(f"{c:>7} {name:>10} {tps:>8.1f} {pct(ttft, 0.5):>8.2f}s {pct(ttft, 0.99):>8.2f}s {len(ttft):>8}",
-                  flush=True)
-            rows.append({"clients": c, "scheme": name, "tokens_per_s": tps, "ttft_p50": pct(ttft, 0.5),
-                         "ttft_p99": pct(ttft, 0.99), "requests": len(ttft)})
-            if extra:
-                mem.append({"clients": c, "paged_tokens_mean": extra["mean_blocks"] * extra["block_size"],
-                            "paged_tokens_peak": extra["peak_blocks"] * extra["block_size"],
-                            "contiguous_tokens": c * (512 + 256)})
-        print(f"{c:>7} {'ratios':>10}  continuous/one {res['continuous'] / res['one']:.2f}x, "
-              f"continuous/static {res['continuous'] / res['static']:.2f}x", flush=True)
+        res = {name: [] for name, _ in schemes}
+        for trial in range(args.trials):
+            # each trial runs the three schemes back to back, in a rotated order: a slow spell of a shared
+            # machine then lands on a different scheme each time, and the per-trial ratios show it
+            for name, fn in schemes[trial % 3:] + schemes[:trial % 3]:
+                kw = {"cap": args.one_cap} if name == "one" else {}
+                tps, ttft, extra = fn(model, work, c, args.rounds, **kw)
+                res[name].append(tps)
+                print(f"{c:>7} {name:>10} {tps:>8.1f} {pct(ttft, 0.5):>8.2f}s {pct(ttft, 0.99):>8.2f}s {len(ttft):>8}",
+                      flush=True)
+                rows.append({"clients": c, "scheme": name, "trial": trial, "tokens_per_s": tps,
+                             "ttft_p50": pct(ttft, 0.5), "ttft_p99": pct(ttft, 0.99), "requests": len(ttft)})
+                if extra and trial == 0:
+                    mem.append({"clients": c, "paged_tokens_mean": extra["mean_blocks"] * extra["block_size"],
+                                "paged_tokens_peak": extra["peak_blocks"] * extra["block_size"],
+                                "contiguous_tokens": c * (512 + 256)})
+        for base in ("one", "static"):
+            r = [x / y for x, y in zip(res["continuous"], res[base])]
+            spread = f" (trials {min(r):.2f}-{max(r):.2f})" if len(r) > 1 else ""
+            print(f"{c:>7} {'ratio':>10}  continuous/{base} {statistics.median(r):.2f}x{spread}", flush=True)
+            summary.append({"clients": c, "vs": base, "median": statistics.median(r), "trials": r})
     print("\nKV cache at the same load (tokens' worth of keys/values held)")
     for m in mem:
         print(f"{m['clients']:>7} clients: paged {m['paged_tokens_mean']:.0f} mean / {m['paged_tokens_peak']} peak "
@@ -188,7 +199,7 @@ def main(argv=None):
           + f"; ratio {pre['not shared'][0] / pre['shared'][0]:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"throughput": rows, "memory": mem, "prefix": pre}, f, indent=2)
+            json.dump({"throughput": rows, "ratios": summary, "memory": mem, "prefix": pre}, f, indent=2)
 
 
 if __name__ == "__main__":

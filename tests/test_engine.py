@@ -4,7 +4,7 @@ import random
 import pytest
 import torch
 
-from tformer.inference.engine import Engine, QueueFull, SamplingParams, attention_groups, blocks_needed, can_admit
+from tformer.inference.engine import Engine, QueueFull, SamplingParams, blocks_needed, can_admit
 from tformer.models.gpt import GPT, GPTConfig
 
 
@@ -50,7 +50,6 @@ def test_greedy_equals_alone_random_arrivals(seed):
         prompt = (system if rng.random() < 0.4 else []) + [rng.randrange(61) for _ in range(n)]
         arrivals.append((rng.randint(0, 30), prompt, SamplingParams(max_tokens=rng.randint(1, 30))))
     eng = Engine(model, n_blocks=blocks_needed(96, 8) + 4, block_size=8, max_running=6)
-    eng.group_overhead = [0, 2, 8][seed]           # 0: the decode batch splits into many attention groups
     reqs = run_arrivals(eng, arrivals)
     for r, (_, prompt, p) in zip(reqs, sorted(arrivals, key=lambda a: a[0])):
         assert r.output == alone(model, prompt, p.max_tokens)[0]
@@ -157,16 +156,3 @@ def test_admission_rule_and_errors():
     eng.add_request([1], SamplingParams(max_tokens=2))
     with pytest.raises(QueueFull):
         eng.add_request([1], SamplingParams(max_tokens=2))
-
-
-def test_attention_groups_split_mixed_lengths_only():
-    """The decode batch's attention runs: a partition of the batch, in order; equal lengths stay one run,
-    a long tail gets its own run, and the split minimises padded blocks + overhead per run."""
-    for n_blocks, overhead in (([3, 3, 3, 3], 8), ([1, 1, 1, 1, 1, 1, 40], 8), ([1, 2, 3, 40, 41], 0), ([5], 8)):
-        runs = attention_groups(n_blocks, overhead)
-        assert [i for i, _ in runs] == [0] + [j for _, j in runs[:-1]] and runs[-1][1] == len(n_blocks)
-        cost = sum((j - i) * max(n_blocks[i:j]) + overhead for i, j in runs)
-        assert cost <= len(n_blocks) * max(n_blocks) + overhead                   # never worse than one run
-    assert attention_groups([3, 3, 3, 3]) == [(0, 4)]
-    assert attention_groups([1, 1, 1, 1, 1, 1, 40]) == [(0, 6), (6, 7)]
-    assert attention_groups([1, 2, 3, 40, 41], overhead=0) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]

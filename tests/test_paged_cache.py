@@ -4,7 +4,10 @@ import torch
 
 from tformer.inference.cache import make_caches
 from tformer.models import GPT, GPTConfig
-from tformer.inference.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
+import torch.nn.functional as F
+
+from tformer.inference.paged_cache import (BlockPool, DecodeIndex, PagedConfig, generate_paged, kv_memory,
+                                           paged_decode_attention, write_kv)
 
 
 def _model(n_kv_heads=2, seed=0):
@@ -97,3 +100,36 @@ def test_beam_search_reorder_says_what_to_use_instead():
     pool = BlockPool(PagedConfig(n_layers=1, n_kv_heads=1, head_dim=4, block_size=2, n_blocks=4))
     with pytest.raises(NotImplementedError, match="contiguous KVCache"):
         pool.new_caches(2)[0].reorder(torch.tensor([1, 0]))
+
+
+@pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 4), (4, 2), (6, 1)])
+def test_paged_decode_attention_reads_blocks_in_place(n_heads, n_kv_heads):
+    """One query per sequence over its own keys, read from scattered blocks: equal (float64) to SDPA over
+    that sequence's keys alone, for ragged lengths (a partly filled last block, one token, several
+    blocks), GQA, and two sequences sharing their first block (prefix sharing)."""
+    bs, hd = 4, 8
+    pool = BlockPool(PagedConfig(n_layers=2, n_kv_heads=n_kv_heads, head_dim=hd, block_size=bs, n_blocks=40,
+                                 dtype=torch.float64))
+    g = torch.Generator().manual_seed(n_heads + n_kv_heads)
+    lens = [1, 3, 4, 5, 17, 9]
+    free = torch.randperm(40, generator=g).tolist()
+    tables = [[free.pop() for _ in range(-(-n // bs))] for n in lens]
+    tables[5][0] = tables[4][0]                                   # sequence 5 shares sequence 4's first block
+    keys = [torch.randn(n, n_kv_heads, hd, generator=g, dtype=torch.float64) for n in lens]
+    vals = [torch.randn(n, n_kv_heads, hd, generator=g, dtype=torch.float64) for n in lens]
+    keys[5][:bs], vals[5][:bs] = keys[4][:bs], vals[4][:bs]       # ... so its first tokens are the same
+    for table, k, v in zip(tables, keys, vals):
+        pos = torch.arange(len(k))
+        write_kv(pool, 1, torch.tensor(table)[pos // bs][None], pos % bs, k[None], v[None])
+    nb = max(map(len, tables))
+    idx = DecodeIndex.build(torch.tensor([t + [0] * (nb - len(t)) for t in tables]), torch.tensor(lens), n_heads,
+                            n_kv_heads, hd, bs)
+    q = torch.randn(len(lens), n_heads, 1, hd, generator=g, dtype=torch.float64)
+    out = paged_decode_attention(q, pool.k[1], pool.v[1], idx)
+    assert out.shape == q.shape
+    rep = n_heads // n_kv_heads
+    for i, (k, v) in enumerate(zip(keys, vals)):
+        ref = F.scaled_dot_product_attention(q[i:i + 1], k.transpose(0, 1).repeat_interleave(rep, 0)[None],
+                                             v.transpose(0, 1).repeat_interleave(rep, 0)[None])
+        torch.testing.assert_close(out[i:i + 1], ref, rtol=0, atol=1e-12)
+    assert not pool.k[0].any()                                    # another layer's blocks untouched

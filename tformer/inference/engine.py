@@ -34,15 +34,13 @@ step) would vectorise the draw, but PyTorch does not expose per-row keys; one sm
 sampled request costs far less than the forward pass it follows. Greedy rows are one batched argmax.
 
 The decoding step is vectorised: the new tokens of all running sequences go through each layer's
-matrix products together. For attention, each sequence's keys and values are gathered from its blocks
-(one `index_select` over the flattened pool, its index tensor built once per step for every layer) into
-a padded (B, H_kv, T_max, hd) tensor with a mask of the positions it really has; a real kernel
-(vLLM's PagedAttention) reads the blocks in place, which plain PyTorch cannot. That gather was most of
-a step, so: it writes into two scratch buffers reused by every layer and step (a fresh 10-20 MB tensor
-per gather costs page faults); the batch is sorted by length and split into runs that gather and attend
-separately (`attention_groups`: one padded run over lengths 16-768 gathers about twice the keys it
-needs); a fresh prefill attends over its own new keys, with nothing to gather. The scratch is one
-layer's keys and values of the running batch, not a second cache. The model's own modules are used
+matrix products together. For attention, each sequence reads its keys and values where they lie in its
+blocks (`tformer.inference.paged_cache.paged_decode_attention`: two `embedding_bag` calls, whose index
+lists are built once per step and serve every layer), as vLLM's PagedAttention kernel does; sequences
+of any lengths share the call with no padding to the longest. An earlier version gathered each
+sequence's blocks into one padded tensor first: that copy of the whole cache at every layer and step
+took more time than the attention itself. A fresh prefill attends over its own new keys, with nothing
+to read from the pool. The model's own modules are used
 (embeddings, each block's norms, qkv, out and FFN), so any `GPT` runs, learned positions or RoPE, MHA
 or GQA, dense or MoE.
 
@@ -54,7 +52,6 @@ or GQA, dense or MoE.
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 import time
 from collections import OrderedDict, deque
@@ -66,7 +63,7 @@ import torch.nn.functional as F
 
 from ..attention import _SDPA_HAS_GQA, merge_heads, split_heads
 from .decode import sample_next
-from .paged_cache import BlockPool, PagedConfig
+from .paged_cache import BlockPool, DecodeIndex, PagedConfig, paged_decode_attention, write_kv
 
 
 class QueueFull(RuntimeError):
@@ -260,8 +257,6 @@ class Engine:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._seeds = torch.Generator().manual_seed(seed)
-        self.group_overhead = 8                       # see attention_groups
-        self._bufs: list[torch.Tensor | None] = [None, None]   # gather scratch (keys, values); see _scratch
         self.generated_tokens = 0                     # since construction
         self.prefill_tokens = 0                       # prompt tokens computed (not found cached)
         self.steps = 0
@@ -420,7 +415,6 @@ class Engine:
 
     def _decode(self, reqs: list[Request], finished: list[Request]) -> None:
         dev = self.pool.k.device
-        reqs = sorted(reqs, key=lambda r: len(r.blocks))       # similar lengths side by side (attention_groups)
         new = torch.tensor([[r.tokens[-1]] for r in reqs], device=dev)          # (B, 1)
         pos = torch.tensor([[len(r.tokens) - 1] for r in reqs], device=dev)     # (B, 1)
         logits = self.forward(new, pos, reqs)[:, -1]                            # (B, V)
@@ -450,45 +444,31 @@ class Engine:
                 self._finish(r, "length", finished)
 
     # -- the model step: every sequence's new tokens through the layers together ------------------
-    def _scratch(self, which: int, n_rows: int) -> torch.Tensor:
-        """A reused (n_rows, block_size * head_dim) buffer for gathered keys (0) or values (1).
-
-        One per kind, shared by every layer and step (a layer's gathered keys are dead once its attention
-        is done): a fresh 10-20 MB tensor per gather costs page faults that double the gather's time."""
-        width = self.bs * self.pool.cfg.head_dim
-        buf = self._bufs[which]
-        if buf is None or buf.numel() < n_rows * width:
-            buf = self._bufs[which] = self.pool.k.new_empty(max(n_rows, 2 * (0 if buf is None else buf.numel() // width)) * width)
-        return buf[:n_rows * width].view(n_rows, width)
-
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
         """tokens, positions (B, T) of B sequences' new tokens -> logits (B, T, V).
 
         Writes the new keys/values into each sequence's blocks and attends over all of its cached tokens.
-        The index tensors (where each new token is written, which pool rows to gather, the mask) are built
-        once per call, without a loop over blocks, and serve every layer. A single sequence with nothing
-        cached yet (a fresh prefill) attends over its own new keys directly (causal, nothing to gather)."""
+        Two kinds of call: a decoding step (T = 1, any B) reads every sequence's blocks in place through
+        `paged_decode_attention`, its index lists built once for all layers; a prefill (B = 1) attends
+        causally over its own new keys when nothing is cached, or, after a prefix hit or a preemption,
+        over its blocks gathered in token order (one sequence, once per admission)."""
         m, pool, bs = self.model, self.pool, self.bs
         dev = tokens.device
         b, t = tokens.shape
-        h_kv, hd = pool.cfg.n_kv_heads, pool.cfg.head_dim
+        if t > 1 and b > 1:
+            raise ValueError(f"Engine.forward: expected one new token per sequence or one sequence, got {b} x {t}")
         nb = max(len(r.blocks) for r in reqs)
         table = torch.tensor([r.blocks + [0] * (nb - len(r.blocks)) for r in reqs], device=dev)  # pad: block 0
         w_blk = table.gather(1, positions // bs)                                 # (B, T) where each new token goes
         w_off = positions % bs
         fresh = b == 1 and int(positions[0, 0]) == 0                              # nothing cached: no gather
-        groups = []                                  # (rows i:j, pool rows to gather, additive mask, keys)
-        if not fresh:
-            dtype = m.tok_embed.weight.dtype
-            for i, j in attention_groups([len(r.blocks) for r in reqs], self.group_overhead):
-                g_nb = max(len(r.blocks) for r in reqs[i:j])
-                key_pos = torch.arange(g_nb * bs, device=dev)
-                see = (key_pos[None, None, :] <= positions[i:j, :, None])[:, None]          # (b_g, 1, T, g_nb*bs)
-                mask = torch.zeros(see.shape, dtype=dtype, device=dev).masked_fill_(~see, float("-inf"))
-                rows = (table[i:j, None, :g_nb] * h_kv + torch.arange(h_kv, device=dev)[None, :, None]).flatten()
-                groups.append((i, j, rows, mask, g_nb * bs))
-            n_rows = max(g[2].numel() for g in groups)
-            kflat, vflat = self._scratch(0, n_rows), self._scratch(1, n_rows)
+        if t == 1:
+            idx = DecodeIndex.build(table, positions[:, 0] + 1, m.cfg.n_heads, pool.cfg.n_kv_heads,
+                                    pool.cfg.head_dim, bs)
+        elif not fresh:
+            key_pos = torch.arange(nb * bs, device=dev)
+            see = key_pos[None, None, None, :] <= positions[:, None, :, None]     # (1, 1, T, nb*bs)
+            mask = torch.zeros(see.shape, dtype=m.tok_embed.weight.dtype, device=dev).masked_fill_(~see, float("-inf"))
         x = m.tok_embed(tokens)
         if m.pos_embed is not None:
             x = x + m.pos_embed.weight[positions]
@@ -503,46 +483,18 @@ class Engine:
             q, k, v = split_heads(q, attn.n_heads), split_heads(k, attn.n_kv_heads), split_heads(v, attn.n_kv_heads)
             if cos is not None:
                 q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            pool.k[layer][w_blk, :, w_off] = k.transpose(1, 2).to(pool.k.dtype)  # (B, T, H_kv, hd)
-            pool.v[layer][w_blk, :, w_off] = v.transpose(1, 2).to(pool.v.dtype)
-            if fresh:
+            write_kv(pool, layer, w_blk, w_off, k.transpose(1, 2), v.transpose(1, 2))
+            if t == 1:
+                y = paged_decode_attention(q, pool.k[layer], pool.v[layer], idx).to(q.dtype)
+            elif fresh:
                 y = _attend(q, k, v, None)
-            else:
-                ys = []
-                for i, j, rows, mask, n_keys in groups:
-                    # one row gather straight into (b_g, H_kv, n_keys, hd): row (block, head) of the flat pool
-                    kk = torch.index_select(pool.k[layer].view(-1, bs * hd), 0, rows, out=kflat[:rows.numel()])
-                    vv = torch.index_select(pool.v[layer].view(-1, bs * hd), 0, rows, out=vflat[:rows.numel()])
-                    kk, vv = kk.view(j - i, h_kv, n_keys, hd).to(q.dtype), vv.view(j - i, h_kv, n_keys, hd).to(q.dtype)
-                    ys.append(_attend(q[i:j], kk, vv, mask))
-                y = ys[0] if len(ys) == 1 else torch.cat(ys)
+            else:                                     # (nb, H_kv, hd, bs) / (nb, H_kv, bs, hd) -> (1, H_kv, nb*bs, hd)
+                kk = pool.k[layer][table[0]].permute(1, 0, 3, 2).reshape(1, -1, nb * bs, pool.cfg.head_dim)
+                vv = pool.v[layer][table[0]].transpose(0, 1).reshape(1, -1, nb * bs, pool.cfg.head_dim)
+                y = _attend(q, kk.to(q.dtype), vv.to(q.dtype), mask)
             x = x + blk.drop1(attn.out(merge_heads(y)))
             x = x + blk.drop2(blk.ffn(blk.norm2(x)))
         return m.head(m.final_norm(x))
-
-
-def attention_groups(n_blocks: list[int], overhead: int = 8) -> list[tuple[int, int]]:
-    """Split a batch (in its order) into contiguous runs that gather and attend separately.
-
-    A run of sequences is padded to its longest member, so one run over a batch of mixed lengths gathers
-    (and attends over) up to twice the keys it needs. Each extra run costs a few more calls per layer,
-    worth about `overhead` blocks of gathering per sequence-run. The split minimising
-    sum(run length x its longest, in blocks) + overhead per run is found exactly (O(B^2) over the batch;
-    the caller sorts the batch by length so that runs of similar lengths are contiguous)."""
-    n = len(n_blocks)
-    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
-    for j in range(1, n + 1):
-        mx = 0
-        for i in range(j - 1, -1, -1):
-            mx = max(mx, n_blocks[i])
-            c = best[i] + (j - i) * mx + overhead
-            if c < best[j]:
-                best[j], cut[j] = c, i
-    runs, j = [], n
-    while j > 0:
-        runs.append((cut[j], j))
-        j = cut[j]
-    return runs[::-1]
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -561,4 +513,4 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 __all__ = ["Engine", "SamplingParams", "Request", "QueueFull", "PrefixBlocks", "can_admit", "blocks_needed",
-           "plan_admission", "attention_groups"]
+           "plan_admission"]

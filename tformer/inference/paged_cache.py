@@ -4,7 +4,9 @@ A contiguous `KVCache` reserves room for the longest sequence it may ever hold. 
 requests of mixed lengths that way wastes every slot between a request's real length and the maximum.
 vLLM's PagedAttention (Kwon et al., 2023) stores keys and values in fixed-size *blocks* instead:
 
-    pool     one tensor per layer: (n_blocks, H_kv, block_size, head_dim) for keys, the same for values
+    pool     per layer, keys (n_blocks, H_kv, head_dim, block_size) and values (n_blocks, H_kv, block_size,
+             head_dim): within a block, keys are stored transposed (vLLM's key cache is too), for the reason
+             given at `paged_decode_attention`
     table    per sequence, the list of physical block ids holding its tokens, in order
     allocator  a free list of block ids; a sequence takes a block when its last one is full and gives
              all of them back when it finishes
@@ -15,8 +17,9 @@ the unfilled tail of each sequence's last block (< block_size tokens), not (max_
 `PagedKVCache` has the interface of `KVCache` (`append`, `get`, `length`, `truncate`, `nbytes`), so a
 model runs on it unchanged: `model(idx, cache=pool.new_caches(batch))`. `append` writes the new keys
 into their blocks and returns them gathered in token order; the attention output is then exactly that
-of the contiguous cache (the tests assert it). A real serving kernel reads the blocks in place instead
-of gathering them; the memory accounting is the same.
+of the contiguous cache (the tests assert it). That gather is a copy of the whole cache at every step;
+`paged_decode_attention` (what the serving engine uses) reads the blocks in place instead, as vLLM's
+PagedAttention kernel does, with two `embedding_bag` calls.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from ..utils.checks import check_float, check_rank
 
@@ -52,8 +56,8 @@ class BlockPool:
             raise ValueError(f"PagedConfig: block_size and n_blocks must be >= 1, got {cfg.block_size}, {cfg.n_blocks}")
         self.cfg = cfg
         shape = (cfg.n_layers, cfg.n_blocks, cfg.n_kv_heads, cfg.block_size, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=cfg.dtype, device=device)   # (L, N_blocks, H_kv, bs, hd)
-        self.v = torch.zeros(shape, dtype=cfg.dtype, device=device)
+        self.k = torch.zeros(shape, dtype=cfg.dtype, device=device).transpose(-1, -2).contiguous()  # (L, N, H_kv, hd, bs)
+        self.v = torch.zeros(shape, dtype=cfg.dtype, device=device)                                 # (L, N, H_kv, bs, hd)
         self._free = list(range(cfg.n_blocks - 1, -1, -1))              # stack: pop() gives block 0 first
 
     # -- allocator ------------------------------------------------------------------------------
@@ -158,9 +162,7 @@ class PagedKVCache:
         start, end = self.length, self.length + k.shape[2]
         self.table.reserve(end)
         blocks, slots = self._slots(start, end)                      # (B, T_new), (T_new,)
-        # advanced indices around a slice: the indexed result is (B, T_new, H_kv, hd)
-        self.pool.k[self.layer][blocks, :, slots] = k.transpose(1, 2).to(self.pool.k.dtype)
-        self.pool.v[self.layer][blocks, :, slots] = v.transpose(1, 2).to(self.pool.v.dtype)
+        write_kv(self.pool, self.layer, blocks, slots, k.transpose(1, 2), v.transpose(1, 2))
         self.table.lengths[self.layer] = end
         return self.get()
 
@@ -168,7 +170,7 @@ class PagedKVCache:
         """Gather the held keys/values in token order: (B, H_kv, length, hd) each."""
         n = self.length
         blocks, slots = self._slots(0, n)
-        k = self.pool.k[self.layer][blocks, :, slots].transpose(1, 2)  # (B, T, H, hd) -> (B, H, T, hd)
+        k = self.pool.k[self.layer][blocks, :, :, slots].transpose(1, 2)  # (B, T, H, hd) -> (B, H, T, hd)
         v = self.pool.v[self.layer][blocks, :, slots].transpose(1, 2)
         return k, v
 
@@ -188,6 +190,83 @@ class PagedKVCache:
         """Bytes of this layer's blocks held by the table (whole blocks: the unfilled tail counts)."""
         c = self.pool.cfg
         return 2 * self.table.ids.numel() * c.n_kv_heads * c.block_size * c.head_dim * self.pool.k.element_size()
+
+
+def write_kv(pool: BlockPool, layer: int, blocks: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor) -> None:
+    """Store new keys/values (B, T, H_kv, hd) at block ids `blocks` (B, T), slots `slots` (T,) or (B, T).
+
+    Advanced indices around slices put the indexed dimensions first, so both targets are (B, T, H_kv, hd)
+    in either layout."""
+    pool.k[layer][blocks, :, :, slots] = k.to(pool.k.dtype)
+    pool.v[layer][blocks, :, slots] = v.to(pool.v.dtype)
+
+
+@dataclass
+class DecodeIndex:
+    """Where the keys and values of B sequences (one new query each) lie in the pool, as index lists.
+
+    Built once per decoding step from the block tables and shared by every layer (each layer's pool has
+    the same layout). A *held block* is one (sequence, query head, block) that the sequence holds; row
+    numbers refer to one layer's keys viewed as (N * H_kv * hd, bs) rows and its values viewed as
+    (N * H_kv * bs, hd) rows; see `paged_decode_attention`.
+    """
+    held: torch.Tensor      # (n_held,) flat (B, H, nb_max) index of each held block
+    query: torch.Tensor     # (n_held,) flat (B, H) index of the query that reads it
+    k_rows: torch.Tensor    # (n_held * hd,) key rows: a held block's hd feature rows of bs keys each
+    k_bags: torch.Tensor    # (B * H * nb_max,) bag offsets into k_rows (a block not held: an empty bag)
+    v_rows: torch.Tensor    # (n_held * bs,) value rows: a held block's bs positions (past the length: weight 0)
+    v_bags: torch.Tensor    # (B * H,) bag offsets into v_rows, one bag per (sequence, query head)
+    valid: torch.Tensor     # (B, 1, nb_max * bs) bool: the positions each sequence holds
+    shape: tuple            # (B, H, nb_max * bs)
+
+    @classmethod
+    def build(cls, table: torch.Tensor, lengths: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int,
+              block_size: int) -> "DecodeIndex":
+        """table (B, nb_max): each sequence's block ids (any padding past its blocks); lengths (B,): tokens
+        each holds (>= 1). Query head h reads key/value head h // (n_heads // n_kv_heads) (GQA)."""
+        b, nb = table.shape
+        dev, bs, hd = table.device, block_size, head_dim
+        kv_head = torch.arange(n_heads, device=dev) // (n_heads // n_kv_heads)                   # (H,)
+        n_held = -(-lengths // bs)                                                                  # (B,)
+        is_held = (torch.arange(nb, device=dev)[None] < n_held[:, None])[:, None, :].expand(b, n_heads, nb)
+        held = is_held.flatten().nonzero().squeeze(1)                                               # (n_held,)
+        head_block = (table[:, None, :] * n_kv_heads + kv_head[None, :, None]).flatten()[held]     # (n_held,)
+        per_bag = is_held.flatten().long() * hd
+        per_query = (n_held * bs).repeat_interleave(n_heads)
+        return cls(held=held, query=held // nb,
+                   k_rows=(head_block[:, None] * hd + torch.arange(hd, device=dev)).flatten(),
+                   k_bags=per_bag.cumsum(0) - per_bag,
+                   v_rows=(head_block[:, None] * bs + torch.arange(bs, device=dev)).flatten(),
+                   v_bags=per_query.cumsum(0) - per_query,
+                   valid=(torch.arange(nb * bs, device=dev)[None] < lengths[:, None])[:, None, :],
+                   shape=(b, n_heads, nb * bs))
+
+
+def paged_decode_attention(q: torch.Tensor, k_layer: torch.Tensor, v_layer: torch.Tensor, idx: DecodeIndex) -> torch.Tensor:
+    """Attention of one new query per sequence over its cached keys/values, read where they lie in the pool.
+
+    q (B, H, 1, hd); k_layer (N, H_kv, hd, bs) and v_layer (N, H_kv, bs, hd): one layer of a `BlockPool`.
+    Returns (B, H, 1, hd), equal to softmax(q K^T / sqrt(hd)) V over each sequence's own positions.
+
+    Gathering each sequence's blocks into one tensor first would copy the whole cache at every step and
+    layer (and attention would then read the copy). Instead both halves of attention are weighted sums of
+    rows picked by index, which is what `F.embedding_bag(mode="sum", per_sample_weights=...)` computes
+    without materialising the rows:
+      scores  with keys stored (hd, bs) per block and head, one block's bs scores are the sum over
+              features d of q_d times row d (bs keys' feature d): a bag of hd rows weighted by q
+      output  the sum over positions t of p_t times value row t: a bag of the sequence's rows weighted by
+              the softmax probabilities
+    Each key and value is read once, as a paged-attention kernel would read it."""
+    b, h, t_pad = idx.shape
+    hd, bs = k_layer.shape[-2], k_layer.shape[-1]
+    w = (q.reshape(b * h, hd) * hd ** -0.5).to(k_layer.dtype).index_select(0, idx.query).flatten()
+    s = F.embedding_bag(idx.k_rows, k_layer.reshape(-1, bs), idx.k_bags, mode="sum", per_sample_weights=w)
+    s = s.view(b, h, t_pad).masked_fill(~idx.valid, float("-inf"))
+    p = torch.softmax(s, dim=-1, dtype=torch.promote_types(s.dtype, torch.float32)).to(v_layer.dtype)
+    out = F.embedding_bag(idx.v_rows, v_layer.reshape(-1, hd), idx.v_bags, mode="sum",
+                          per_sample_weights=p.view(-1, bs).index_select(0, idx.held).flatten())
+    return out.view(b, h, 1, hd)
 
 
 def kv_memory(lengths: list[int] | torch.Tensor, max_len: int, block_size: int, bytes_per_token: int = 1) -> dict:
