@@ -51,7 +51,8 @@ from tformer.grading import check
 from tformer.data.text import DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
 from tformer.training.metrics import perplexity
 from tformer.models import GPT, GPTConfig
-from tformer.inference.paged_cache import BlockPool, PagedConfig, generate_paged, kv_memory
+from tformer.inference.paged_cache import (BlockPool, DecodeIndex, PagedConfig, generate_paged, kv_memory,
+                                           paged_decode_attention, write_kv)
 from tformer.inference.quantize import QuantLinear, model_bytes, quantize_int4, quantize_int8, quantize_model
 from tformer.inference.speculative import speculative_accept, speculative_generate
 from tformer.inference.engine import Engine, SamplingParams, plan_admission
@@ -410,6 +411,43 @@ assert eng.blocks.n_free == eng.pool.cfg.n_blocks                    # every blo
 assert sum(r.n_preempted for r, _, _ in reqs) > 0                     # the pool was tight enough to preempt
 
 # %% [markdown]
+# **Reading the blocks in place.** At each decoding step every running sequence attends over its own
+# keys and values, scattered over the pool. Copying them into one tensor first (what `PagedKVCache.get`
+# does in section 3) copies the whole cache at every layer and step, and attention then reads the copy.
+# vLLM's PagedAttention kernel reads the blocks where they are. Plain PyTorch has an operation that
+# reads rows picked by index and sums them with weights, without copying them out, `F.embedding_bag`,
+# and both halves of attention are such sums:
+#
+# $$s_t = \sum_d q_d\,K_{t,d} \qquad\qquad o = \sum_t p_t\,V_t, \quad p = \mathrm{softmax}(s/\sqrt{d})$$
+#
+# The output is a bag of the sequence's value rows weighted by $p$. For the scores, the pool stores the
+# keys of a block transposed, (head_dim, block_size), as vLLM's key cache is: a block's `block_size`
+# scores are then a bag of `head_dim` rows weighted by the query's features.
+# `paged_decode_attention` does both for every sequence of the batch in two calls, whatever the
+# lengths; below it is checked against SDPA over each sequence's keys alone.
+
+# %%
+g = torch.Generator().manual_seed(3)
+small_pool = BlockPool(PagedConfig(n_layers=1, n_kv_heads=2, head_dim=16, block_size=4, n_blocks=32))
+lengths = [3, 9, 14]                                                  # 1, 3 and 4 blocks, the last ones part full
+tables = torch.randperm(32, generator=g)[:8].split([-(-n // 4) for n in lengths])
+kv = []
+for ids, n in zip(tables, lengths):
+    k, v = torch.randn(2, 1, n, 2, 16, generator=g)                   # (1, T, H_kv, head_dim) each
+    write_kv(small_pool, 0, ids[torch.arange(n) // 4][None], torch.arange(n) % 4, k, v)
+    kv.append((k[0].transpose(0, 1)[None], v[0].transpose(0, 1)[None]))
+idx = DecodeIndex.build(torch.nn.utils.rnn.pad_sequence(list(tables), batch_first=True), torch.tensor(lengths),
+                        n_heads=2, n_kv_heads=2, head_dim=16, block_size=4)
+q = torch.randn(3, 2, 1, 16, generator=g)
+out = paged_decode_attention(q, small_pool.k[0], small_pool.v[0], idx)
+for i, (k, v) in enumerate(kv):
+    torch.testing.assert_close(out[i:i + 1], F.scaled_dot_product_attention(q[i:i + 1], k, v))
+print("block tables:", [t.tolist() for t in tables])
+n_blk = sum(len(t) for t in tables)
+print(f"key rows read: {idx.k_rows.numel()} (= {n_blk} blocks x 2 heads x 16 features); value rows: "
+      f"{idx.v_rows.numel()} ({n_blk} blocks x 2 heads x 4 slots); outputs equal SDPA over each sequence alone")
+
+# %% [markdown]
 # Now throughput. Closed-loop clients (each sends its next request when its last one is done) with
 # mixed prompt and output lengths; generated tokens per second for continuous batching at each
 # concurrency, against the same requests served one at a time with the plain KV cache.
@@ -470,10 +508,12 @@ plt.title("throughput vs concurrency"); plt.legend(); plt.tight_layout(); plt.sh
 # weights are read once per step, not once per request. Each doubling of the clients adds less than the
 # one before, as the step becomes compute-bound (on a small CPU, early). At one client the engine is
 # slower than the plain cache: at every step and layer it writes the new key and value into their block
-# and gathers the sequence's blocks back into one tensor, a copy that a real paged-attention kernel
-# (vLLM's) avoids by reading the blocks where they are; for a model this small those extra operations
-# cost about as much as the layer's matrix products. `benchmarks/bench_serve.py` measures the same
-# against static batching with the sizes of a real course model, with time to first token beside it.
+# and reads the blocks through index lists (two `embedding_bag` calls, a masked softmax, two index
+# selections), where the plain cache makes one attention call on one contiguous tensor; for a model this
+# small those extra operations cost about as much as the layer's matrix products. A compiled
+# paged-attention kernel (vLLM's) does the same reading in one call. `benchmarks/bench_serve.py`
+# measures the same against static batching with the sizes of a real course model, with time to first
+# token beside it.
 #
 # **The server.** `tformer serve --run RUN` (or `--hf DIR`, or `--demo`) puts the engine behind an
 # OpenAI-compatible HTTP API (`/v1/completions`, `/v1/chat/completions` with streaming, `/v1/models`,
