@@ -427,11 +427,13 @@ translate_capstone = show("translate")
 
 # %% [markdown]
 # **What to expect.** The capstone's CPU tier, `tformer translate train --data DIR --src de --tgt en
-# --preset small --time-budget 30` (what `tformer capstone translate` runs), measured in float32 on an
-# idle 2-core CPU: 3,464 steps at 2,721 target tokens/s, **40.1 greedy / 41.3 beam-4** sacreBLEU on
-# test_2016_flickr (an earlier, slower machine gave 37.0 / 38.3 at 1,895 steps: steps and tokens/s
-# matter, since machines differ). On a CPU with bf16 matrix units (Intel AMX, AVX512-BF16) the preset
-# now trains under bf16 autocast; elsewhere in float32. Against a plain `nn.Transformer` of the same
+# --preset small --time-budget 30` (what `tformer capstone translate` runs). On a CPU with bf16 matrix
+# units (Intel AMX, AVX512-BF16) the preset trains under bf16 autocast, elsewhere in float32. Alone on
+# an idle 2-core CPU with AMX, in bf16: 2,600 steps at 2,101 target tokens/s, **38.9 greedy / 39.8
+# beam-4** sacreBLEU on test_2016_flickr (the committed reference). In float32 on the same kind of VM,
+# on a day it ran faster: 3,464 steps at 2,721 tokens/s, 40.1 / 41.3; an earlier, slower machine gave
+# 37.0 / 38.3 at 1,895 steps. BLEU follows the steps made in the 30 minutes, so steps and tokens/s
+# stand beside each figure: machines, and days, differ. Against a plain `nn.Transformer` of the same
 # size, trained by the same pipeline and recipe in float32, as a user would write it, for the same 30
 # minutes beside it (`python benchmarks/translate_vs_peer.py --data DIR --minutes 30 --threads 1`, one
 # thread each on the 2-core machine): 38.9 vs 36.7 beam-4 (38.0 vs 35.7 greedy) at 2,020 vs 1,550
