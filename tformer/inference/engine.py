@@ -63,7 +63,7 @@ import torch.nn.functional as F
 
 from ..attention import _SDPA_HAS_GQA, merge_heads, split_heads
 from .decode import sample_next
-from .paged_cache import BlockPool, DecodeIndex, PagedConfig, paged_decode_attention, write_kv
+from .paged_cache import BlockPool, DecodeIndex, PagedConfig, paged_decode_attention, read_kv, write_kv
 
 
 class QueueFull(RuntimeError):
@@ -465,9 +465,10 @@ class Engine:
         if t == 1:
             idx = DecodeIndex.build(table, positions[:, 0] + 1, m.cfg.n_heads, pool.cfg.n_kv_heads,
                                     pool.cfg.head_dim, bs)
-        elif not fresh:
-            key_pos = torch.arange(nb * bs, device=dev)
-            see = key_pos[None, None, None, :] <= positions[:, None, :, None]     # (1, 1, T, nb*bs)
+        elif not fresh:                                                          # every key up to the last new token
+            key_pos = torch.arange(int(positions[0, -1]) + 1, device=dev)
+            k_blk, k_off = table[:, key_pos // bs], key_pos % bs
+            see = key_pos[None, None, None, :] <= positions[:, None, :, None]     # (1, 1, T, n_keys)
             mask = torch.zeros(see.shape, dtype=m.tok_embed.weight.dtype, device=dev).masked_fill_(~see, float("-inf"))
         x = m.tok_embed(tokens)
         if m.pos_embed is not None:
@@ -488,9 +489,8 @@ class Engine:
                 y = paged_decode_attention(q, pool.k[layer], pool.v[layer], idx).to(q.dtype)
             elif fresh:
                 y = _attend(q, k, v, None)
-            else:                                     # (nb, H_kv, hd, bs) / (nb, H_kv, bs, hd) -> (1, H_kv, nb*bs, hd)
-                kk = pool.k[layer][table[0]].permute(1, 0, 3, 2).reshape(1, -1, nb * bs, pool.cfg.head_dim)
-                vv = pool.v[layer][table[0]].transpose(0, 1).reshape(1, -1, nb * bs, pool.cfg.head_dim)
+            else:
+                kk, vv = read_kv(pool, layer, k_blk, k_off)                   # (1, H_kv, n_keys, hd)
                 y = _attend(q, kk.to(q.dtype), vv.to(q.dtype), mask)
             x = x + blk.drop1(attn.out(merge_heads(y)))
             x = x + blk.drop2(blk.ffn(blk.norm2(x)))

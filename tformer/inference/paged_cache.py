@@ -170,9 +170,7 @@ class PagedKVCache:
         """Gather the held keys/values in token order: (B, H_kv, length, hd) each."""
         n = self.length
         blocks, slots = self._slots(0, n)
-        k = self.pool.k[self.layer][blocks, :, :, slots].transpose(1, 2)  # (B, T, H, hd) -> (B, H, T, hd)
-        v = self.pool.v[self.layer][blocks, :, slots].transpose(1, 2)
-        return k, v
+        return read_kv(self.pool, self.layer, blocks, slots)
 
     def truncate(self, length: int) -> None:
         """Forget tokens after `length`; blocks no layer needs any more go back to the pool."""
@@ -202,6 +200,13 @@ def write_kv(pool: BlockPool, layer: int, blocks: torch.Tensor, slots: torch.Ten
     pool.v[layer][blocks, :, slots] = v.to(pool.v.dtype)
 
 
+def read_kv(pool: BlockPool, layer: int, blocks: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys/values at block ids `blocks` (B, T), slots `slots` (T,) or (B, T), in that order:
+    (B, H_kv, T, hd) each (a copy; see `paged_decode_attention` for reading them in place)."""
+    return (pool.k[layer][blocks, :, :, slots].transpose(1, 2),     # (B, T, H_kv, hd) -> (B, H_kv, T, hd)
+            pool.v[layer][blocks, :, slots].transpose(1, 2))
+
+
 @dataclass
 class DecodeIndex:
     """Where the keys and values of B sequences (one new query each) lie in the pool, as index lists.
@@ -217,7 +222,7 @@ class DecodeIndex:
     k_bags: torch.Tensor    # (B * H * nb_max,) bag offsets into k_rows (a block not held: an empty bag)
     v_rows: torch.Tensor    # (n_held * bs,) value rows: a held block's bs positions (past the length: weight 0)
     v_bags: torch.Tensor    # (B * H,) bag offsets into v_rows, one bag per (sequence, query head)
-    valid: torch.Tensor     # (B, 1, nb_max * bs) bool: the positions each sequence holds
+    hidden: torch.Tensor    # (B, 1, nb_max * bs) bool: the positions past each sequence's length (masked out)
     shape: tuple            # (B, H, nb_max * bs)
 
     @classmethod
@@ -239,7 +244,7 @@ class DecodeIndex:
                    k_bags=per_bag.cumsum(0) - per_bag,
                    v_rows=(head_block[:, None] * bs + torch.arange(bs, device=dev)).flatten(),
                    v_bags=per_query.cumsum(0) - per_query,
-                   valid=(torch.arange(nb * bs, device=dev)[None] < lengths[:, None])[:, None, :],
+                   hidden=(torch.arange(nb * bs, device=dev)[None] >= lengths[:, None])[:, None, :],
                    shape=(b, n_heads, nb * bs))
 
 
@@ -262,7 +267,7 @@ def paged_decode_attention(q: torch.Tensor, k_layer: torch.Tensor, v_layer: torc
     hd, bs = k_layer.shape[-2], k_layer.shape[-1]
     w = (q.reshape(b * h, hd) * hd ** -0.5).to(k_layer.dtype).index_select(0, idx.query).flatten()
     s = F.embedding_bag(idx.k_rows, k_layer.reshape(-1, bs), idx.k_bags, mode="sum", per_sample_weights=w)
-    s = s.view(b, h, t_pad).masked_fill(~idx.valid, float("-inf"))
+    s = s.view(b, h, t_pad).masked_fill(idx.hidden, float("-inf"))
     p = torch.softmax(s, dim=-1, dtype=torch.promote_types(s.dtype, torch.float32)).to(v_layer.dtype)
     out = F.embedding_bag(idx.v_rows, v_layer.reshape(-1, hd), idx.v_bags, mode="sum",
                           per_sample_weights=p.view(-1, bs).index_select(0, idx.held).flatten())
