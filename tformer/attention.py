@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .dropout import dropout
 from .utils.checks import check_dim, check_float, check_mask, check_rank
 from .inference.cache import KVCache
 from .masks import causal_mask, combine_masks
@@ -61,7 +62,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     else:
         weights = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
+        weights = dropout(weights, dropout_p)
     return weights @ v, weights
 
 
@@ -199,14 +200,17 @@ class MultiHeadAttention(nn.Module):
                causal: bool = False, need_weights: bool = False):
         """softmax(q k^T / sqrt(d_head)) v in every head: (B, H, T_q, hd) -> (out (B, H, T_q, hd), weights or None).
 
-        The reference path (it returns the weights) when they are wanted, inside `capture_attention`, or
-        with fast=False; otherwise the fused kernel (`fast_attention`, which handles GQA itself).
+        The reference path (it returns the weights) when they are wanted, inside `capture_attention`, with
+        fast=False, or for dropout on a CPU (where the fused kernel falls back to the same math and draws
+        its mask element by element: `tformer.dropout`); otherwise the fused kernel (`fast_attention`,
+        which handles GQA itself).
         """
         t_q, t_k = q.shape[2], k.shape[2]
         if mask is not None:
             check_mask(mask, t_q, t_k)
         dropout_p = self.dropout if self.training else 0.0
-        if not (need_weights or self._captured is not None or not self.fast):
+        cpu_dropout = dropout_p > 0.0 and q.device.type == "cpu"
+        if not (need_weights or self._captured is not None or not self.fast or cpu_dropout):
             if causal and mask is None and t_q == t_k:                 # lets PyTorch pick the flash kernel
                 return fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p), None
             return fast_attention(q, k, v, self._full_mask(mask, causal, t_q, t_k, q.device), dropout_p=dropout_p), None

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import MultiHeadAttention
+from .dropout import Dropout
 from .inference.cache import KVCache
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class FeedForward(nn.Module):
         self.fc1 = nn.Linear(d_model, d_ff, bias=bias)           # expand
         self.gate = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None
         self.fc2 = nn.Linear(d_ff, d_model, bias=bias)           # contract
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:
@@ -110,7 +111,7 @@ class TransformerBlock(nn.Module):
         self.ffn = ffn if ffn is not None else FeedForward(cfg.d_model, cfg.d_ff, ffn_p, cfg.activation, cfg.bias)
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
-        self.drop1, self.drop2 = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropout)
+        self.drop1, self.drop2 = Dropout(cfg.dropout), Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
                 rope=None, cache: KVCache | None = None) -> torch.Tensor:
@@ -140,7 +141,7 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(d, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=bias)
         self.ffn = FeedForward(d, cfg.d_ff, ffn_p, cfg.activation, bias)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d, eps=cfg.eps, bias=bias) for _ in range(3))
-        self.drop1, self.drop2, self.drop3 = (nn.Dropout(cfg.dropout) for _ in range(3))
+        self.drop1, self.drop2, self.drop3 = (Dropout(cfg.dropout) for _ in range(3))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, *, is_causal: bool = True, rope=None,

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from .utils import gpu
 from .utils.checks import check_dim, check_float, check_rank
 from .blocks import ACTIVATIONS
+from .dropout import Dropout
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 DISPATCH = ("auto", "naive", "padded", "grouped")
@@ -285,7 +286,7 @@ class Experts(nn.Module):
         self.b1 = nn.Parameter(torch.zeros(n_experts, d_ff)) if bias else None
         self.b3 = nn.Parameter(torch.zeros(n_experts, d_ff)) if bias and activation == "swiglu" else None
         self.b2 = nn.Parameter(torch.zeros(n_experts, d_model)) if bias else None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..dropout import Dropout
 from ..utils.checks import check_tokens
 from ..blocks import ACTIVATIONS, BlockConfig, TransformerBlock
 from ..masks import padding_mask
@@ -61,7 +62,7 @@ class BERT(nn.Module):
         self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, d)
         self.type_embed = nn.Embedding(cfg.type_vocab_size, d)
         self.embed_norm = nn.LayerNorm(d, eps=cfg.eps)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.n_layers))
         self.pooler = nn.Linear(d, d)                               # [CLS] -> tanh(W h + b)
         self.mlm_dense = nn.Linear(d, d)                            # MLM head: transform ...
@@ -160,7 +161,7 @@ class BertClassifier(nn.Module):
     def __init__(self, bert: BERT, n_classes: int, dropout: float | None = None):
         super().__init__()
         self.bert = bert
-        self.drop = nn.Dropout(bert.cfg.dropout if dropout is None else dropout)
+        self.drop = Dropout(bert.cfg.dropout if dropout is None else dropout)
         self.head = nn.Linear(bert.cfg.d_model, n_classes)
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.zeros_(self.head.bias)

@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..dropout import Dropout
 from ..utils.checks import check_rank, check_tokens
 from ..blocks import BlockConfig, TransformerBlock
 from ..positional import LearnedPositionalEmbedding
@@ -71,7 +72,7 @@ class TextTransformer(nn.Module):
         self.cfg = cfg
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.text_d_model)
         self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, cfg.text_d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(cfg.text_block()) for _ in range(cfg.text_n_layers))
         self.final_norm = nn.LayerNorm(cfg.text_d_model, eps=cfg.eps)
 

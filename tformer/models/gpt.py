@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..dropout import Dropout
 from ..utils.checks import check_tokens
 from ..blocks import BlockConfig, TransformerBlock
 from ..inference.cache import KVCache, make_caches
@@ -77,7 +78,7 @@ class GPT(nn.Module):
                                         cfg.rope_factor, original_max_len=cfg.context_length)
         else:
             raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(cfg.block(i)) for i in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

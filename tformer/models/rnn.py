@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..dropout import Dropout
 from ..utils.checks import check_dim, check_rank, check_tokens
 
 
@@ -75,7 +76,7 @@ class LSTMLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.encoder = LSTMEncoder(cfg.d_model, cfg.d_model, cfg.n_layers, cfg.dropout)
         self.final_norm = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

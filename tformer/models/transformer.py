@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
+from ..dropout import Dropout
 from ..utils.checks import check_tokens
 from ..blocks import BlockConfig, DecoderLayer, TransformerBlock
 from ..inference.cache import KVCache
@@ -120,7 +121,7 @@ class Transformer(nn.Module):
             self.pos_embed = LearnedPositionalEmbedding(cfg.context_length, cfg.d_model)
         else:
             raise ValueError(f"TransformerConfig.positional must be 'sinusoidal' or 'learned', got {cfg.positional!r}")
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.encoder, self.decoder = Encoder(cfg), Decoder(cfg)
         self.head = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
         if cfg.share_embeddings:

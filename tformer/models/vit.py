@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..dropout import Dropout
 from ..utils.checks import check_float, check_rank
 from ..attention import capture_attention
 from ..blocks import BlockConfig, TransformerBlock
@@ -97,7 +98,7 @@ class ViT(nn.Module):
         self.patch_embed = PatchEmbedding(cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         self.pos_embed = nn.Parameter(torch.zeros(1, cfg.n_patches + 1, cfg.d_model))   # learned positions
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.embed_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps) if cfg.embed_norm else nn.Identity()
         self.blocks = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
