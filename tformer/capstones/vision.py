@@ -1,6 +1,6 @@
 """The chapter 12 capstones on scikit-learn's digits (offline): `vit` and `clip`.
 
-vit   a ViT from scratch (8x8 digits, 2x2 patches: 16 tokens + [class]), AdamW without decay on
+vit   a ViT from scratch (8x8 digits, 2x2 patches: 16 tokens + [class], the head on the mean of all tokens), AdamW without decay on
       biases, norms, positions and the class token, warmup + cosine, label smoothing, dropout, no
       augmentation (mild random shifts, rotations and zooms lowered the mean of 3 seeds); 3 seeds; the headline is the mean test accuracy on the 25% split.
 clip  LiT: for each seed a tower of the vit recipe (with mild augmentation), frozen, and a byte-level text tower trained to align
@@ -31,8 +31,10 @@ from ..training.vision import predict
 from .runfolder import CapstoneRun, Options
 
 VIT = {
+    # pool="mean": the head reads the mean of all 17 tokens, not the class token (3 seeds, 2 threads, 60
+    # epochs: 98.1% and 98.2% in two runs, against 97.6% and 97.7% with the class token)
     "model": dict(image_size=8, patch_size=2, in_channels=1, d_model=128, n_layers=2, n_heads=4, d_ff=256,
-                  n_classes=10, dropout=0.1, eps=1e-6),
+                  n_classes=10, dropout=0.1, eps=1e-6, pool="mean"),
     # 60 epochs (2,580 steps): seed 0 98.9% (30 epochs: 98.2 / 97.6 / 96.0%, mean 97.3%)
     "train": dict(epochs=60, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_frac=0.1, label_smoothing=0.1),
     "augment": None,                   # shifts of 0.5 px, rotations of 10 degrees, zooms of 10%: 96.8% (3 seeds)
