@@ -8,7 +8,7 @@ What the chapters build sits flat at the top; the rest is grouped by what it hol
                  split_heads / merge_heads, capture_attention                                    ch. 1-3
     positional   sinusoidal, learned, RoPE (+ position interpolation, NTK, YaRN)                   ch. 4, 8
     blocks       FeedForward, TransformerBlock, DecoderLayer (post-LN and pre-LN)                  ch. 5
-    dropout      Dropout / dropout: F.dropout with one random draw per four elements on a CPU      ch. 5
+    dropout      Dropout / dropout: F.dropout with one random draw per four elements on a CPU     ch. 10
     sparse       sliding-window, strided, Longformer and BigBird patterns                           ch. 8-9
     efficient    tiled online-softmax attention, Linformer, Performer                              ch. 9
     moe          top-k router, expert FFNs, load-balancing loss                                     ch. 13

@@ -1,20 +1,21 @@
-"""Dropout (Srivastava et al., 2014) with a mask that is cheap to draw on a CPU (chapter 5).
+"""Dropout (Srivastava et al., 2014) with a mask that is cheap to draw on a CPU (chapter 10 times it).
 
 In training each element is zeroed with probability p and the survivors are scaled by 1 / (1 - p), so
 the expected output is the input; in evaluation dropout is the identity.
 
-Why not `F.dropout` on a CPU: it draws one Mersenne-Twister number per element (`bernoulli_`), about
-10 ns each. In the translation capstone's training step that is 30% of the time (torch profiler, 2
-threads, bf16 autocast: 32 dropout calls per step), and 27% of the ViT capstone's. Here one 64-bit draw
-serves four elements:
+Why not `F.dropout` on a CPU: it draws one Mersenne-Twister number per element (`bernoulli_`), 10-15 ns
+each on this course's 2-core machine. In the translation capstone's training step that is 30% of the
+time (torch profiler, 2 threads, bf16 autocast: 32 dropout calls per step), and 27% of the ViT
+capstone's. Here one 64-bit draw serves four elements:
 
     random_() on int64    uniform on [0, 2^63): 63 random bits, the top one always 0
     view as 4 x int16     four 16-bit words; keep each word's low 15 bits: uniform on [0, 2^15)
     keep where word >= c  c = round(p * 2^15): the drop rate is c / 2^15, within 2^-16 of p
 
-and the survivors are scaled by the exact keep rate, so the expectation is still the input. Same
-generator (`torch.manual_seed` and the Trainer's saved RNG state reproduce it), about 3x faster than
-`F.dropout` at these sizes. On a GPU, `F.dropout` draws with a fused Philox kernel and is used as is.
+and the survivors are scaled by the exact keep rate, so the expectation is still the input. The same
+generator (`torch.manual_seed` and the Trainer's saved RNG state reproduce it). About 2x faster than
+`F.dropout` on a (100, 16, 1024) activation; the translation training step 1.2x faster
+(benchmarks/bench_translate.py). On a GPU `F.dropout` draws with a fused Philox kernel and is used as is.
 """
 from __future__ import annotations
 
