@@ -463,8 +463,9 @@ translate_capstone = show("translate")
 # minutes beside it (`python benchmarks/translate_vs_peer.py --data DIR --minutes 30 --threads 1`, one
 # thread each on the 2-core machine): 39.0 vs 37.0 beam-4 (38.2 vs 36.1 greedy) at 2,130 vs 1,470
 # steps, +2.0 BLEU. The two are the same architecture; ours runs faster, 1.21x the peer's tokens/s in
-# float32 and 1.22x with both in bf16 (`python benchmarks/bench_translate.py --bf16 --batch 100
-# --threads 1`), because `tformer.dropout` draws its masks cheaply (the section above), and under bf16
+# float32 and 1.22x with both in bf16
+# (`python benchmarks/bench_translate.py --bf16 --batch 100 --threads 1`), because `tformer.dropout`
+# draws its masks cheaply (the section above), and under bf16
 # against the float32 peer 2.31x alone, 1.45x in steps beside it. Those extra steps bought less than one
 # might hope: an earlier side by side, when our model still drew its masks with `F.dropout` (1.3x the
 # steps), gave +2.2 (38.9 vs 36.7). Both are short of the +4.0 this course aims for.
