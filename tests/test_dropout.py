@@ -56,6 +56,7 @@ def test_identity_in_eval_and_at_zero_zeros_at_one_and_bad_p():
     x = torch.randn(4, 4)
     assert dropout(x, 0.5, training=False) is x and dropout(x, 0.0) is x
     assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+    assert torch.equal(dropout(x, 1 - 2 ** -17), torch.zeros_like(x))      # rounds to "drop all": no 1/0
     with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):
         keep_mask((2,), 1.5)
 

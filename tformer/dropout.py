@@ -19,6 +19,8 @@ generator (`torch.manual_seed` and the Trainer's saved RNG state reproduce it). 
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -32,9 +34,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     and the exact keep rate 1 - c / 2^15 that scales the survivors."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
-    n = 1
-    for s in shape:
-        n *= s
+    n = math.prod(shape)
     cut = round(p * 2 ** WORD_BITS)
     draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
     words = draws.view(torch.int16)[:n] & (2 ** WORD_BITS - 1)          # (n,) uniform on [0, 2^15)
@@ -45,9 +45,11 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """`F.dropout(x, p, training)` with the cheap CPU mask above; any shape and float dtype."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p == 1.0:
+    if x.device.type != "cpu":
         return F.dropout(x, p, True)
     keep, rate = keep_mask(x.shape, p, x.device)
+    if rate == 0.0:                                       # p within 2^-16 of 1: every element dropped
+        return x * 0.0
     return x * keep.to(x.dtype).mul_(1.0 / rate)          # one multiply forward and backward
 
 

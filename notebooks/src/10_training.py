@@ -250,10 +250,10 @@ print(f"{LOOP_STEPS} steps: bare loop == Trainer, every weight (training moved s
 
 # %%
 act = torch.randn(100, 16, 1024)                         # (sentences, tokens, d_ff): one FFN activation
-for name, fn in (("F.dropout", lambda: F.dropout(act, 0.1)), ("tformer.dropout", lambda: dropout(act, 0.1))):
+drops = {"F.dropout": lambda: F.dropout(act, 0.1), "tformer.dropout": lambda: dropout(act, 0.1)}
+for name, fn in drops.items():
     print(f"{name:16s} keeps {(fn() != 0).float().mean().item():.4f} of the elements (1 - p = 0.9)")
-ms = {k: 1e3 * v for k, v in time_interleaved({"F.dropout": lambda: F.dropout(act, 0.1),
-                                              "tformer.dropout": lambda: dropout(act, 0.1)}, repeat=9).items()}
+ms = {k: 1e3 * v for k, v in time_interleaved(drops, repeat=9).items()}
 print(f"per call on the CPU: F.dropout {ms['F.dropout']:.1f} ms, tformer.dropout {ms['tformer.dropout']:.1f} ms "
       f"(time ratio {ms['F.dropout'] / ms['tformer.dropout']:.1f})")
 
