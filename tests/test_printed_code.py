@@ -117,10 +117,10 @@ def test_ch10_the_trainers_noam_schedule_calls_noam_lr(monkeypatch):
     assert before >= 1 and spy.calls > before
 
 
-def test_ch10_seq2seq_loss_trains_with_label_smoothed_cross_entropy(monkeypatch):
+def test_ch10_seq2seq_loss_trains_the_course_model_with_the_fused_head(monkeypatch):
     from tformer.data.batching import Seq2SeqBatch
     from tformer.translate.pipeline import Seq2SeqLoss
-    spy = Spy(monkeypatch, "tformer.translate.pipeline", "label_smoothed_cross_entropy")
+    spy = Spy(monkeypatch, "tformer.training.losses", "linear_cross_entropy")
     src, tgt = src_tgt()
     loss_sum, count = Seq2SeqLoss(0.1, 0)(tiny_transformer(), Seq2SeqBatch(src, tgt, torch.roll(tgt, -1, 1)))
     assert spy.calls == 1 and loss_sum.dim() == 0 and int(count) > 0

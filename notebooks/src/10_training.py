@@ -49,9 +49,10 @@ from tformer.inference.decode import beam_search, greedy_decode
 from tformer.grading import check
 from tformer.models import Transformer, TransformerConfig
 from tformer.utils.plot import curves
-from tformer.training import Trainer, TrainConfig, label_smoothed_cross_entropy, noam_lr
+from tformer.training import Trainer, TrainConfig, label_smoothed_cross_entropy, linear_cross_entropy, noam_lr
 from tformer.translate import load_run, score_lines, train_run
 from tformer.translate.pipeline import Seq2SeqLoss
+from tformer.utils.device import amp_dtype
 from tformer.utils.timing import time_interleaved
 
 tformer.seed_everything(0)
@@ -290,10 +291,64 @@ def my_label_smoothed_ce(logits, target, smoothing, ignore_index):
 check("ch10.label_smoothing", my_label_smoothed_ce)
 
 # %% [markdown]
-# The package's version, which the translation capstone trains with:
+# The package's version:
 
 # %%
 print(inspect.getsource(label_smoothed_cross_entropy))
+
+# %% [markdown]
+# The capstone's model never builds the (B, T, V) logits this function takes. With the targets,
+# `Transformer(src, tgt_in, tgt_out, label_smoothing=0.1)` runs the output projection and the loss
+# together, 256 target positions at a time (`tformer/training/losses.py: linear_cross_entropy`).
+# The gradient of a chunk's logits is known in closed form,
+#
+# $$\frac{\partial\mathcal{L}}{\partial z_v} = \mathrm{softmax}(z)_v - (1-\epsilon)\,[v = y] - \frac{\epsilon}{V},$$
+#
+# so each chunk is turned at once into its share of the gradients of the hidden states and of the
+# output matrix, and then dropped; positions whose target is `<pad>` are removed before the projection.
+# `Seq2SeqLoss`, the loss the `Trainer` calls here, takes that path for the course's `Transformer`.
+# Both ways on a small model in float64: the same loss and the same gradients.
+
+# %%
+torch.manual_seed(0)
+m64 = Transformer(TransformerConfig(src_vocab_size=50, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1,
+                                    n_decoder_layers=1, dropout=0.0, context_length=32)).double()
+src, tgt = torch.randint(3, 50, (4, 10)), torch.randint(3, 50, (4, 9))
+tgt_out = torch.roll(tgt, -1, 1)
+tgt_out[:, -2:] = 0                                      # <pad> at the end of every target
+plain = label_smoothed_cross_entropy(m64(src, tgt), tgt_out, 0.1, ignore_index=0, reduction="sum")
+fused = m64(src, tgt, tgt_out, label_smoothing=0.1)
+grads = [torch.autograd.grad(x, list(m64.parameters())) for x in (plain, fused)]
+gap = max((a - b).abs().max().item() for a, b in zip(*grads))
+print(f"summed loss: logits then loss {plain.item():.12f}, fused {fused.item():.12f}")
+print(f"largest difference between their gradients: {gap:.1e}")
+
+# %% [markdown]
+# At the capstone's size (a batch of about 1,400 target tokens, d = 256, V = 8,000), the logits path
+# writes a 1,400 x 8,000 float32 tensor, reads it back for the softmax, and writes and reads its
+# gradient; the fused path holds 256 x 8,000 at a time. The time of the head and the loss, forward and
+# backward, both ways (on the CPU, under the bf16 autocast the capstone uses where the CPU has bf16
+# units, float32 elsewhere):
+
+# %%
+h = torch.randn(1400, 256, requires_grad=True)
+W = (torch.randn(8000, 256) / 16).requires_grad_()
+y = torch.randint(3, 8000, (1400,))
+amp = amp_dtype("cpu", cpu_bf16=True)           # bf16 where the CPU has bf16 units, else None (float32)
+
+
+def head_and_loss(fused: bool):
+    with torch.autocast("cpu", dtype=amp or torch.bfloat16, enabled=amp is not None):
+        loss = (linear_cross_entropy(h, W, y, smoothing=0.1, reduction="sum") if fused else
+                label_smoothed_cross_entropy(h @ W.t(), y, 0.1, reduction="sum"))
+    loss.backward()
+    h.grad = W.grad = None
+
+
+ms = {k: 1e3 * v for k, v in time_interleaved({"logits, then loss": lambda: head_and_loss(False),
+                                                "fused": lambda: head_and_loss(True)}, repeat=5).items()}
+print(f"in {amp or torch.float32}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in ms.items())
+      + f" (time ratio {ms['logits, then loss'] / ms['fused']:.1f})")
 
 # %% [markdown]
 # Smoothing penalises confidence itself: a correct prediction with logit margin 30 costs *more* than

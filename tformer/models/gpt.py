@@ -113,7 +113,7 @@ class GPT(nn.Module):
         """idx (B, T) token ids -> logits (B, T, vocab_size). With `cache`, idx holds only new tokens."""
         return self.head(self.final_norm(self._trunk(idx, cache)))
 
-    def loss(self, idx: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, chunk: int = 1024) -> torch.Tensor:
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, chunk: int = 256) -> torch.Tensor:
         """Mean next-token cross-entropy of idx (B, T) against targets (B, T) (already shifted: targets[:, t]
         follows idx[:, t]): F.cross_entropy(self(idx).flatten(0, 1), targets.flatten()), with the LM head
         fused into the loss (tformer.training.losses.linear_cross_entropy), so the (B*T, vocab) logits are

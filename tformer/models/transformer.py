@@ -159,13 +159,25 @@ class Transformer(nn.Module):
         """One (self-attention, cross-attention) cache pair per decoder layer."""
         return [(KVCache(max_len), KVCache()) for _ in range(self.cfg.n_decoder_layers)]
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, targets: torch.Tensor | None = None, *,
+                label_smoothing: float = 0.0) -> torch.Tensor:
+        """src (B, S), tgt (B, T) -> logits (B, T, V_tgt). With `targets` (B, T) (tgt shifted by one): the
+        label-smoothed cross-entropy summed over the targets that are not <pad>, the head fused into the
+        loss (tformer.training.losses.linear_cross_entropy: no (B, T, V) logits, no FLOPs on padding).
+        Through `forward`, so DistributedDataParallel sees it."""
         check_tokens(src, "src")
         check_tokens(tgt, "tgt")
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(f"Transformer: src batch {src.shape[0]} != tgt batch {tgt.shape[0]}")
         memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+        if targets is None:
+            return self.decode(tgt, memory, src_mask)
+        if targets.shape != tgt.shape:
+            raise ValueError(f"Transformer: targets {tuple(targets.shape)} must have tgt's shape {tuple(tgt.shape)}")
+        from ..training.losses import linear_cross_entropy
+        h = self.decoder(self.embed(tgt, self.tgt_embed), memory, src_mask)          # (B, T, d)
+        return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(), ignore_index=self.cfg.pad_id,
+                                    smoothing=label_smoothing, reduction="sum")
 
     def num_params(self) -> int:
         """Parameters, counting tied matrices once."""

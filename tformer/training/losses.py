@@ -78,37 +78,49 @@ class _LinearCrossEntropy(torch.autograd.Function):
     The plain path materialises the (N, V) logits, keeps them for the backward, writes an (N, V) gradient
     and reads both again: at V = 50,257 and N = 2,048 that is 400 MB per pass, most of a small model's
     step on a CPU. Here each chunk's logits live only while the chunk is processed: softmax minus the
-    one-hot target is the chunk's logit gradient, turned at once into its share of dh (= g W) and dW
+    smoothed target is the chunk's logit gradient, turned at once into its share of dh (= g W) and dW
     (+= g^T h). The backward only scales the two stored gradients by the incoming one (the loss is a
-    scalar). The idea of Liger-Kernel's fused linear cross-entropy and of Wijmans et al. (2024), "Cut
-    Your Losses in Large-Vocabulary Language Models", in plain PyTorch."""
+    scalar). Without a gradient to make (evaluation, `torch.no_grad`) only the loss is computed. The idea
+    of Liger-Kernel's fused linear cross-entropy and of Wijmans et al. (2024), "Cut Your Losses in
+    Large-Vocabulary Language Models", in plain PyTorch. Every row counts (the caller drops ignored ones).
+
+    With smoothing eps, row i's loss is lse_i - (1 - eps) z_iy - eps mean_v(z_iv) (F.cross_entropy's
+    label_smoothing), and its logit gradient softmax(z_i) - (1 - eps) onehot(y_i) - eps / V.
+    """
 
     @staticmethod
-    def forward(ctx, h, weight, target, ignore_index, chunk, reduction):
+    def forward(ctx, h, weight, target, smoothing, chunk, scale):
         dev = h.device.type
         cast = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else h.dtype
-        keep = target != ignore_index
-        count = keep.sum()
-        scale = 1.0 / max(int(count), 1) if reduction == "mean" else 1.0
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        v = weight.shape[0]
         with torch.autocast(dev, enabled=False):
             w = weight.to(cast)
-            grad_h = torch.empty_like(h)
             acc = torch.promote_types(weight.dtype, torch.float32)                 # float32, or float64
-            grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device)
-            total = torch.zeros((), dtype=grad_w.dtype, device=h.device)
+            grad_h = torch.empty_like(h) if need_grad else None
+            grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_grad else None
+            total = torch.zeros((), dtype=acc, device=h.device)
             for i in range(0, h.shape[0], chunk):
-                hc, tc, kc = h[i:i + chunk].to(cast), target[i:i + chunk], keep[i:i + chunk]
-                logits = (hc @ w.t()).to(grad_w.dtype)                             # (c, V), only this chunk
+                hc, tc = h[i:i + chunk].to(cast), target[i:i + chunk]
+                logits = (hc @ w.t()).to(acc)                                      # (c, V), only this chunk
                 lse = torch.logsumexp(logits, -1)
-                safe = tc.masked_fill(~kc, 0)
-                total += ((lse - logits.gather(1, safe[:, None])[:, 0]) * kc).sum()
+                row = lse - (1.0 - smoothing) * logits.gather(1, tc[:, None])[:, 0]
+                if smoothing:
+                    row = row - smoothing * logits.mean(-1)
+                total += row.sum()
+                if not need_grad:
+                    continue
                 g = logits.sub_(lse[:, None]).exp_()                               # softmax, in place
-                g[torch.arange(g.shape[0], device=g.device), safe] -= 1.0          # - one-hot
-                g.mul_(kc.to(g.dtype)[:, None] * scale)                              # ignored rows: no gradient
+                if smoothing:
+                    g.sub_(smoothing / v)
+                g[torch.arange(g.shape[0], device=g.device), tc] -= 1.0 - smoothing
+                if scale != 1.0:
+                    g.mul_(scale)
                 gc = g.to(cast)
                 grad_h[i:i + chunk] = (gc @ w).to(h.dtype)
-                grad_w += (gc.t() @ hc).to(grad_w.dtype)
-        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
+                grad_w += (gc.t() @ hc).to(acc)
+        if need_grad:
+            ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
         return (total * scale).to(torch.promote_types(h.dtype, torch.float32))
 
     @staticmethod
@@ -118,14 +130,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *, ignore_index: int = IGNORE,
-                         chunk: int = 1024, reduction: str = "mean") -> torch.Tensor:
-    """F.cross_entropy(h @ weight.T, target) without materialising the logits: the LM head and the loss fused.
+                         smoothing: float = 0.0, chunk: int = 256, reduction: str = "mean") -> torch.Tensor:
+    """F.cross_entropy(h @ weight.T, target, label_smoothing=smoothing) without materialising the logits:
+    the LM head and the loss fused.
 
     h (N, d) final hidden states, weight (V, d) the LM head (for a tied model, the embedding table),
-    target (N,) class ids; rows whose target is `ignore_index` count nothing. reduction "mean" (over
-    counted rows) or "sum". Memory O(chunk x V) instead of O(N x V); the same FLOPs. The loss is a scalar
-    leaf of the graph: its backward multiplies gradients computed during the forward (so it cannot be
-    differentiated twice). Under autocast the matmuls run in the autocast dtype, the softmax in float32.
+    target (N,) class ids; rows whose target is `ignore_index` are dropped before the head (they would
+    count nothing: padding costs no FLOPs here). reduction "mean" (over counted rows) or "sum". Memory
+    O(chunk x V) instead of O(N x V); the same FLOPs. `chunk` rows at a time: 256 was the fastest of 64 to
+    4,096 on one CPU thread under bf16 autocast, forward and backward (137 ms against 254 unfused for
+    1,400 rows of 256 at V = 8,000; 2.10 s against 2.57 at 2,048 rows of 384 and V = 50,257). The loss is a
+    scalar leaf of the graph: its backward multiplies gradients computed during the forward (so it cannot
+    be differentiated twice). Under autocast the matmuls run in the autocast dtype, the softmax in float32.
     """
     check_rank(h, 2, "linear_cross_entropy(h)", "(N, d)")
     check_rank(weight, 2, "linear_cross_entropy(weight)", "(V, d)")
@@ -135,4 +151,14 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Te
     if reduction not in ("mean", "sum") or chunk < 1:
         raise ValueError(f"linear_cross_entropy: reduction must be mean or sum and chunk >= 1, got "
                          f"{reduction!r}, {chunk}")
-    return _LinearCrossEntropy.apply(h, weight, target, ignore_index, chunk, reduction)
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"linear_cross_entropy: expected 0 <= smoothing < 1, got {smoothing}")
+    keep = target != ignore_index
+    if not bool(keep.all()):
+        h, target = h[keep], target[keep]                 # (n, d), (n,): the counted rows only
+    n = target.shape[0]
+    if n and (int(target.min()) < 0 or int(target.max()) >= weight.shape[0]):
+        raise ValueError(f"linear_cross_entropy: target ids must be in [0, {weight.shape[0]}) or ignore_index "
+                         f"({ignore_index}), got {int(target.min())}..{int(target.max())}")
+    scale = 1.0 / max(n, 1) if reduction == "mean" else 1.0
+    return _LinearCrossEntropy.apply(h, weight, target, float(smoothing), chunk, scale)

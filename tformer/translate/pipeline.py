@@ -44,15 +44,23 @@ from ..utils.device import dtype_name, resolve as resolve_device
 
 
 class Seq2SeqLoss:
-    """loss_fn for the Trainer: label-smoothed cross-entropy summed over target tokens, and their count."""
+    """loss_fn for the Trainer: label-smoothed cross-entropy summed over target tokens, and their count.
+
+    The course's Transformer computes it with its head fused into the loss (`model(src, tgt_in,
+    targets=tgt_out)`, the same value); any other model (the nn.Transformer peer) returns logits and the
+    loss is taken on them."""
 
     def __init__(self, smoothing: float, pad_id: int):
         self.smoothing, self.pad_id = smoothing, pad_id
 
     def __call__(self, model, batch):
+        count = (batch.tgt_out != self.pad_id).sum()
+        core = getattr(model, "module", model)                                 # under DistributedDataParallel
+        if isinstance(core, Transformer) and core.cfg.pad_id == self.pad_id:
+            return model(batch.src, batch.tgt_in, batch.tgt_out, label_smoothing=self.smoothing), count
         logits = model(batch.src, batch.tgt_in)                                # (B, T, V)
         loss = label_smoothed_cross_entropy(logits, batch.tgt_out, self.smoothing, self.pad_id, reduction="sum")
-        return loss, (batch.tgt_out != self.pad_id).sum()
+        return loss, count
 
 
 def build_model(p: TranslatePreset, vocab_size: int, pad_id: int = 0) -> Transformer:
