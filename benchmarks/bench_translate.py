@@ -1,7 +1,9 @@
 """Training throughput of tformer's Transformer vs a `torch.nn.Transformer` of the same size.
 
 Same width, depth, heads, FFN, vocabulary (tied embeddings on both sides), same batch, same
-label-smoothed loss and Adam; one training step = forward + backward + optimizer step. The two models
+label-smoothed loss (ours through `Seq2SeqLoss`, its head fused into the loss as the capstone trains it;
+the peer's `F.cross_entropy` on its logits, as a user writes it) and Adam; one training step = forward +
+backward + optimizer step. The two models
 alternate step by step (so a change in machine load hits both), and each reports the median over
 `--steps` steps after `--warmup` steps. Prints target tokens/s for each and the ratio tformer / peer.
 

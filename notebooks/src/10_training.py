@@ -516,12 +516,12 @@ translate_capstone = show("translate")
 # stand beside each figure: machines, and days, differ. Against a plain `nn.Transformer` of the same
 # size, trained by the same pipeline and recipe in float32, as a user would write it, for the same 30
 # minutes beside it (`python benchmarks/translate_vs_peer.py --data DIR --minutes 30 --threads 1`, one
-# thread each on the 2-core machine): 39.0 vs 37.0 beam-4 (38.2 vs 36.1 greedy) at 2,130 vs 1,470
-# steps, +2.0 BLEU. The two are the same architecture; ours runs faster, 1.21x the peer's tokens/s in
-# float32 and 1.22x with both in bf16
+# thread each on the 2-core machine): 39.4 vs 37.1 beam-4 (38.7 vs 35.9 greedy) at 2,600 vs 1,520
+# steps, +2.3 BLEU. The two are the same architecture; ours runs faster, 1.33x the peer's tokens/s in
+# float32 and 1.33x with both in bf16
 # (`python benchmarks/bench_translate.py --bf16 --batch 100 --threads 1`), because `tformer.dropout`
-# draws its masks cheaply (the section above), and under bf16
-# against the float32 peer 2.31x alone, 1.45x in steps beside it. Those extra steps bought less than one
+# draws its masks cheaply and the head is fused into the loss (the sections above), and under bf16
+# against the float32 peer 2.43x alone, 1.71x in steps beside it. Those extra steps bought less than one
 # might hope: an earlier side by side, when our model still drew its masks with `F.dropout` (1.3x the
 # steps), gave +2.2 (38.9 vs 36.7). Both are short of the +4.0 this course aims for.
 # At full size, transformer-base on WMT14 EN-DE: 27.3 tokenized BLEU in
