@@ -150,10 +150,14 @@ class Transformer(nn.Module):
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
                cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:
         """tgt (B, T) (only the new tokens when a cache is given) -> logits (B, T, V_tgt)."""
+        return self.head(self.decode_hidden(tgt, memory, src_mask, cache))
+
+    def decode_hidden(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+                      cache: list[tuple[KVCache, KVCache]] | None = None) -> torch.Tensor:
+        """`decode` before the output projection: the decoder's final states (B, T, d_model)."""
         check_tokens(tgt, "tgt")
         offset = cache[0][0].length if cache is not None else 0
-        h = self.decoder(self.embed(tgt, self.tgt_embed, offset), memory, src_mask, cache)
-        return self.head(h)
+        return self.decoder(self.embed(tgt, self.tgt_embed, offset), memory, src_mask, cache)
 
     def new_cache(self, max_len: int | None = None) -> list[tuple[KVCache, KVCache]]:
         """One (self-attention, cross-attention) cache pair per decoder layer."""
@@ -175,7 +179,7 @@ class Transformer(nn.Module):
         if targets.shape != tgt.shape:
             raise ValueError(f"Transformer: targets {tuple(targets.shape)} must have tgt's shape {tuple(tgt.shape)}")
         from ..training.losses import linear_cross_entropy
-        h = self.decoder(self.embed(tgt, self.tgt_embed), memory, src_mask)          # (B, T, d)
+        h = self.decode_hidden(tgt, memory, src_mask)                                 # (B, T, d)
         return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(), ignore_index=self.cfg.pad_id,
                                     smoothing=label_smoothing, reduction="sum")
 

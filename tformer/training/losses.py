@@ -157,8 +157,9 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Te
     if not bool(keep.all()):
         h, target = h[keep], target[keep]                 # (n, d), (n,): the counted rows only
     n = target.shape[0]
-    if n and (int(target.min()) < 0 or int(target.max()) >= weight.shape[0]):
+    lo, hi = (int(x) for x in target.aminmax()) if n else (0, 0)
+    if lo < 0 or hi >= weight.shape[0]:
         raise ValueError(f"linear_cross_entropy: target ids must be in [0, {weight.shape[0]}) or ignore_index "
-                         f"({ignore_index}), got {int(target.min())}..{int(target.max())}")
+                         f"({ignore_index}), got {lo}..{hi}")
     scale = 1.0 / max(n, 1) if reduction == "mean" else 1.0
     return _LinearCrossEntropy.apply(h, weight, target, float(smoothing), chunk, scale)
