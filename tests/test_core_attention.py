@@ -137,3 +137,25 @@ def test_reference_matches_torch_sdpa_with_dropout_off():
     mask = rand(2, 1, 4, 6, seed=3) > -0.5
     torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask)[0],
                                F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, grad, t, picks", [
+    (torch.bfloat16, True, 16, "math"),        # a short bf16 training step: the fused backward is the slower
+    (torch.bfloat16, True, 512, "fused"),      # long sequences: fused
+    (torch.bfloat16, False, 16, "fused"),      # inference: the fused forward is always the faster
+    (torch.float32, True, 16, "fused"),        # float32: fused
+])
+def test_cpu_picks_math_for_short_bf16_training_steps(monkeypatch, dtype, grad, t, picks):
+    """attend's choice on a CPU (bench_cpu_attention.py measures why), and the two paths give the same output."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4).to(dtype)
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    x = rand(2, t, 32).to(dtype)
+    with torch.set_grad_enabled(grad):
+        out = mha(x, is_causal=True)
+        ref, _ = mha(x, is_causal=True, need_weights=True)
+    assert ("fused" if calls else "math") == picks
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)

@@ -1,7 +1,6 @@
 """The translation pipeline: offline corpus, BPE, token batching, decoding, BLEU, and the end-to-end run."""
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -290,18 +289,37 @@ def test_peer_starts_like_the_course_model():
     """Same size, same scale at the start: the tied table's scaled rows have std 1 in both models, the
     positions' scale (a peer whose table is 4x smaller learns far more slowly), and the layers are Xavier."""
     from tformer.translate.peer import TorchTransformer
-    from tformer.translate.pipeline import build_model
+    from tformer.translate.pipeline import RunInputError, build_model
     from tformer.translate.presets import get_preset
     torch.manual_seed(0)
     p = get_preset("small")
     ours = build_model(p, 8000)
-    peer = build_model(dataclasses.replace(p, arch="torch"), 8000)
+    peer = build_model(get_preset("small", arch="torch", attn_dropout=None, ffn_dropout=None), 8000)   # None: as dropout
+    with pytest.raises(RunInputError, match="one dropout for everything"):
+        build_model(get_preset("gpu", arch="torch"), 8000)            # attn_dropout=0 is the course model's alone
+    assert get_preset("gpu", attn_dropout=None).attn_dropout is None  # an explicit None is applied, not skipped
     assert isinstance(peer, TorchTransformer)
     assert abs(ours.num_params() - peer.num_params()) / ours.num_params() < 0.01
     for table in (ours.src_embed.weight, peer.embed.weight):
         assert float(table.std()) * p.d_model ** 0.5 == pytest.approx(1.0, rel=0.05)
     w = peer.core.encoder.layers[0].linear1.weight                # Xavier uniform: bound sqrt(6 / (fan_in + fan_out))
     assert float(w.abs().max()) == pytest.approx((6 / sum(w.shape)) ** 0.5, rel=0.02)
+
+
+def test_peer_evaluates_under_cpu_bf16_autocast():
+    """nn.Transformer's inference fast path does not see CPU autocast (it checks CUDA's); the peer takes
+    the regular path there, so validation and decoding under --peer-bf16 work and agree with float32."""
+    from tformer.translate.peer import TorchTransformer
+    torch.manual_seed(0)
+    peer = TorchTransformer(50, 32, 4, 2, 64, 0.1, context_length=16).eval()
+    src = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]])
+    tgt = torch.tensor([[1, 10, 11], [1, 12, 0]])
+    with torch.no_grad():
+        full = peer(src, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = peer(src, tgt)
+    assert low.dtype == torch.bfloat16 and torch.backends.mha.get_fastpath_enabled()   # the flag is restored
+    torch.testing.assert_close(low.float(), full, atol=0.1, rtol=0.05)
 
 
 def test_peer_trains_and_scores_through_the_pipeline(tmp_path):

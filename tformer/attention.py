@@ -27,6 +27,11 @@ from .masks import causal_mask, combine_masks
 
 _TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 _SDPA_HAS_GQA = _TORCH_VERSION >= (2, 5)  # F.scaled_dot_product_attention(enable_gqa=...)
+# On a CPU in bf16/fp16, the fused kernel's backward is slower than the plain math for short sequences:
+# forward + backward on one thread, fused / math = 3.0 at 32 x 32 positions, 1.6 at 128 x 128, 0.9 at
+# 192 x 192, 0.85 at 256 x 256 (its forward alone is always the faster; in float32 it always wins).
+# `python benchmarks/bench_cpu_attention.py` measures the crossover on your CPU.
+CPU_LOWP_MATH_MAX = 160 * 160             # T_q * T_k up to which training in bf16 on a CPU takes the math
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -201,16 +206,15 @@ class MultiHeadAttention(nn.Module):
         """softmax(q k^T / sqrt(d_head)) v in every head: (B, H, T_q, hd) -> (out (B, H, T_q, hd), weights or None).
 
         The reference path (it returns the weights) when they are wanted, inside `capture_attention`, with
-        fast=False, or for dropout on a CPU (where the fused kernel falls back to the same math and draws
-        its mask element by element: `tformer.dropout`); otherwise the fused kernel (`fast_attention`,
-        which handles GQA itself).
+        fast=False, for dropout on a CPU (where the fused kernel falls back to the same math and draws
+        its mask element by element: `tformer.dropout`), or for a short bf16/fp16 training step on a CPU
+        (`CPU_LOWP_MATH_MAX`); otherwise the fused kernel (`fast_attention`, which handles GQA itself).
         """
         t_q, t_k = q.shape[2], k.shape[2]
         if mask is not None:
             check_mask(mask, t_q, t_k)
         dropout_p = self.dropout if self.training else 0.0
-        cpu_dropout = dropout_p > 0.0 and q.device.type == "cpu"
-        if not (need_weights or self._captured is not None or not self.fast or cpu_dropout):
+        if not (need_weights or self._captured is not None or not self.fast or cpu_prefers_math(q, t_k, dropout_p)):
             if causal and mask is None and t_q == t_k:                 # lets PyTorch pick the flash kernel
                 return fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p), None
             return fast_attention(q, k, v, self._full_mask(mask, causal, t_q, t_k, q.device), dropout_p=dropout_p), None
@@ -223,6 +227,15 @@ class MultiHeadAttention(nn.Module):
     @staticmethod
     def _full_mask(mask, causal: bool, t_q: int, t_k: int, device) -> torch.Tensor | None:
         return combine_masks(mask, causal_mask(t_q, t_k, device=device) if causal else None)
+
+
+def cpu_prefers_math(q: torch.Tensor, t_k: int, dropout_p: float = 0.0) -> bool:
+    """Whether attention on q (B, H, T_q, d) over t_k keys runs faster as the math than fused, on a CPU:
+    with dropout, or in a bf16/fp16 step whose backward will run over at most CPU_LOWP_MATH_MAX pairs."""
+    if q.device.type != "cpu":
+        return False
+    return dropout_p > 0.0 or (q.dtype in (torch.bfloat16, torch.float16) and q.shape[-2] * t_k <= CPU_LOWP_MATH_MAX
+                               and torch.is_grad_enabled() and q.requires_grad)
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:

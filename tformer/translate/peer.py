@@ -15,6 +15,7 @@ quadratic in the output length, which only costs scoring time, not training time
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -48,6 +49,22 @@ class PrefixCache:
             self.tokens = self.tokens.index_select(0, rows)
 
 
+@contextlib.contextmanager
+def _cpu_autocast_safe():
+    """nn.Transformer's inference fast path asks `torch.is_autocast_enabled()`, which sees CUDA autocast only;
+    under CPU autocast it runs with float32 weights on bf16 inputs and fails ("expected scalar type Float
+    but found BFloat16"). There the regular path is taken, as it is on a GPU under autocast."""
+    if not torch.is_autocast_enabled("cpu"):
+        yield
+        return
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+
+
 class TorchTransformer(nn.Module):
     """Embeddings + `nn.Transformer(batch_first=True)` + the tied output projection."""
 
@@ -77,15 +94,17 @@ class TorchTransformer(nn.Module):
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src (B, S) -> memory (B, S, d), padding (B, S) (True = <pad>, PyTorch's convention)."""
         pad = src == self.cfg.pad_id
-        return self.core.encoder(self._embed(src), src_key_padding_mask=pad), pad
+        with _cpu_autocast_safe():
+            return self.core.encoder(self._embed(src), src_key_padding_mask=pad), pad
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, pad: torch.Tensor,
                cache: list | None = None) -> torch.Tensor:
         """tgt (B, T) (only the new tokens when a cache is given) -> logits (B, T, V)."""
         full = cache[0][0].append(tgt) if cache is not None else tgt
         causal = nn.Transformer.generate_square_subsequent_mask(full.shape[1], device=full.device)
-        h = self.core.decoder(self._embed(full), memory, tgt_mask=causal, tgt_is_causal=True,
-                              memory_key_padding_mask=pad)
+        with _cpu_autocast_safe():
+            h = self.core.decoder(self._embed(full), memory, tgt_mask=causal, tgt_is_causal=True,
+                                  memory_key_padding_mask=pad)
         return self.out(h[:, full.shape[1] - tgt.shape[1]:])
 
     def new_cache(self, max_len: int | None = None) -> list:

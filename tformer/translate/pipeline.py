@@ -205,7 +205,7 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
             changes = {}
             preset = preset or "tiny"
             try:
-                p = get_preset(preset, max_steps=max_steps, **overrides)
+                p = get_preset(preset, **{**overrides, **({} if max_steps is None else {"max_steps": max_steps})})
             except ValueError as e:
                 raise RunInputError(str(e)) from None
             if dataset == "wmt14":

@@ -93,7 +93,7 @@ def get_preset(name: str, **overrides) -> TranslatePreset:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     d = PRESETS[name].to_dict()
-    d.update({k: v for k, v in overrides.items() if v is not None})
+    d.update(overrides)                  # None is a value here (attn_dropout=None: "as dropout")
     return validate(TranslatePreset.from_dict(d))
 
 
