@@ -28,9 +28,9 @@ from .masks import causal_mask, combine_masks
 _TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 _SDPA_HAS_GQA = _TORCH_VERSION >= (2, 5)  # F.scaled_dot_product_attention(enable_gqa=...)
 # On a CPU in bf16/fp16, the fused kernel's backward is slower than the plain math for short sequences:
-# forward + backward on one thread, fused / math = 3.0 at 32 x 32 positions, 1.6 at 128 x 128, 0.9 at
-# 192 x 192, 0.85 at 256 x 256 (its forward alone is always the faster; in float32 it always wins).
-# `python benchmarks/bench_cpu_attention.py` measures the crossover on your CPU.
+# forward + backward on one thread, fused / math = 4.4 at 16 x 16 positions, 3.1 at 32 x 32, 1.8 at
+# 128 x 128, 1.0 at 192 x 192, 0.76 at 256 x 256 (its forward alone is always the faster; in float32 it
+# always wins). `python benchmarks/bench_cpu_attention.py` measures the crossover on your CPU.
 CPU_LOWP_MATH_MAX = 160 * 160             # T_q * T_k up to which training in bf16 on a CPU takes the math
 
 

@@ -192,7 +192,8 @@ check("ch01.attention", my_attention)
 # `scaled_dot_product_attention`, with the same fully-masked-row rule (the input checks first name what
 # they expected when a shape is wrong). `tformer.MultiHeadAttention` runs it when the weights are wanted;
 # otherwise it calls PyTorch's fused kernel, `F.scaled_dot_product_attention`, which the tests check
-# against this reference.
+# against this reference. On a CPU, training with dropout or short sequences in bf16 runs this reference
+# too, because there it is the faster (chapter 9 measures it).
 
 # %%
 print(inspect.getsource(tformer.scaled_dot_product_attention))

@@ -356,6 +356,12 @@ print(format_table(rows))
 # On a CPU PyTorch picks its CPU flash kernel; on a recent NVIDIA GPU with fp16/bf16 inputs it picks
 # FlashAttention-2 (or cuDNN's attention), and falls back to the memory-efficient or math kernel for
 # inputs the fast one cannot take (fp32 on some paths, an arbitrary float mask, unusual head sizes).
+# Fused is not always faster. On a CPU in bf16, the flash kernel's backward loses to the explicit math
+# for short sequences. Forward and backward together took 4.4x the math's time at 16 x 16 positions (a
+# Multi30k batch), 3.1x at 32 x 32 and 1.8x at 128 x 128. The two were even at 192 x 192, and fused won
+# from 256 x 256; its forward alone always won. That is one run on one thread of the course's 2-core
+# machine (`python benchmarks/bench_cpu_attention.py`). So on a CPU, `MultiHeadAttention` trains short
+# bf16 steps through the math (`tformer.attention.CPU_LOWP_MATH_MAX`).
 #
 # ## 6. FlashAttention 1 to 4: the published figures
 #
