@@ -44,8 +44,7 @@ def main() -> None:
     p = get_preset(args.preset)
     torch.manual_seed(0)
     ours = build_model(p, args.vocab).to(dev)
-    peer = build_model(replace(p, arch="torch", attn_dropout=None, ffn_dropout=None),   # tformer.translate.peer:
-                       args.vocab).to(dev)                       # nn.Transformer, one dropout for everything
+    peer = build_model(replace(p, arch="torch"), args.vocab).to(dev)     # tformer.translate.peer: nn.Transformer
     n_ours = sum(q.numel() for q in ours.parameters())
     n_peer = sum(q.numel() for q in peer.parameters())
     g = torch.Generator().manual_seed(0)

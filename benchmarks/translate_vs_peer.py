@@ -58,9 +58,7 @@ def main() -> None:
     ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), *common, *size[0]],
                             stdout=open(out / "tformer.log", "a"), stderr=subprocess.STDOUT)
     precision = "true" if args.peer_bf16 else "false"
-    one_dropout = ["--set", "attn_dropout=none", "--set", "ffn_dropout=none"]     # nn.Transformer's one dropout
-    peer = subprocess.Popen(py + ["translate", "train", *size[1], "--set", "arch=torch", *one_dropout,
-                                  "--set", f"cpu_bf16={precision}",
+    peer = subprocess.Popen(py + ["translate", "train", *size[1], "--set", "arch=torch", "--set", f"cpu_bf16={precision}",
                                   "--no-progress",
                                   "--out", str(out / "torch"), *common],
                             stdout=open(out / "torch.log", "a"), stderr=subprocess.STDOUT)

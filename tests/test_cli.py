@@ -201,6 +201,9 @@ def test_resume_refuses_another_preset_and_model_settings(capsys, run_copy):
     code, _, err = run_cli(capsys, "translate", "train", "--out", run, "--set", "d_model=64")
     assert code == 2
     one_line_error(err, "d_model=32", "d_model=64")
+    code, _, err = run_cli(capsys, "translate", "train", "--out", run, "--set", "grad_clip=none")
+    assert code == 2                                             # an explicit None is a change, not "not given"
+    one_line_error(err, "grad_clip=1.0", "grad_clip=None")
     code, _, err = run_cli(capsys, "translate", "train", "--out", run, "--src", "de", "--tgt", "en")
     assert code == 2
     one_line_error(err, "--src=en", "--src=de")

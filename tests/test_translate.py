@@ -294,7 +294,7 @@ def test_peer_starts_like_the_course_model():
     torch.manual_seed(0)
     p = get_preset("small")
     ours = build_model(p, 8000)
-    peer = build_model(get_preset("small", arch="torch", attn_dropout=None, ffn_dropout=None), 8000)   # None: as dropout
+    peer = build_model(get_preset("small", arch="torch"), 8000)
     with pytest.raises(RunInputError, match="one dropout for everything"):
         build_model(get_preset("gpu", arch="torch"), 8000)            # attn_dropout=0 is the course model's alone
     assert get_preset("gpu", attn_dropout=None).attn_dropout is None  # an explicit None is applied, not skipped

@@ -129,9 +129,9 @@ def _check_data(folder: Path, src: str, tgt: str) -> None:
             raise RunInputError(f"{folder / f'{split}.{src}'} is empty: nothing to train on")
 
 
-def _resume_changes(out: Path, info: dict, preset, data, dataset, pair, src, tgt, max_steps, overrides) -> dict:
-    """Settings given to a resumed run: refuse those that differ and define the model, data or tokenizer;
-    return the others ({field: (old, new)}) to apply and log."""
+def _resume_changes(out: Path, info: dict, preset, data, dataset, pair, src, tgt, given: dict) -> dict:
+    """Preset fields `given` to a resumed run: refuse those that differ and define the model, data or
+    tokenizer; return the others ({field: (old, new)}) to apply and log."""
     def refuse(what: str, old, new, hint: str = "") -> None:
         raise RunMismatchError(f"{out} was started with {what}={old}, this call gives {what}={new}; {hint or 'it defines the model, the data or the tokenizer, so it cannot change on resume'}: "
                                f"leave it out to resume, or train into another --out")
@@ -148,12 +148,9 @@ def _resume_changes(out: Path, info: dict, preset, data, dataset, pair, src, tgt
         refuse("--pair", info.get("pair"), pair)
     run_p = info["preset"]
     changes = {}
-    given = dict(overrides)
-    if max_steps is not None:
-        given["max_steps"] = max_steps
     for key, new in given.items():
         old = run_p.get(key)
-        if new is None or new == old:
+        if new == old:
             continue
         if key not in RESUMABLE:
             refuse(f"{key}", old, new)
@@ -185,12 +182,13 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
     cfg_path = out / "config.json"
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file, not a run folder")
+    given = overrides if max_steps is None else {**overrides, "max_steps": max_steps}   # preset fields; None is a value
     lock = None
     try:
         if cfg_path.exists():                           # resuming: the run's own settings win
             lock = acquire_run_lock(out)
             info = read_info(out)
-            changes = _resume_changes(out, info, preset, data, dataset, pair, src, tgt, max_steps, overrides)
+            changes = _resume_changes(out, info, preset, data, dataset, pair, src, tgt, given)
             p = TranslatePreset.from_dict(info["preset"])
             for key, (_, new) in changes.items():
                 setattr(p, key, new)
@@ -205,7 +203,7 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
             changes = {}
             preset = preset or "tiny"
             try:
-                p = get_preset(preset, **{**overrides, **({} if max_steps is None else {"max_steps": max_steps})})
+                p = get_preset(preset, **given)
             except ValueError as e:
                 raise RunInputError(str(e)) from None
             if dataset == "wmt14":
