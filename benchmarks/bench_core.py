@@ -1,6 +1,6 @@
 """tformer's core against its peers, side by side in one run.
 
-    .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--threads N] [--bf16]
+    .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--threads N] [--bf16] [--only gpt,blocks]
 
 Each pair runs interleaved (peer, tformer, peer, tformer, ...) after a warm-up, so both see the same
 machine load; the table reports medians and the ratio peer_time / tformer_time (>= 1.0: tformer is
@@ -8,7 +8,9 @@ at least as fast). Rows:
   * MultiHeadAttention vs nn.MultiheadAttention, forward + backward (B=16, T=128, d=512, 8 heads)
   * GPT training step vs transformers' GPT2LMHeadModel, same config (6 layers, d=384, 6 heads, T=256), each
     with its library's loss path: `GPT.loss` fuses the LM head into the cross-entropy (no (B*T, 50257)
-    logits kept); the peer computes the logits, then F.cross_entropy (what its `labels=` path does)
+    logits kept); the peer computes the logits, then F.cross_entropy (what its `labels=` path does); both
+    update with the fused AdamW (Hugging Face Trainer's default since torch 2.8, and what the package
+    builds: benchmarks/bench_optim.py times it against torch's default)
   * the same GPT's six blocks alone, forward + backward (no embedding, LM head, loss or optimizer, which
     are the same operations on both sides and most of the step at vocabulary 50,257)
   * encoder-decoder training step vs nn.Transformer with the same embeddings/generator (6+6, d=512, B16xT64)
@@ -31,6 +33,7 @@ import tformer.utils.runtime
 from tformer import MultiHeadAttention, causal_mask
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
 from tformer.positional import sinusoidal_table
+from tformer.training import fusable
 from tformer.utils.timing import time_interleaved
 
 
@@ -83,8 +86,8 @@ def bench_blocks(repeats):
 def bench_gpt(repeats):
     b, t = 8, 256
     hf, ours = _gpt_pair(t)
-    opt_hf = torch.optim.AdamW(hf.parameters(), lr=1e-4)
-    opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4)
+    opt_hf = torch.optim.AdamW(hf.parameters(), lr=1e-4, fused=True)     # Trainer's default since torch 2.8
+    opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=fusable(ours.parameters()))   # the package's
     idx = torch.randint(0, 50257, (b, t + 1))
     x, y = idx[:, :-1], idx[:, 1:]
 
@@ -149,18 +152,26 @@ def bench_generate(repeats):
                        max(3, repeats // 2), warmup=1), n
 
 
+ROWS = {"mha": ("MultiHeadAttention fwd+bwd", "nn.MultiheadAttention", bench_mha, "tokens/s"),
+        "gpt": ("GPT train step 6L/384d T=256", "transformers GPT2LMHeadModel", bench_gpt, "tokens/s"),
+        "blocks": ("GPT blocks alone fwd+bwd", "GPT2LMHeadModel's blocks", bench_blocks, "tokens/s"),
+        "encdec": ("enc-dec train step 6+6 d512", "nn.Transformer", bench_seq2seq, "tgt tokens/s"),
+        "generate": ("generate 128 tokens, KV cache", "same model, no cache", bench_generate, "tokens/s")}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
     p.add_argument("--bf16", action="store_true", help="also the training rows under CPU bf16 autocast")
+    p.add_argument("--only", default=None, help=f"comma-separated rows to run, of {','.join(ROWS)} (default: all)")
     args = p.parse_args()
+    only = ROWS if args.only is None else args.only.split(",")
+    unknown = sorted(set(only) - set(ROWS))
+    if unknown:
+        p.error(f"--only: unknown rows {unknown}; choose from {','.join(ROWS)}")
     tformer.utils.runtime.set_threads(args.threads)   # explicit: benchmarks choose their threads (None = every core), not small mode
-    rows = [("MultiHeadAttention fwd+bwd", "nn.MultiheadAttention", bench_mha, "tokens/s"),
-            ("GPT train step 6L/384d T=256", "transformers GPT2LMHeadModel", bench_gpt, "tokens/s"),
-            ("GPT blocks alone fwd+bwd", "GPT2LMHeadModel's blocks", bench_blocks, "tokens/s"),
-            ("enc-dec train step 6+6 d512", "nn.Transformer", bench_seq2seq, "tgt tokens/s"),
-            ("generate 128 tokens, KV cache", "same model, no cache", bench_generate, "tokens/s")]
+    rows = [row for key, row in ROWS.items() if key in only]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats}")
     print(f"| {'what':32} | {'peer':30} | {'peer ms':>9} | {'tformer ms':>10} | {'tformer ' + 'rate':>16} | {'ratio':>6} |")
     print(f"|{'-' * 34}|{'-' * 32}|{'-' * 11}|{'-' * 12}|{'-' * 18}|{'-' * 8}|")

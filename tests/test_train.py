@@ -272,7 +272,7 @@ def test_every_schedule_is_told_the_progress_through_one_interface():
 
 
 def test_a_bare_loop_gives_the_trainers_weights_bit_for_bit():
-    """Chapter 10's claim: the Trainer's defaults are Adam(0.9, 0.98, 1e-9), noam_lr over its peak,
+    """Chapter 10's claim: the Trainer's defaults are Adam(0.9, 0.98, 1e-9) (fused), noam_lr over its peak,
     (sum, count) divided after backward, clipping at 1, the seed at the start of fit."""
     steps, warmup, lr = 9, 4, 1e-2
     data = Shuffled()
@@ -280,7 +280,7 @@ def test_a_bare_loop_gives_the_trainers_weights_bit_for_bit():
                                                                     progress=False))
     trainer.fit()
     model = make_model(p=0.2)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: noam_lr(i + 1, 1, warmup) / noam_lr(warmup, 1, warmup))
     torch.manual_seed(0)
     model.train()
@@ -301,3 +301,25 @@ def test_a_bare_loop_gives_the_trainers_weights_bit_for_bit():
             done += 1
     for (k, a), b in zip(model.state_dict().items(), trainer.module.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+def test_the_package_builds_fused_optimizers_where_the_kernel_runs():
+    """Adam/AdamW take torch's fused kernel on CPU and CUDA float parameters, and only there."""
+    from tformer.training import adamw, fusable, train_steps
+    assert fusable([torch.zeros(3), torch.zeros(2, 2, dtype=torch.float64)])
+    assert not fusable([])
+    assert not fusable([torch.zeros(3), torch.zeros(3, dtype=torch.long)])
+    assert not fusable([torch.zeros(3, device="meta")])
+    model = make_model()
+    assert Trainer(model, mse_sum, Shuffled(), TrainConfig(progress=False)).optimizer.defaults["fused"]
+    assert adamw(model, 1e-3, 0.1).defaults["fused"]
+    seen = []
+    real_step = torch.optim.AdamW.step
+
+    def spy(opt, *a, **k):
+        seen.append(opt.defaults["fused"])
+        return real_step(opt, *a, **k)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.optim.AdamW, "step", spy)
+        train_steps(model, mse_sum, Shuffled(), steps=2, lr=1e-3)
+    assert seen == [True, True]

@@ -22,10 +22,10 @@ from .distributed import setup_distributed
 from .losses import IGNORE, causal_lm_loss, label_smoothed_cross_entropy, linear_cross_entropy, masked_lm_loss
 from .schedules import (ConstantSchedule, CosineSchedule, InverseSqrtSchedule, LinearDecaySchedule, RunScheduler,
                         Schedule, make_scheduler, noam_lr)
-from .trainer import TrainConfig, Trainer, TrainState, adamw, train_steps
+from .trainer import TrainConfig, Trainer, TrainState, adamw, fusable, train_steps
 
 __all__ = ["noam_lr", "Schedule", "InverseSqrtSchedule", "ConstantSchedule", "LinearDecaySchedule", "CosineSchedule",
-           "RunScheduler", "make_scheduler", "adamw", "label_smoothed_cross_entropy", "causal_lm_loss",
+           "RunScheduler", "make_scheduler", "adamw", "fusable", "label_smoothed_cross_entropy", "causal_lm_loss",
            "linear_cross_entropy", "masked_lm_loss", "IGNORE", "TrainConfig", "TrainState", "Trainer", "train_steps", "atomic_save", "average_checkpoints",
            "setup_distributed", "CheckpointError", "CheckpointWriteError", "RunInUseError", "RunLock",
            "acquire_run_lock", "remove_stale_temporaries", "load_checkpoint", "atomic_write_text", "previous_path"]

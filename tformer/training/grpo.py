@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .sft import Turn, prompt_ids
+from .trainer import fusable
 
 EPS_STD = 1e-4
 TASKS = ("add", "sort")
@@ -208,7 +209,8 @@ def start_from(sft, lr: float):
     frozen copy in eval mode (the KL term's anchor), AdamW without weight decay, betas (0.9, 0.99)."""
     policy = copy.deepcopy(sft)
     ref = copy.deepcopy(sft).eval().requires_grad_(False)
-    return policy, ref, torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    return policy, ref, torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0,
+                                          fused=fusable(policy.parameters()))
 
 
 def grpo_step(policy, ref, optimizer, tok, batch: list[tuple[str, str, str]], *, group: int = 8, max_new: int = 10,

@@ -47,15 +47,25 @@ from .distributed import _dist_on
 from .schedules import RunScheduler, make_scheduler
 
 
+def fusable(params) -> bool:
+    """Whether torch's fused Adam/AdamW kernel can update `params` (floating-point tensors on a CPU or a
+    CUDA GPU). The fused kernel updates every parameter in one pass; the default (`foreach`) runs a
+    chain of whole-list operations, each one a trip through memory. Every optimizer the package builds
+    passes `fused=fusable(params)`, as Hugging Face's Trainer does by default since torch 2.8
+    (`python benchmarks/bench_optim.py` times the two)."""
+    params = list(params)
+    return bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+
+
 def adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.999),
           eps: float = 1e-8) -> torch.optim.AdamW:
     """AdamW over the trainable parameters, without weight decay on biases, norms (1-d parameters),
-    position embeddings or a class token (the ViT / CLIP recipe)."""
+    position embeddings or a class token (the ViT / CLIP recipe); the fused kernel where it runs."""
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     decays = [p.dim() >= 2 and "pos_embed" not in name and "cls_token" not in name for name, p in named]
     return torch.optim.AdamW([{"params": [p for (_, p), d in zip(named, decays) if d], "weight_decay": weight_decay},
                               {"params": [p for (_, p), d in zip(named, decays) if not d], "weight_decay": 0.0}],
-                             lr=lr, betas=betas, eps=eps)
+                             lr=lr, betas=betas, eps=eps, fused=fusable(p for _, p in named))
 
 
 
@@ -150,7 +160,8 @@ class Trainer:
             self.model = self.module
         self.loss_fn, self.train_data, self.val_data, self.val_fn = loss_fn, train_data, val_data, val_fn
         self.optimizer = optimizer or torch.optim.Adam(self.module.parameters(), lr=self.cfg.lr, betas=self.cfg.betas,
-                                                       eps=self.cfg.adam_eps, weight_decay=self.cfg.weight_decay)
+                                                       eps=self.cfg.adam_eps, weight_decay=self.cfg.weight_decay,
+                                                       fused=fusable(self.module.parameters()))
         self.scheduler = scheduler or make_scheduler(self.optimizer, self.cfg.schedule, self.cfg.warmup,
                                                      total=self.cfg.max_steps)
         if not isinstance(self.scheduler, RunScheduler):
@@ -412,7 +423,7 @@ def train_steps(model: nn.Module, loss_fn: Callable[[nn.Module, Any], LossOut], 
     parameters that require grad (so LoRA trains only its adapters), warmup over the first 10% of `steps`,
     then `schedule`; no progress bar, nothing on disk. Returns the logged training losses."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, fused=fusable(params))
     cfg = TrainConfig(max_steps=steps, lr=lr, schedule=schedule, warmup=max(1, steps // 10), log_every=10,
                       progress=False)
     trainer = Trainer(model, loss_fn, batches, cfg, optimizer=opt, device=device)

@@ -236,17 +236,19 @@ def gpt_step_check() -> Check:
 
 
 def adamw_check() -> Check:
+    from ..training.trainer import fusable
+
     def run(dev, dtype):
         params = [_randn(33, 17, seed=6).to(dev, dtype).requires_grad_(), _randn(17, seed=7).to(dev, dtype).requires_grad_()]
         for i, p in enumerate(params):
             p.grad = _randn(*p.shape, seed=8 + i).to(dev, dtype)
-        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, fused=fusable(params))   # as the package builds it
         opt.step()
         for i, p in enumerate(params):                  # a second step: the moments carry over
             p.grad = _randn(*p.shape, seed=10 + i).to(dev, dtype)
         opt.step()
         return [p.detach() for p in params]
-    return Check("AdamW step (two updates)", run)
+    return Check("AdamW step, fused where it runs (two updates)", run)
 
 
 def moe_check() -> Check:

@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, peak_flops
 from ..moe import collect_aux_loss
 from ..training.losses import causal_lm_loss
+from ..training.trainer import fusable
 from .timing import profiled, time_fn, training_step
 
 # the aten operator each SDPA backend runs (the profiler records it), and a short name for it
@@ -100,7 +101,7 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
     dtype = dtype or amp_dtype(device) or torch.float32
     flash = (cuda and flash_available(device)) if flash is None else flash
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=fusable(model.parameters()))
     step_model = torch.compile(model) if compile else model
     g = torch.Generator(device="cpu").manual_seed(0)
     idx = torch.randint(0, model.cfg.vocab_size, (batch_size, seq_len + 1), generator=g).to(device)

@@ -30,6 +30,7 @@ import torch.nn as nn
 
 from .gpu import amp_dtype, grad_scaler
 from ..training.losses import causal_lm_loss
+from ..training.trainer import fusable
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
@@ -193,7 +194,7 @@ def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat
     """
     device = idx.device
     amp = amp_dtype(device) is not None if amp is None else amp     # the policy's dtype (tformer.utils.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=fusable(model.parameters()))
     model.train()
     step = training_step(lambda: loss_fn(model(idx), idx), opt, device,
                          (amp_dtype(device) or torch.bfloat16) if amp else None)
