@@ -12,7 +12,9 @@ at least as fast). Rows:
     update with the fused AdamW (Hugging Face Trainer's default since torch 2.8, and what the package
     builds: benchmarks/bench_optim.py times it against torch's default)
   * the same GPT's six blocks alone, forward + backward (no embedding, LM head, loss or optimizer, which
-    are the same operations on both sides and most of the step at vocabulary 50,257)
+    are the same operations on both sides and most of the step at vocabulary 50,257); beside it, the
+    blocks' matrix products and attention kernel alone, with nothing between them: a floor for any
+    implementation of these blocks, so peer / floor is the largest ratio one can reach
   * encoder-decoder training step vs nn.Transformer with the same embeddings/generator (6+6, d=512, B16xT64)
   * greedy generation of 128 tokens with the KV cache vs without it (GPT 6L/384d)
 
@@ -80,7 +82,32 @@ def bench_blocks(repeats):
         for blk in ours.blocks:
             h = blk(h, is_causal=True)
         h.sum().backward()
-    return time_interleaved({"peer": peer, "tformer": mine}, repeats), b * t
+    return time_interleaved({"peer": peer, "tformer": mine, "floor": _matmuls_alone(ours, x)}, repeats), b * t
+
+
+def _matmuls_alone(gpt, x):
+    """The blocks' matrix products and attention kernel alone, forward + backward, each on random
+    inputs of its shape (no LayerNorm, GELU, residual adds, bias gradients or head reshapes between
+    them): what any implementation of the same blocks in the same precision must at least spend, so
+    peer_time / this time bounds the ratio any of them can reach."""
+    bsz, t, d = x.shape
+    m, g = bsz * t, torch.Generator().manual_seed(0)
+    dt = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(dt)          # noqa: E731
+    gemms = [(rnd(m, lin.in_features), rnd(lin.out_features, lin.in_features), rnd(lin.out_features),
+              rnd(m, lin.out_features)) for lin in gpt.blocks[0].modules() if isinstance(lin, nn.Linear)]
+    qkv = [rnd(bsz, gpt.cfg.n_heads, t, gpt.cfg.head_dim).requires_grad_() for _ in range(3)]
+    grad_out = rnd(bsz, gpt.cfg.n_heads, t, gpt.cfg.head_dim)
+
+    def run():
+        with torch.autocast("cpu", enabled=False):
+            for _ in gpt.blocks:
+                for inp, w, b, grad in gemms:
+                    torch.addmm(b, inp, w.t())          # forward: x W^T + b
+                    torch.mm(grad, w)                   # backward: dL/dx
+                    torch.mm(grad.t(), inp)             # backward: dL/dW
+                F.scaled_dot_product_attention(*qkv, is_causal=True).backward(grad_out)
+    return run
 
 
 def bench_gpt(repeats):
@@ -182,15 +209,22 @@ def main() -> None:
         rate = f"{work / times['tformer']:,.0f} {unit}"
         print(f"| {what:32} | {peer:30} | {times['peer'] * 1e3:9.1f} | {times['tformer'] * 1e3:10.1f} | "
               f"{rate:>16} | {ratio:6.2f} |", flush=True)
+    def floor(times):
+        if "floor" in times:
+            print(f"|   their matmuls + attention alone: {times['floor'] * 1e3:.1f} ms; tformer spends "
+                  f"{times['tformer'] / times['floor']:.2f}x that, the peer {times['peer'] / times['floor']:.2f}x "
+                  f"(the most any implementation can reach over the peer here)", flush=True)
     for what, peer, fn, unit in rows:
         times, work = fn(args.repeats)
         fp32[what] = times
         show(what, peer, times, work, unit)
+        floor(times)
     if args.bf16:
         for what, peer, fn, unit in [r for r in rows if r[2] is not bench_generate]:   # the training rows
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 times, work = fn(args.repeats)
             show(what + ", bf16", peer + ", bf16", times, work, unit)
+            floor(times)
             print(f"|   tformer bf16 vs the peer in float32: {fp32[what]['peer'] / times['tformer']:.2f}x", flush=True)
 
 
