@@ -47,6 +47,8 @@ def prepare(name: str, opts: Options) -> TranslateRecipe:
     config = {**RECIPE, **gpu_tier, **(TINY if opts.tiny else {})}
     if opts.max_steps is not None:
         config["max_steps"] = opts.max_steps
+    from ..translate.presets import get_preset
+    config["recipe"] = get_preset(config["preset"]).to_dict()   # the preset's fields: a changed preset shows
     return TranslateRecipe(config, folder, opts)
 
 
