@@ -1,6 +1,6 @@
 """tformer's core against its peers, side by side in one run.
 
-    .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--threads N] [--bf16] [--only gpt,blocks]
+    .venv/bin/python benchmarks/bench_core.py [--repeats 7] [--threads N] [--bf16] [--only gpt,blocks] [--compile]
 
 Each pair runs interleaved (peer, tformer, peer, tformer, ...) after a warm-up, so both see the same
 machine load; the table reports medians and the ratio peer_time / tformer_time (>= 1.0: tformer is
@@ -77,12 +77,19 @@ def bench_blocks(repeats):
             h = out[0] if isinstance(out, tuple) else out
         h.sum().backward()
 
-    def mine():
-        h = x
+    def stack(h):
         for blk in ours.blocks:
             h = blk(h, is_causal=True)
-        h.sum().backward()
-    return time_interleaved({"peer": peer, "tformer": mine, "floor": _matmuls_alone(ours, x)}, repeats), b * t
+        return h
+
+    fns = {"peer": peer, "tformer": lambda: stack(x).sum().backward(), "floor": _matmuls_alone(ours, x)}
+    if COMPILE:
+        compiled = torch.compile(stack)                 # the first call (in the warm-up) compiles
+        fns["compiled"] = lambda: compiled(x).sum().backward()
+    return time_interleaved(fns, repeats), b * t
+
+
+COMPILE = False                                         # --compile: also the blocks through torch.compile
 
 
 def _matmuls_alone(gpt, x):
@@ -192,7 +199,10 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
     p.add_argument("--bf16", action="store_true", help="also the training rows under CPU bf16 autocast")
     p.add_argument("--only", default=None, help=f"comma-separated rows to run, of {','.join(ROWS)} (default: all)")
+    p.add_argument("--compile", action="store_true", help="also time tformer's blocks through torch.compile")
     args = p.parse_args()
+    global COMPILE
+    COMPILE = args.compile
     only = ROWS if args.only is None else args.only.split(",")
     unknown = sorted(set(only) - set(ROWS))
     if unknown:
@@ -214,6 +224,9 @@ def main() -> None:
             print(f"|   their matmuls + attention alone: {times['floor'] * 1e3:.1f} ms; tformer spends "
                   f"{times['tformer'] / times['floor']:.2f}x that, the peer {times['peer'] / times['floor']:.2f}x "
                   f"(the most any implementation can reach over the peer here)", flush=True)
+        if "compiled" in times:
+            print(f"|   tformer's blocks through torch.compile: {times['compiled'] * 1e3:.1f} ms "
+                  f"({times['tformer'] / times['compiled']:.2f}x eager)", flush=True)
     for what, peer, fn, unit in rows:
         times, work = fn(args.repeats)
         fp32[what] = times
