@@ -307,10 +307,12 @@ for (w, k), (per_matrix, whole) in share.items():
 assert all(whole < per_matrix for per_matrix, whole in share.values()) and share[384, 4][1] < 0.02
 
 # %% [markdown]
-# LoRA against full fine-tuning, same data and steps, with LoRA's usual recipe: a learning rate several
+# LoRA against full fine-tuning on the same data, with LoRA's usual recipe: a learning rate several
 # times full fine-tuning's, adapters on every projection, and a rank the tasks need (here r = 16 of
 # d = 64). The LayerNorm gains and biases (a few hundred numbers) train with the adapters: at this width
-# the frozen, tied embedding table limits how confident the output can become, and the norms give it that scale.
+# the frozen, tied embedding table limits how confident the output can become, and the norms give it that
+# scale. LoRA gets twice full fine-tuning's steps: with the same steps, at this width, its loss was still
+# about four times full fine-tuning's when they ran out and it wrote almost no answer exactly.
 
 # %%
 for name, p in lora.named_parameters():
@@ -318,7 +320,8 @@ for name, p in lora.named_parameters():
         p.requires_grad_(True)
 lora_trainable, total = trainable_params(lora)
 tformer.seed_everything(0)
-lora_losses = fit(lora, sft_step_loss, sft_batches, sft_steps, 1.5e-2)
+lora_steps = 2 * sft_steps
+lora_losses = fit(lora, sft_step_loss, sft_batches, lora_steps, 1.5e-2)
 acc_lora = task_accuracy(lora)
 full_trainable = trainable_params(sft)[0]
 print(f"{'':12}{'trainable':>12}{'share':>8}  accuracy per task")
@@ -326,20 +329,26 @@ print(f"{'full FT':12}{full_trainable:>12,}{1:>8.0%}  {({k: f'{v:.0%}' for k, v 
 print(f"{'LoRA r=' + str(r):12}{lora_trainable:>12,}{lora_trainable / total:>8.1%}  {({k: f'{v:.0%}' for k, v in acc_lora.items()})}")
 half = {k: acc_lora[k] >= acc_sft[k] / 2 for k in KINDS}
 print("LoRA at least half of full fine-tuning's accuracy:", half)
-print(f"final training loss: full {sft_losses[-1]:.2f}, LoRA {lora_losses[-1]:.2f}")
-assert mean(acc_lora) > mean(acc_base) and lora_losses[-1] < lora_losses[0] / 2
+print(f"mean accuracy: full {mean(acc_sft):.0%}, LoRA {mean(acc_lora):.0%}")
+print(f"final training loss: full {sft_losses[-1]:.2f} after {sft_steps} steps, LoRA {lora_losses[-1]:.2f} after {lora_steps}")
+assert mean(acc_lora) > mean(acc_base) + 0.1 and lora_losses[-1] < lora_losses[0] / 3
 
 # %% [markdown]
 # The line above says, task by task, whether LoRA reaches half of full fine-tuning at this width. In
-# small mode it does not, except on one-digit addition: it reaches some of the sums (half of full
-# fine-tuning's share or more) and none of the code answers, the two-turn recall or the reading, the
-# tasks that copy words from the prompt. Its final training loss (printed above) stays about four times
-# full fine-tuning's, and the curves below show it still far above when the steps run out. The likely reason is the base, not the adapters: copying a word
-# from the context needs attention circuits that a 64-wide model pretrained for 150 steps does not have,
-# and full fine-tuning can build them from every weight, while a low-rank update to frozen weights
-# mostly re-uses what is there. LoRA's parity with full fine-tuning is measured on large pretrained
-# models (Hu et al. 2021: GPT-3 175B with about 0.01% of the weights trained); full mode (d_model 384,
-# 3000 pretraining steps, r = 8) is the place to compare.
+# small mode, even with twice the steps, LoRA stays behind: its mean accuracy and its final loss (both
+# printed above) are well short of full fine-tuning's. It writes half of the two-turn recall answers or
+# more, some of the sums and code answers, and none of the reading. How many sums and code answers moves
+# with the last bits of rounding (torch's fused and unfused AdamW kernels alone change it), so read the
+# per-task line as a rough picture and the means as the result.
+#
+# The likely reason LoRA stays behind is the base, not the adapters: copying words from the context
+# needs attention circuits that a 64-wide model pretrained for 150 steps barely has, and full
+# fine-tuning can build them from every weight, while a low-rank update to frozen weights mostly re-uses
+# what is there. LoRA's parity with full fine-tuning is measured on large pretrained models (Hu et al.
+# 2021: GPT-3 175B with about 0.01% of the weights trained); full mode (d_model 384, 3000 pretraining
+# steps, r = 8) is the place to compare. The curves below put both runs on one step axis; LoRA's
+# learning rate decays over its longer run, so at full fine-tuning's last step it is not where a LoRA
+# run of that many steps would end.
 
 # %%
 plt.figure(figsize=(5, 3))
