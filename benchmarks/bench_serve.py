@@ -1,7 +1,7 @@
 """Serving many requests at once: one at a time vs static batching vs continuous batching, side by side.
 
     .venv/bin/python benchmarks/bench_serve.py [--rounds 2] [--clients 1 4 16 64] [--trials 1] [--quick]
-                                               [--threads N] [--dtype float32|bfloat16] [--json F]
+                                               [--threads N] [--dtype float32|bfloat16] [--drain] [--json F]
 
 Closed-loop clients: each sends its next request when its last one finishes. Prompt lengths are uniform
 in 16-512 tokens, output lengths uniform in 16-256 (the same seeded draws for every scheme). Model: GPT
@@ -15,10 +15,16 @@ the number of clients):
     one      one request at a time, first come first served: prefill, then decode with a contiguous KVCache
     static   wait for a full batch (one request per client), left-pad the prompts, run to the longest output
              (the padding positions compute too; a short request's slot idles until the longest is done)
-    continuous  tformer.inference.engine.Engine: admission at every step, one batched decode step
+    continuous  tformer.inference.engine.Engine: admission at every step, one batched decode step; its
+             clients keep sending and the clock stops when clients x rounds requests are done (a steady
+             load; `--drain` instead lets each client stop after `--rounds` and times the drained end,
+             where fewer clients are left and the batch runs part empty)
 
 Reported: generated tokens/s (only each request's own tokens), time to first token p50/p99 (from the
-moment the client sent the request), and the ratios continuous/one and continuous/static. Then the
+moment the client sent the request), and the ratios continuous/one and continuous/static. Beside them a
+ceiling: the largest continuous/one ratio that any batching of these requests could reach in eager
+PyTorch, from one-at-a-time's own prefill time, the weight work of a full batched step and the keys and
+values read at this machine's streaming bandwidth (see `ceiling`), with the sequences per step. Then the
 cache memory at the same load (paged blocks in use vs a contiguous cache reserving the longest request,
 512 + 256 tokens, per running sequence) and prefix sharing (TTFT with a shared 256-token system prompt,
 sharing on vs off). On a shared machine the absolute figures move, and a slow spell during one scheme
@@ -67,21 +73,26 @@ def pct(xs, q):
 @torch.no_grad()
 def run_one(model, work, clients, rounds, cap=None):
     """One request at a time, first come first served; at most `cap` requests are run (its throughput does
-    not depend on the number of clients, only its waiting times do)."""
+    not depend on the number of clients, only its waiting times do). Extra: its time split into prefill and
+    decoding, and the bytes of keys/values its decoding steps read (for `ceiling`)."""
     order = [(k, c) for k in range(rounds) for c in range(clients)][:cap]
     t0 = time.perf_counter()
     sent = {c: t0 for c in range(clients)}
-    tokens, ttft = 0, []
+    tokens, ttft, prefill_s, kv_tokens = 0, [], 0.0, 0
     for k, c in order:
         prompt, n = work.request(c, k)
         cache = make_caches(model.cfg.n_layers, len(prompt) + n)
+        t = time.perf_counter()
         tok = model(torch.tensor([prompt]), cache)[:, -1].argmax(-1, keepdim=True)
+        prefill_s += time.perf_counter() - t
         ttft.append(time.perf_counter() - sent[c])
         for _ in range(n - 1):
             tok = model(tok, cache)[:, -1].argmax(-1, keepdim=True)
         tokens += n
+        kv_tokens += (n - 1) * len(prompt) + n * (n - 1) // 2        # step i reads len(prompt) + i positions
         sent[c] = time.perf_counter()
-    return tokens / (time.perf_counter() - t0), ttft, None
+    wall = time.perf_counter() - t0
+    return tokens / wall, ttft, {"wall_s": wall, "prefill_s": prefill_s, "tokens": tokens, "kv_tokens": kv_tokens}
 
 
 @torch.no_grad()
@@ -104,12 +115,17 @@ def run_static(model, work, clients, rounds):
 
 
 @torch.no_grad()
-def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size=16):
-    """Continuous batching; each client sends `rounds` requests, the next when its last one is done."""
+def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size=16, sustained=True):
+    """Continuous batching; each client sends its next request when its last one is done.
+
+    sustained: the clients never stop sending, and the clock stops when clients * rounds requests have
+    finished; tokens/s counts every token generated until then, the unfinished requests' too. This is the
+    rate under a steady load of `clients`. Otherwise (sustained=False) each client sends `rounds` requests
+    and the run drains: at its end fewer and fewer clients are left, and a batch engine runs part empty."""
     eng = Engine(model, n_blocks=max(clients, 4) * (768 // block_size + 1), block_size=block_size,
                  max_running=clients, max_waiting=clients + 1, prefix_sharing=prefix_sharing)
     k = {c: 0 for c in range(clients)}
-    owner, every = {}, []
+    owner, every, done = {}, [], 0
 
     def submit(c):
         prompt, n = work.request(c, k[c])
@@ -119,17 +135,74 @@ def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size
     t0 = time.perf_counter()
     for c in range(clients):
         submit(c)
-    used = []
-    while eng.has_work():
-        for r in eng.step():
+    used, running = [], []
+    while eng.has_work() and not (sustained and done >= clients * rounds):
+        finished = eng.step()
+        running.append(len(eng.running) + len(finished))          # sequences this step computed for
+        for r in finished:
             c = owner.pop(r.id)
-            if k[c] < rounds:
+            done += 1
+            if sustained or k[c] < rounds:
                 submit(c)
         used.append(eng.pool.cfg.n_blocks - eng.blocks.n_free)
     tps = eng.generated_tokens / (time.perf_counter() - t0)
-    ttft = [r.first_token_at - r.arrival for r in every]
+    ttft = [r.first_token_at - r.arrival for r in every if r.first_token_at is not None]
     return tps, ttft, {"mean_blocks": statistics.mean(used), "peak_blocks": max(used), "block_size": block_size,
-                       "running": clients}
+                       "running": clients, "mean_running": statistics.mean(running)}
+
+
+@torch.no_grad()
+def rows_time(model, rows: int, repeats: int = 20) -> float:
+    """Seconds for the weight work of one decoding step of `rows` sequences: every layer's linear layers
+    and feed-forward, and the output head, on (rows, 1, d_model) inputs (the fastest of `repeats`)."""
+    x = torch.randn(rows, 1, model.cfg.d_model, dtype=next(model.parameters()).dtype)
+
+    def once():
+        for blk in model.blocks:
+            blk.attn.qkv(x), blk.attn.out(x), blk.ffn(x)
+        model.head(x)
+    return _best_time(once, repeats)
+
+
+def read_bandwidth(mib: int = 512, repeats: int = 5) -> float:
+    """Bytes/s at which this process reads a large array from memory once (a sum: streaming, the
+    prefetchers' best case, and faster than any gather of scattered blocks)."""
+    big = torch.ones(mib * 2**20 // 4)
+    return big.numel() * 4 / _best_time(big.sum, repeats)
+
+
+def _best_time(fn, repeats: int) -> float:
+    """The fastest of `repeats` timed calls (after one untimed): a bound wants each part at its best."""
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def ceiling(one: dict, model, clients: int, bandwidth: float) -> dict:
+    """The largest continuous/one ratio that eager PyTorch could reach on these requests at `clients`.
+
+    One request at a time spent one["wall_s"]. Any batching scheme must still (a) prefill every prompt,
+    work that batching does not shrink (each prefill is already a matrix product of hundreds of rows):
+    one["prefill_s"]; (b) do each new token's weight work, at best at the cost of a full step of `clients`
+    rows shared by `clients` tokens; (c) read each token's keys and values, the same bytes as one at a
+    time, at best at the streaming `bandwidth`. Eager PyTorch runs the linear layers and the attention as
+    separate operations, so (b) and (c) add up; attention's arithmetic and every other operation count
+    as free, which makes this an upper bound on the ratio. "overlap" is the roofline bound beyond eager
+    PyTorch: a fused kernel that hid all the weight work under the reads (or the reverse) would pay only
+    the larger of (b) and (c)."""
+    c = model.cfg
+    per_kv_token = 2 * c.n_layers * (c.n_kv_heads or c.n_heads) * (c.d_model // c.n_heads) \
+        * next(model.parameters()).element_size()
+    weights = one["tokens"] * rows_time(model, clients) / clients
+    kv = one["kv_tokens"] * per_kv_token / bandwidth
+    best = one["prefill_s"] + weights + kv
+    return {"ratio": one["wall_s"] / best, "overlap": one["wall_s"] / (one["prefill_s"] + max(weights, kv)),
+            "prefill_s": one["prefill_s"], "weights_s": weights, "kv_s": kv,
+            "one_s": one["wall_s"]}
 
 
 def bench_prefix(model, rounds, clients=4):
@@ -139,7 +212,7 @@ def bench_prefix(model, rounds, clients=4):
     shared_work = type("W", (), {"request": lambda self, c, k: (system + work.request(c, k)[0], work.request(c, k)[1])})()
     out = {}
     for on in (True, False):
-        _, ttft, _ = run_continuous(model, shared_work, clients, rounds, prefix_sharing=on)
+        _, ttft, _ = run_continuous(model, shared_work, clients, rounds, prefix_sharing=on, sustained=False)
         out["shared" if on else "not shared"] = (statistics.median(ttft), len(ttft))
     return out
 
@@ -151,6 +224,9 @@ def main(argv=None):
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--trials", type=int, default=1,
                     help="run the three schemes this many times (rotating their order); ratios: the median")
+    ap.add_argument("--drain", action="store_true",
+                    help="continuous: each client sends --rounds requests and the run drains (default: a steady load, "
+                         "timed until clients x rounds requests are done)")
     ap.add_argument("--quick", action="store_true", help="a 2-layer, d=192 model, for a smoke run")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
@@ -167,20 +243,26 @@ def main(argv=None):
           f"{args.rounds} requests per client; prompts 16-512, outputs 16-256 tokens; {torch.get_num_threads()} threads, {args.dtype}")
     print(f"{'clients':>7} {'scheme':>10} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'requests':>8}")
     schemes = (("one", run_one), ("static", run_static), ("continuous", run_continuous))
+    bandwidth = read_bandwidth()
     for c in args.clients:
         res = {name: [] for name, _ in schemes}
+        ones, occupancy = [], []
         for trial in range(args.trials):
             # each trial runs the three schemes back to back, in a rotated order: a slow spell of a shared
             # machine then lands on a different scheme each time, and the per-trial ratios show it
             for name, fn in schemes[trial % 3:] + schemes[:trial % 3]:
-                kw = {"cap": args.one_cap} if name == "one" else {}
+                kw = {"one": {"cap": args.one_cap}, "continuous": {"sustained": not args.drain}}.get(name, {})
                 tps, ttft, extra = fn(model, work, c, args.rounds, **kw)
                 res[name].append(tps)
+                if name == "one":
+                    ones.append(extra)
+                if name == "continuous":
+                    occupancy.append(extra["mean_running"])
                 print(f"{c:>7} {name:>10} {tps:>8.1f} {pct(ttft, 0.5):>8.2f}s {pct(ttft, 0.99):>8.2f}s {len(ttft):>8}",
                       flush=True)
                 rows.append({"clients": c, "scheme": name, "trial": trial, "tokens_per_s": tps,
                              "ttft_p50": pct(ttft, 0.5), "ttft_p99": pct(ttft, 0.99), "requests": len(ttft)})
-                if extra and trial == 0:
+                if name == "continuous" and trial == 0:
                     mem.append({"clients": c, "paged_tokens_mean": extra["mean_blocks"] * extra["block_size"],
                                 "paged_tokens_peak": extra["peak_blocks"] * extra["block_size"],
                                 "contiguous_tokens": c * (512 + 256)})
@@ -189,6 +271,16 @@ def main(argv=None):
             spread = f" (trials {min(r):.2f}-{max(r):.2f})" if len(r) > 1 else ""
             print(f"{c:>7} {'ratio':>10}  continuous/{base} {statistics.median(r):.2f}x{spread}", flush=True)
             summary.append({"clients": c, "vs": base, "median": statistics.median(r), "trials": r})
+        cap = [ceiling(o, model, c, bandwidth) for o in ones]
+        mid = sorted(cap, key=lambda x: x["ratio"])[len(cap) // 2]
+        print(f"{c:>7} {'ceiling':>10}  continuous/one {statistics.median(x['ratio'] for x in cap):.2f}x at most "
+              f"(one at a time {mid['one_s']:.2f} s: prefill alone {mid['prefill_s']:.2f} s; batched, the weight work "
+              f"{mid['weights_s']:.2f} s and the keys/values read at {bandwidth / 1e9:.0f} GB/s {mid['kv_s']:.2f} s; "
+              f"{statistics.median(x['overlap'] for x in cap):.2f}x if a fused kernel overlapped the two); "
+              f"sequences per step {statistics.mean(occupancy):.1f} of {c}", flush=True)
+        summary.append({"clients": c, "ceiling": [x["ratio"] for x in cap],
+                        "ceiling_overlap": [x["overlap"] for x in cap], "mean_running": occupancy,
+                        "read_bandwidth": bandwidth})
     print("\nKV cache at the same load (tokens' worth of keys/values held)")
     for m in mem:
         print(f"{m['clients']:>7} clients: paged {m['paged_tokens_mean']:.0f} mean / {m['paged_tokens_peak']} peak "

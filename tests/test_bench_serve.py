@@ -1,0 +1,53 @@
+"""benchmarks/bench_serve.py: a steady load keeps every client's request in the batch; the ceiling's sum."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer.models.gpt import GPT, GPTConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_serve", ROOT / "benchmarks" / "bench_serve.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=257, context_length=64, n_layers=2, n_heads=2, d_model=32)).eval()
+
+
+def test_sustained_load_keeps_every_client_in_the_batch_and_drain_does_not(bench, model):
+    work = bench.Workload(0, prompt=(4, 20), out=(2, 12))
+    _, ttft, steady = bench.run_continuous(model, work, clients=3, rounds=4)
+    assert steady["mean_running"] == 3, steady                     # a finished request is replaced at once
+    assert len(ttft) >= 12                                         # at least clients x rounds requests began
+    _, ttft, drained = bench.run_continuous(model, work, clients=3, rounds=4, sustained=False)
+    assert len(ttft) == 12 and drained["mean_running"] < 3         # the end runs with fewer clients
+
+
+def test_one_at_a_time_counts_the_keys_each_decoding_step_reads(bench, model):
+    work = bench.Workload(1, prompt=(4, 20), out=(2, 12))
+    _, _, one = bench.run_one(model, work, clients=2, rounds=1)
+    reqs = [work.request(c, 0) for c in range(2)]
+    assert one["tokens"] == sum(n for _, n in reqs)
+    assert one["kv_tokens"] == sum(sum(len(p) + i for i in range(1, n)) for p, n in reqs)
+    assert 0 < one["prefill_s"] < one["wall_s"]
+
+
+def test_ceiling_adds_prefill_batched_weight_work_and_streamed_reads(bench, model, monkeypatch):
+    monkeypatch.setattr(bench, "rows_time", lambda m, rows: 0.004 * rows ** 0.5)
+    one = {"wall_s": 10.0, "prefill_s": 1.0, "tokens": 1000, "kv_tokens": 10**6}
+    per_token = 2 * 2 * 2 * 16 * 4                                  # K and V, 2 layers, 2 heads of 16, float32
+    cap = bench.ceiling(one, model, clients=16, bandwidth=1e9)
+    weights, kv = 1000 * 0.016 / 16, 10**6 * per_token / 1e9
+    assert cap["weights_s"] == pytest.approx(weights) and cap["kv_s"] == pytest.approx(kv)
+    assert cap["ratio"] == pytest.approx(10.0 / (1.0 + weights + kv))
+    assert cap["overlap"] == pytest.approx(10.0 / (1.0 + max(weights, kv)))
