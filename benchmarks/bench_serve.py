@@ -227,6 +227,7 @@ def main(argv=None):
     ap.add_argument("--drain", action="store_true",
                     help="continuous: each client sends --rounds requests and the run drains (default: a steady load, "
                          "timed until clients x rounds requests are done)")
+    ap.add_argument("--block-size", type=int, default=16, help="continuous: tokens per cache block")
     ap.add_argument("--quick", action="store_true", help="a 2-layer, d=192 model, for a smoke run")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
@@ -251,7 +252,8 @@ def main(argv=None):
             # each trial runs the three schemes back to back, in a rotated order: a slow spell of a shared
             # machine then lands on a different scheme each time, and the per-trial ratios show it
             for name, fn in schemes[trial % 3:] + schemes[:trial % 3]:
-                kw = {"one": {"cap": args.one_cap}, "continuous": {"sustained": not args.drain}}.get(name, {})
+                kw = {"one": {"cap": args.one_cap}, "continuous": {"sustained": not args.drain,
+                                                                              "block_size": args.block_size}}.get(name, {})
                 tps, ttft, extra = fn(model, work, c, args.rounds, **kw)
                 res[name].append(tps)
                 if name == "one":
