@@ -43,6 +43,7 @@ import torch
 
 from tformer.inference.cache import make_caches
 from tformer.inference.engine import Engine, SamplingParams
+from tformer.inference.paged_cache import PagedConfig
 from tformer.models.gpt import GPT, GPTConfig
 
 
@@ -182,27 +183,23 @@ def _best_time(fn, repeats: int) -> float:
     return min(ts)
 
 
-def ceiling(one: dict, model, clients: int, bandwidth: float) -> dict:
+def ceiling(one: dict, step_s: float, clients: int, token_bytes: int, bandwidth: float) -> dict:
     """The largest continuous/one ratio that eager PyTorch could reach on these requests at `clients`.
 
     One request at a time spent one["wall_s"]. Any batching scheme must still (a) prefill every prompt,
     work that batching does not shrink (each prefill is already a matrix product of hundreds of rows):
-    one["prefill_s"]; (b) do each new token's weight work, at best at the cost of a full step of `clients`
-    rows shared by `clients` tokens; (c) read each token's keys and values, the same bytes as one at a
-    time, at best at the streaming `bandwidth`. Eager PyTorch runs the linear layers and the attention as
-    separate operations, so (b) and (c) add up; attention's arithmetic and every other operation count
-    as free, which makes this an upper bound on the ratio. "overlap" is the roofline bound beyond eager
-    PyTorch: a fused kernel that hid all the weight work under the reads (or the reverse) would pay only
-    the larger of (b) and (c)."""
-    c = model.cfg
-    per_kv_token = 2 * c.n_layers * (c.n_kv_heads or c.n_heads) * (c.d_model // c.n_heads) \
-        * next(model.parameters()).element_size()
-    weights = one["tokens"] * rows_time(model, clients) / clients
-    kv = one["kv_tokens"] * per_kv_token / bandwidth
-    best = one["prefill_s"] + weights + kv
-    return {"ratio": one["wall_s"] / best, "overlap": one["wall_s"] / (one["prefill_s"] + max(weights, kv)),
-            "prefill_s": one["prefill_s"], "weights_s": weights, "kv_s": kv,
-            "one_s": one["wall_s"]}
+    one["prefill_s"]; (b) do each new token's weight work, at best `step_s` (a full step of `clients`
+    rows, `rows_time`) shared by `clients` tokens; (c) read each token's keys and values (`token_bytes`
+    per cached position), the same bytes as one at a time, at best at the streaming `bandwidth`. Eager
+    PyTorch runs the linear layers and the attention as separate operations, so (b) and (c) add up;
+    attention's arithmetic and every other operation count as free, which makes this an upper bound on
+    the ratio. "overlap" is the roofline bound beyond eager PyTorch: a fused kernel that hid all the
+    weight work under the reads (or the reverse) would pay only the larger of (b) and (c)."""
+    weights = one["tokens"] * step_s / clients
+    kv = one["kv_tokens"] * token_bytes / bandwidth
+    return {"ratio": one["wall_s"] / (one["prefill_s"] + weights + kv),
+            "overlap": one["wall_s"] / (one["prefill_s"] + max(weights, kv)),
+            "prefill_s": one["prefill_s"], "weights_s": weights, "kv_s": kv, "one_s": one["wall_s"]}
 
 
 def bench_prefix(model, rounds, clients=4):
@@ -245,6 +242,7 @@ def main(argv=None):
     print(f"{'clients':>7} {'scheme':>10} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'requests':>8}")
     schemes = (("one", run_one), ("static", run_static), ("continuous", run_continuous))
     bandwidth = read_bandwidth()
+    token_bytes = PagedConfig.for_model(model, dtype=next(model.parameters()).dtype).token_bytes
     for c in args.clients:
         res = {name: [] for name, _ in schemes}
         ones, occupancy = [], []
@@ -273,7 +271,8 @@ def main(argv=None):
             spread = f" (trials {min(r):.2f}-{max(r):.2f})" if len(r) > 1 else ""
             print(f"{c:>7} {'ratio':>10}  continuous/{base} {statistics.median(r):.2f}x{spread}", flush=True)
             summary.append({"clients": c, "vs": base, "median": statistics.median(r), "trials": r})
-        cap = [ceiling(o, model, c, bandwidth) for o in ones]
+        step_s = rows_time(model, c)
+        cap = [ceiling(o, step_s, c, token_bytes, bandwidth) for o in ones]
         mid = sorted(cap, key=lambda x: x["ratio"])[len(cap) // 2]
         print(f"{c:>7} {'ceiling':>10}  continuous/one {statistics.median(x['ratio'] for x in cap):.2f}x at most "
               f"(one at a time {mid['one_s']:.2f} s: prefill alone {mid['prefill_s']:.2f} s; batched, the weight work "

@@ -42,12 +42,10 @@ def test_one_at_a_time_counts_the_keys_each_decoding_step_reads(bench, model):
     assert 0 < one["prefill_s"] < one["wall_s"]
 
 
-def test_ceiling_adds_prefill_batched_weight_work_and_streamed_reads(bench, model, monkeypatch):
-    monkeypatch.setattr(bench, "rows_time", lambda m, rows: 0.004 * rows ** 0.5)
+def test_ceiling_adds_prefill_batched_weight_work_and_streamed_reads(bench):
     one = {"wall_s": 10.0, "prefill_s": 1.0, "tokens": 1000, "kv_tokens": 10**6}
-    per_token = 2 * 2 * 2 * 16 * 4                                  # K and V, 2 layers, 2 heads of 16, float32
-    cap = bench.ceiling(one, model, clients=16, bandwidth=1e9)
-    weights, kv = 1000 * 0.016 / 16, 10**6 * per_token / 1e9
+    cap = bench.ceiling(one, step_s=0.016, clients=16, token_bytes=512, bandwidth=1e9)
+    weights, kv = 1000 * 0.016 / 16, 10**6 * 512 / 1e9
     assert cap["weights_s"] == pytest.approx(weights) and cap["kv_s"] == pytest.approx(kv)
     assert cap["ratio"] == pytest.approx(10.0 / (1.0 + weights + kv))
     assert cap["overlap"] == pytest.approx(10.0 / (1.0 + max(weights, kv)))

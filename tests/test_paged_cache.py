@@ -58,6 +58,9 @@ def test_allocator_truncate_free_and_out_of_blocks():
     m(torch.randint(0, 40, (1, 10)), caches)                    # 10 tokens -> 3 blocks
     assert pool.n_used == 3 and caches[0].length == 10
     assert caches[0].nbytes() == 2 * 3 * 2 * 4 * 8 * 8         # K+V, 3 blocks, 2 heads, bs 4, hd 8, float64
+    n_layers = m.cfg.n_layers
+    assert pool.cfg.token_bytes == 2 * n_layers * 2 * 8 * 8      # K+V, every layer, 2 heads, hd 8, float64
+    assert pool.block_bytes() == 4 * pool.cfg.token_bytes and pool.used_bytes() == 3 * pool.block_bytes()
     for c in caches:
         c.truncate(5)                                           # rollback: 5 tokens need 2 blocks
     assert pool.n_used == 2

@@ -41,6 +41,11 @@ class PagedConfig:
     n_blocks: int = 256                # physical blocks in the pool (its capacity is n_blocks * block_size tokens)
     dtype: torch.dtype = torch.float32
 
+    @property
+    def token_bytes(self) -> int:
+        """Bytes of one token's keys and values across all layers."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype.itemsize
+
     @classmethod
     def for_model(cls, model, **kw) -> "PagedConfig":
         """The sizes of a `tformer.models.GPT` (n_layers, n_kv_heads or n_heads, head_dim)."""
@@ -82,8 +87,7 @@ class BlockPool:
 
     def block_bytes(self) -> int:
         """Bytes of one block across all layers, keys and values."""
-        c = self.cfg
-        return 2 * c.n_layers * c.n_kv_heads * c.block_size * c.head_dim * self.k.element_size()
+        return self.cfg.block_size * self.cfg.token_bytes
 
     def used_bytes(self) -> int:
         """Bytes of the blocks currently handed out."""
