@@ -7,7 +7,10 @@ Closed-loop clients: each sends its next request when its last one finishes. Pro
 in 16-512 tokens, output lengths uniform in 16-256 (the same seeded draws for every scheme). Model: GPT
 with 6 layers, d_model 384, 6 heads, context 1024, random weights, the byte-level vocabulary (257), in
 float32, or with `--dtype bfloat16` weights and cache in bf16 (every scheme alike: a server keeps no fp32
-master weights; fast where the CPU has bf16 matrix units, Intel AMX or AVX512-BF16).
+master weights; fast where the CPU has bf16 matrix units, Intel AMX or AVX512-BF16). In bf16 one request
+at a time also runs in float32 (`one-fp32`, the same weights), since a one-row matrix product in bf16 can
+be slower than in float32 on a CPU: continuous batching is compared with both, the faster being the fair
+baseline.
 Each client sends `--rounds` requests (the same seeded draws for every scheme); schemes run in one
 process, one after another (one-at-a-time runs at most `--one-cap` of them: its rate does not depend on
 the number of clients):
@@ -28,7 +31,7 @@ values read at this machine's streaming bandwidth (see `ceiling`), with the sequ
 cache memory at the same load (paged blocks in use vs a contiguous cache reserving the longest request,
 512 + 256 tokens, per running sequence) and prefix sharing (TTFT with a shared 256-token system prompt,
 sharing on vs off). On a shared machine the absolute figures move, and a slow spell during one scheme
-moves a ratio too: `--trials 3` runs the three schemes three times in rotated orders and reports the
+moves a ratio too: `--trials 3` runs the schemes three times in rotated orders and reports the
 median ratio with the range over trials.
 """
 from __future__ import annotations
@@ -116,7 +119,7 @@ def run_static(model, work, clients, rounds):
 
 
 @torch.no_grad()
-def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size=16, sustained=True):
+def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size=32, sustained=True):
     """Continuous batching; each client sends its next request when its last one is done.
 
     sustained: the clients never stop sending, and the clock stops when clients * rounds requests have
@@ -220,11 +223,11 @@ def main(argv=None):
     ap.add_argument("--one-cap", type=int, default=16, help="at most this many requests for one-at-a-time")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--trials", type=int, default=1,
-                    help="run the three schemes this many times (rotating their order); ratios: the median")
+                    help="run the schemes this many times (rotating their order); ratios: the median")
     ap.add_argument("--drain", action="store_true",
                     help="continuous: each client sends --rounds requests and the run drains (default: a steady load, "
                          "timed until clients x rounds requests are done)")
-    ap.add_argument("--block-size", type=int, default=16, help="continuous: tokens per cache block")
+    ap.add_argument("--block-size", type=int, default=32, help="continuous: tokens per cache block")
     ap.add_argument("--quick", action="store_true", help="a 2-layer, d=192 model, for a smoke run")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
@@ -240,19 +243,25 @@ def main(argv=None):
     print(f"model: {model.cfg.n_layers} layers, d_model {model.cfg.d_model}, context {model.cfg.context_length}; "
           f"{args.rounds} requests per client; prompts 16-512, outputs 16-256 tokens; {torch.get_num_threads()} threads, {args.dtype}")
     print(f"{'clients':>7} {'scheme':>10} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'requests':>8}")
-    schemes = (("one", run_one), ("static", run_static), ("continuous", run_continuous))
+    f32 = model_for(args.quick) if args.dtype != "float32" else None        # the same weights, in float32
+    schemes = [("one", run_one)] + ([("one-fp32", run_one)] if f32 else []) + [("static", run_static),
+                                                                                ("continuous", run_continuous)]
     bandwidth = read_bandwidth()
     token_bytes = PagedConfig.for_model(model, dtype=next(model.parameters()).dtype).token_bytes
+    warm = Workload(99, prompt=(16, 64), out=(4, 8))
+    for name, fn in schemes:       # an untimed warm-up of each scheme: the first trial pays no one-time costs
+        fn(f32 if name == "one-fp32" else model, warm, 2, 1)
     for c in args.clients:
         res = {name: [] for name, _ in schemes}
         ones, occupancy = [], []
         for trial in range(args.trials):
-            # each trial runs the three schemes back to back, in a rotated order: a slow spell of a shared
+            # each trial runs the schemes back to back, in a rotated order: a slow spell of a shared
             # machine then lands on a different scheme each time, and the per-trial ratios show it
-            for name, fn in schemes[trial % 3:] + schemes[:trial % 3]:
-                kw = {"one": {"cap": args.one_cap}, "continuous": {"sustained": not args.drain,
-                                                                              "block_size": args.block_size}}.get(name, {})
-                tps, ttft, extra = fn(model, work, c, args.rounds, **kw)
+            turn = trial % len(schemes)
+            for name, fn in schemes[turn:] + schemes[:turn]:
+                kw = {"one": {"cap": args.one_cap}, "one-fp32": {"cap": args.one_cap},
+                      "continuous": {"sustained": not args.drain, "block_size": args.block_size}}.get(name, {})
+                tps, ttft, extra = fn(f32 if name == "one-fp32" else model, work, c, args.rounds, **kw)
                 res[name].append(tps)
                 if name == "one":
                     ones.append(extra)
@@ -266,7 +275,7 @@ def main(argv=None):
                     mem.append({"clients": c, "paged_tokens_mean": extra["mean_blocks"] * extra["block_size"],
                                 "paged_tokens_peak": extra["peak_blocks"] * extra["block_size"],
                                 "contiguous_tokens": c * (512 + 256)})
-        for base in ("one", "static"):
+        for base in [n for n, _ in schemes if n != "continuous"]:
             r = [x / y for x, y in zip(res["continuous"], res[base])]
             spread = f" (trials {min(r):.2f}-{max(r):.2f})" if len(r) > 1 else ""
             print(f"{c:>7} {'ratio':>10}  continuous/{base} {statistics.median(r):.2f}x{spread}", flush=True)

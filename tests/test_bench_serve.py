@@ -1,5 +1,6 @@
 """benchmarks/bench_serve.py: a steady load keeps every client's request in the batch; the ceiling's sum."""
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,13 @@ def test_ceiling_adds_prefill_batched_weight_work_and_streamed_reads(bench):
     assert cap["weights_s"] == pytest.approx(weights) and cap["kv_s"] == pytest.approx(kv)
     assert cap["ratio"] == pytest.approx(10.0 / (1.0 + weights + kv))
     assert cap["overlap"] == pytest.approx(10.0 / (1.0 + max(weights, kv)))
+
+
+def test_bf16_runs_one_at_a_time_in_float32_beside_it(bench, tmp_path):
+    """In bf16 the baseline is also run in float32 (same weights), and the ratio to it is reported."""
+    out = tmp_path / "serve.json"
+    bench.main(["--quick", "--rounds", "1", "--clients", "2", "--one-cap", "1", "--dtype", "bfloat16",
+                "--json", str(out)])
+    d = json.loads(out.read_text())
+    assert {r["scheme"] for r in d["throughput"]} == {"one", "one-fp32", "static", "continuous"}
+    assert {s["vs"] for s in d["ratios"] if "vs" in s} == {"one", "one-fp32", "static"}

@@ -105,21 +105,20 @@ def test_beam_search_reorder_says_what_to_use_instead():
         pool.new_caches(2)[0].reorder(torch.tensor([1, 0]))
 
 
-@pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 4), (4, 2), (6, 1)])
-def test_paged_decode_attention_reads_blocks_in_place(n_heads, n_kv_heads):
-    """One query per sequence over its own keys, read from scattered blocks: equal (float64) to SDPA over
-    that sequence's keys alone, for ragged lengths (a partly filled last block, one token, several
-    blocks), GQA, and two sequences sharing their first block (prefix sharing)."""
+def _scattered_sequences(n_heads, n_kv_heads, dtype):
+    """Six sequences written into scattered blocks of layer 1 (ragged lengths: a partly filled last
+    block, one token, several blocks; sequence 5 shares sequence 4's first block, as prefix sharing does),
+    their queries and their `DecodeIndex`; keys and values returned as the pool holds them."""
     bs, hd = 4, 8
     pool = BlockPool(PagedConfig(n_layers=2, n_kv_heads=n_kv_heads, head_dim=hd, block_size=bs, n_blocks=40,
-                                 dtype=torch.float64))
+                                 dtype=dtype))
     g = torch.Generator().manual_seed(n_heads + n_kv_heads)
     lens = [1, 3, 4, 5, 17, 9]
     free = torch.randperm(40, generator=g).tolist()
     tables = [[free.pop() for _ in range(-(-n // bs))] for n in lens]
     tables[5][0] = tables[4][0]                                   # sequence 5 shares sequence 4's first block
-    keys = [torch.randn(n, n_kv_heads, hd, generator=g, dtype=torch.float64) for n in lens]
-    vals = [torch.randn(n, n_kv_heads, hd, generator=g, dtype=torch.float64) for n in lens]
+    keys = [torch.randn(n, n_kv_heads, hd, generator=g, dtype=torch.float64).to(dtype) for n in lens]
+    vals = [torch.randn(n, n_kv_heads, hd, generator=g, dtype=torch.float64).to(dtype) for n in lens]
     keys[5][:bs], vals[5][:bs] = keys[4][:bs], vals[4][:bs]       # ... so its first tokens are the same
     for table, k, v in zip(tables, keys, vals):
         pos = torch.arange(len(k))
@@ -127,12 +126,35 @@ def test_paged_decode_attention_reads_blocks_in_place(n_heads, n_kv_heads):
     nb = max(map(len, tables))
     idx = DecodeIndex.build(torch.tensor([t + [0] * (nb - len(t)) for t in tables]), torch.tensor(lens), n_heads,
                             n_kv_heads, hd, bs)
-    q = torch.randn(len(lens), n_heads, 1, hd, generator=g, dtype=torch.float64)
+    q = torch.randn(len(lens), n_heads, 1, hd, generator=g, dtype=torch.float64).to(dtype)
+    return pool, idx, q, keys, vals
+
+
+def _sdpa_alone(q, k, v):
+    """float64 SDPA of one sequence's query (1, H, 1, hd) over its own keys/values (n, H_kv, hd)."""
+    rep = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q.double(), k.double().transpose(0, 1).repeat_interleave(rep, 0)[None],
+                                          v.double().transpose(0, 1).repeat_interleave(rep, 0)[None])
+
+
+@pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 4), (4, 2), (6, 1)])
+def test_paged_decode_attention_reads_blocks_in_place(n_heads, n_kv_heads):
+    """One query per sequence over its own keys, read from scattered blocks: equal (float64) to SDPA over
+    that sequence's keys alone, for ragged lengths, GQA, and a block two sequences share."""
+    pool, idx, q, keys, vals = _scattered_sequences(n_heads, n_kv_heads, torch.float64)
     out = paged_decode_attention(q, pool.k[1], pool.v[1], idx)
     assert out.shape == q.shape
-    rep = n_heads // n_kv_heads
     for i, (k, v) in enumerate(zip(keys, vals)):
-        ref = F.scaled_dot_product_attention(q[i:i + 1], k.transpose(0, 1).repeat_interleave(rep, 0)[None],
-                                             v.transpose(0, 1).repeat_interleave(rep, 0)[None])
-        torch.testing.assert_close(out[i:i + 1], ref, rtol=0, atol=1e-12)
+        torch.testing.assert_close(out[i:i + 1], _sdpa_alone(q[i:i + 1], k, v), rtol=0, atol=1e-12)
     assert not pool.k[0].any()                                    # another layer's blocks untouched
+
+
+def test_paged_decode_attention_in_bf16_is_within_its_rounding():
+    """A bf16 pool (what the engine serves in on a CPU with bf16 units): scores, softmax and the weighted
+    sum stay within bf16 rounding of float64 attention over the same stored values (one stale or unmasked
+    position would be off by far more than 0.02: the values are N(0, 1))."""
+    pool, idx, q, keys, vals = _scattered_sequences(4, 2, torch.bfloat16)
+    out = paged_decode_attention(q, pool.k[1], pool.v[1], idx)
+    assert out.dtype == torch.bfloat16
+    for i, (k, v) in enumerate(zip(keys, vals)):
+        torch.testing.assert_close(out[i:i + 1].double(), _sdpa_alone(q[i:i + 1], k, v), rtol=0, atol=2e-2)

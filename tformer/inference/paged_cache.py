@@ -271,8 +271,8 @@ def paged_decode_attention(q: torch.Tensor, k_layer: torch.Tensor, v_layer: torc
     hd, bs = k_layer.shape[-2], k_layer.shape[-1]
     w = (q.reshape(b * h, hd) * hd ** -0.5).to(k_layer.dtype).index_select(0, idx.query).flatten()
     s = F.embedding_bag(idx.k_rows, k_layer.reshape(-1, bs), idx.k_bags, mode="sum", per_sample_weights=w)
-    s = s.view(b, h, t_pad).masked_fill(idx.hidden, float("-inf"))
-    p = torch.softmax(s, dim=-1, dtype=torch.promote_types(s.dtype, torch.float32)).to(v_layer.dtype)
+    s = s.view(b, h, t_pad).masked_fill_(idx.hidden, float("-inf"))          # s is our own: fill in place
+    p = torch.softmax(s, dim=-1)          # bf16/fp16 too: the kernels accumulate in float32 for those
     out = F.embedding_bag(idx.v_rows, v_layer.reshape(-1, hd), idx.v_bags, mode="sum",
                           per_sample_weights=p.view(-1, bs).index_select(0, idx.held).flatten())
     return out.view(b, h, 1, hd)

@@ -74,7 +74,7 @@ def add_cli(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ routes")
-    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block")
+    p.add_argument("--block-size", type=positive_int, default=32, help="tokens per KV block")
     p.add_argument("--n-blocks", type=positive_int, default=None, help="KV blocks in the pool")
     p.add_argument("--max-running", type=positive_int, default=64, help="sequences decoded together at most")
     p.add_argument("--max-waiting", type=positive_int, default=256, help="queue length before answering 429")
