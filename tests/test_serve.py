@@ -223,3 +223,14 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     assert main(["serve", "--run", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "exactly one of" in err[0] and "no such folder" in err[1] and "not a run folder" in err[2]
+
+
+def test_serve_dtype_casts_the_model_and_a_bf16_server_answers():
+    import argparse
+    from tformer.serve.cli import _load
+    model, tok, name = _load(argparse.Namespace(run=None, hf=None, demo=True, name=None, dtype="bfloat16"))
+    assert name == "demo" and {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    with start_in_background(build_app(model, tok, name="demo", n_blocks=64, block_size=8)) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+        out = client.completions.create(model="demo", prompt="Hello", max_tokens=5, temperature=0)
+        assert out.usage.completion_tokens == 5 and out.choices[0].finish_reason == "length"

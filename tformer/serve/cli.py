@@ -3,6 +3,7 @@
     tformer serve --demo                          # a small random model, the byte-level tokenizer
     tformer serve --run runs/ch11 --port 8000     # a run folder (tformer.serve.runs)
     tformer serve --hf path/to/gpt2 --api-key KEY # a local GPT-2-format folder; a bearer key required
+    tformer serve --run runs/ch11 --dtype bfloat16 # weights and KV cache in bf16 (faster on CPUs with AMX)
     tformer export --to hf runs/ch11 exported/
 """
 from __future__ import annotations
@@ -12,6 +13,13 @@ from pathlib import Path
 
 
 def _load(args):
+    """(model in args.dtype, tokenizer, name) from --run, --hf or --demo."""
+    import torch
+    model, tok, name = _load_float32(args)
+    return model.to(getattr(torch, args.dtype)), tok, name
+
+
+def _load_float32(args):
     from ..cli import UserError
     from .runs import demo_model, load_gpt_run, load_hf
     chosen = [x for x in (args.run, args.hf) if x] + (["demo"] if args.demo else [])
@@ -74,6 +82,9 @@ def add_cli(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ routes")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="weights and KV cache (bfloat16: half the bytes; on a CPU with bf16 units, Intel AMX or "
+                        "AVX512-BF16, benchmarks/bench_serve.py runs faster in it)")
     p.add_argument("--block-size", type=positive_int, default=32, help="tokens per KV block")
     p.add_argument("--n-blocks", type=positive_int, default=None, help="KV blocks in the pool")
     p.add_argument("--max-running", type=positive_int, default=64, help="sequences decoded together at most")
