@@ -4,7 +4,9 @@ import random
 import pytest
 import torch
 
+from tformer.inference.cache import make_caches
 from tformer.inference.engine import Engine, QueueFull, SamplingParams, blocks_needed, can_admit
+from tformer.inference.paged_cache import read_kv
 from tformer.models.gpt import GPT, GPTConfig
 
 
@@ -156,3 +158,47 @@ def test_admission_rule_and_errors():
     eng.add_request([1], SamplingParams(max_tokens=2))
     with pytest.raises(QueueFull):
         eng.add_request([1], SamplingParams(max_tokens=2))
+
+
+@pytest.mark.parametrize("bucket", [1, 7, 32])
+def test_prefill_pads_to_bucket_and_matches_alone(bucket, monkeypatch):
+    """Prefills run at a multiple of `prefill_bucket` tokens (or up to the context when that is shorter),
+    fresh and after a prefix hit; the pads change no request's tokens and hold no cache slot."""
+    model = tiny(9)
+    shapes = []                                               # (tokens cached before, T) of each prefill
+    real_forward = Engine.forward
+
+    def spy(self, tokens, positions, reqs, n_real=None):
+        logits = real_forward(self, tokens, positions, reqs, n_real)
+        if tokens.shape[1] > 1 or n_real is not None:                           # a prefill: check the cache
+            start = int(positions[0, 0])
+            shapes.append((start, tokens.shape[1], n_real))
+            n = start + n_real                                                   # tokens now cached
+            caches = make_caches(model.cfg.n_layers)
+            model(torch.tensor([reqs[0].tokens[:n]]), caches)                    # the same tokens, no pads
+            pos = torch.arange(n)
+            blocks = torch.tensor(reqs[0].blocks)[pos // 8][None]
+            for layer, c in enumerate(caches):
+                for got, want in zip(read_kv(self.pool, layer, blocks, pos % 8), c.get()):
+                    torch.testing.assert_close(got, want)                        # no pad overwrote a real slot
+        return logits
+    monkeypatch.setattr(Engine, "forward", spy)
+    system = list(range(1, 17))                                                  # 2 full blocks of 8
+    rng = random.Random(bucket)
+    prompts = [[rng.randrange(61) for _ in range(n)] for n in (1, 9, 30, 33)] + [system + [40] * 3, system + [50] * 60]
+    eng = Engine(model, n_blocks=80, block_size=8, prefill_bucket=bucket)
+    reqs = [eng.add_request(p, SamplingParams(max_tokens=12)) for p in prompts[:-1]]
+    eng.step()
+    reqs.append(eng.add_request(prompts[-1], SamplingParams(max_tokens=12)))     # arrives after the system prompt is cached
+    eng.run()
+    assert reqs[-1].n_shared == 2                                                # a prefix hit: 16 tokens not recomputed
+    for r, p in zip(reqs, prompts):
+        assert r.output == alone(model, p, 12)[0]
+    assert sorted(n for _, _, n in shapes) == sorted([1, 9, 30, 33, 19, 60])    # every real token, once
+    for start, t, n in shapes:
+        assert t % bucket == 0 or start + t == model.cfg.context_length, (bucket, start, t)
+        assert t - n < bucket
+    assert eng.prefill_tokens == sum(n for _, _, n in shapes)
+    assert eng.blocks.n_free == 80 and not eng.blocks.ref
+    with pytest.raises(ValueError, match="prefill_bucket must be >= 1"):
+        Engine(model, n_blocks=80, block_size=8, prefill_bucket=0)

@@ -234,11 +234,14 @@ class Engine:
     is then 64 bytes in bf16, one cache line, and `benchmarks/bench_serve.py` decodes faster (16: half a
     line per row). max_running: sequences
     decoded together at most. max_waiting: queue length beyond which `add_request` raises `QueueFull`.
-    watermark: free blocks kept back at admission for running sequences to grow into.
+    watermark: free blocks kept back at admission for running sequences to grow into. prefill_bucket: a
+    prompt's new tokens are padded to a multiple of it, so prefills reuse a few matrix shapes (see
+    `forward`; 1: no padding).
     """
 
     def __init__(self, model, n_blocks: int | None = None, block_size: int = 32, max_running: int = 64,
-                 max_waiting: int = 256, prefix_sharing: bool = True, watermark: int = 1, seed: int = 0):
+                 max_waiting: int = 256, prefix_sharing: bool = True, watermark: int = 1, seed: int = 0,
+                 prefill_bucket: int = 32):
         cfg = model.cfg
         if getattr(model.blocks[0], "norm_first", True) is not True:
             raise ValueError("Engine: expected a pre-LN GPT (tformer.models.GPT)")
@@ -252,7 +255,10 @@ class Engine:
         self.pool = BlockPool(PagedConfig.for_model(model, block_size=block_size, n_blocks=n_blocks, dtype=p.dtype),
                               device=p.device)
         self.blocks = PrefixBlocks(self.pool, prefix_sharing)
+        if prefill_bucket < 1:
+            raise ValueError(f"Engine: prefill_bucket must be >= 1, got {prefill_bucket}")
         self.bs, self.max_running, self.max_waiting, self.watermark = block_size, max_running, max_waiting, watermark
+        self.prefill_bucket = prefill_bucket
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._inbox: deque[Request] = deque()
@@ -408,10 +414,13 @@ class Engine:
     def _prefill(self, reqs: list[Request], finished: list[Request]) -> None:
         (r,) = reqs
         toks = r.tokens
-        new = torch.tensor([toks[r.n_cached:]], device=self.pool.k.device)
-        pos = torch.arange(r.n_cached, len(toks), device=new.device)[None]
-        logits = self.forward(new, pos, [r])[:, -1]                     # (1, V)
-        self.prefill_tokens += new.shape[1]
+        n_new = len(toks) - r.n_cached
+        n_pad = min(-(-n_new // self.prefill_bucket) * self.prefill_bucket,     # round up to the bucket,
+                    self.model.cfg.context_length - r.n_cached)                 # within the context
+        new = torch.tensor([toks[r.n_cached:] + [0] * (n_pad - n_new)], device=self.pool.k.device)
+        pos = torch.arange(r.n_cached, r.n_cached + n_pad, device=new.device)[None]
+        logits = self.forward(new, pos, [r], n_real=n_new)[:, n_new - 1]        # (1, V)
+        self.prefill_tokens += n_new
         r.n_cached = len(toks)
         self.blocks.register(toks, r.blocks, len(toks) // self.bs)
         self._sample([r], logits, finished)
@@ -447,30 +456,39 @@ class Engine:
                 self._finish(r, "length", finished)
 
     # -- the model step: every sequence's new tokens through the layers together ------------------
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, reqs: list[Request],
+                n_real: int | None = None) -> torch.Tensor:
         """tokens, positions (B, T) of B sequences' new tokens -> logits (B, T, V).
 
         Writes the new keys/values into each sequence's blocks and attends over all of its cached tokens.
         Two kinds of call: a decoding step (T = 1, any B) reads every sequence's blocks in place through
         `paged_decode_attention`, its index lists built once for all layers; a prefill (B = 1) attends
         causally over its own new keys when nothing is cached, or, after a prefix hit or a preemption,
-        over its blocks gathered in token order (one sequence, once per admission)."""
+        over its blocks gathered in token order (one sequence, once per admission).
+
+        n_real (a prefill): only the first n_real tokens are the sequence's; the rest pad T up to a
+        bucket (`prefill_bucket`). On a CPU each new matrix shape costs a kernel choice, and in bf16 a
+        JIT-compiled AMX kernel (oneDNN), about as long as the prefill itself: padded prompts reuse a few
+        shapes. Pads come after every real token, so causal attention keeps them out of the real rows;
+        their keys/values are not stored."""
         m, pool, bs = self.model, self.pool, self.bs
         dev = tokens.device
         b, t = tokens.shape
         if t > 1 and b > 1:
             raise ValueError(f"Engine.forward: expected one new token per sequence or one sequence, got {b} x {t}")
+        n_real = t if n_real is None else n_real
         nb = max(len(r.blocks) for r in reqs)
         table = torch.tensor([r.blocks + [0] * (nb - len(r.blocks)) for r in reqs], device=dev)  # pad: block 0
-        w_blk = table.gather(1, positions // bs)                                 # (B, T) where each new token goes
-        w_off = positions % bs
+        w_blk = table.gather(1, positions[:, :n_real] // bs)                     # (B, n_real) where each new token goes
+        w_off = positions[:, :n_real] % bs
         fresh = b == 1 and int(positions[0, 0]) == 0                              # nothing cached: no gather
         if t == 1:
             idx = DecodeIndex.build(table, positions[:, 0] + 1, m.cfg.n_heads, pool.cfg.n_kv_heads,
                                     pool.cfg.head_dim, bs)
         elif not fresh:                                                          # every key up to the last new token
             key_pos = torch.arange(int(positions[0, -1]) + 1, device=dev)
-            k_blk, k_off = table[:, key_pos // bs], key_pos % bs
+            stored = key_pos.clamp(max=int(positions[0, n_real - 1]))             # a pad's key: read a real one (masked)
+            k_blk, k_off = table[:, stored // bs], stored % bs
             see = key_pos[None, None, None, :] <= positions[:, None, :, None]     # (1, 1, T, n_keys)
             mask = torch.zeros(see.shape, dtype=m.tok_embed.weight.dtype, device=dev).masked_fill_(~see, float("-inf"))
         x = m.tok_embed(tokens)
@@ -487,7 +505,7 @@ class Engine:
             q, k, v = split_heads(q, attn.n_heads), split_heads(k, attn.n_kv_heads), split_heads(v, attn.n_kv_heads)
             if cos is not None:
                 q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            write_kv(pool, layer, w_blk, w_off, k.transpose(1, 2), v.transpose(1, 2))
+            write_kv(pool, layer, w_blk, w_off, k[:, :, :n_real].transpose(1, 2), v[:, :, :n_real].transpose(1, 2))
             if t == 1:
                 y = paged_decode_attention(q, pool.k[layer], pool.v[layer], idx).to(q.dtype)
             elif fresh:
