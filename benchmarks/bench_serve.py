@@ -32,7 +32,10 @@ cache memory at the same load (paged blocks in use vs a contiguous cache reservi
 512 + 256 tokens, per running sequence) and prefix sharing (TTFT with a shared 256-token system prompt,
 sharing on vs off). On a shared machine the absolute figures move, and a slow spell during one scheme
 moves a ratio too: `--trials 3` runs the schemes three times in rotated orders and reports the
-median ratio with the range over trials.
+median ratio with the range over trials. One-time costs: in bf16 oneDNN compiles a kernel for each new
+matrix shape; the engine pads prefills to multiples of 32 tokens (few shapes), one at a time and static
+batching run each prompt at its own length, and every trial draws the same requests, so from the second
+trial on every scheme finds its shapes compiled.
 """
 from __future__ import annotations
 
