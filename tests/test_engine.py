@@ -11,10 +11,18 @@ from tformer.models.gpt import GPT, GPTConfig
 
 
 def tiny(seed=0, **kw):
+    """A float64 GPT whose next token depends on its context: the blocks' matrices are drawn at
+    2 / sqrt(fan_in). At the default small init a tied-embedding model mostly repeats its last input
+    token, whatever attention reads, and equal outputs would then prove little."""
     torch.manual_seed(seed)
     cfg = dict(vocab_size=61, context_length=96, n_layers=2, n_heads=4, d_model=32)
     cfg.update(kw)
-    return GPT(GPTConfig(**cfg)).double().eval()
+    model = GPT(GPTConfig(**cfg)).double().eval()
+    with torch.no_grad():
+        for w in model.blocks.parameters():
+            if w.dim() == 2:
+                w.normal_(0, 2 / w.shape[1] ** 0.5)
+    return model
 
 
 def alone(model, prompt, max_tokens, stop=()):
