@@ -60,3 +60,6 @@ def test_bf16_runs_one_at_a_time_in_float32_beside_it(bench, tmp_path):
     d = json.loads(out.read_text())
     assert {r["scheme"] for r in d["throughput"]} == {"one", "one-fp32", "static", "continuous"}
     assert {s["vs"] for s in d["ratios"] if "vs" in s} == {"one", "one-fp32", "static"}
+    (cap,) = [s for s in d["ratios"] if "ceiling" in s]                    # the bound against the faster baseline too
+    tps = {r["scheme"]: r["tokens_per_s"] for r in d["throughput"]}
+    assert cap["ceiling_vs_one_fp32"] == pytest.approx(cap["ceiling"][0] * tps["one"] / tps["one-fp32"])
