@@ -30,9 +30,9 @@ PyTorch, from one-at-a-time's own prefill time, the weight work of a full batche
 values read at this machine's streaming bandwidth (see `ceiling`; in bf16 also against one-fp32), with the
 sequences per step. Then the cache memory at the same load (paged blocks in use vs a contiguous cache
 reserving the longest request, 512 + 256 tokens, per running sequence) and prefix sharing (TTFT with a
-shared 256-token system prompt, sharing on vs off). On a shared machine the absolute figures move, and a slow spell during one scheme
-moves a ratio too: `--trials 3` runs the schemes three times in rotated orders and reports the
-median ratio with the range over trials. One-time costs: in bf16 oneDNN compiles a kernel for each new
+shared 256-token system prompt, sharing on vs off). On a shared machine the absolute figures move, and a
+slow spell during one scheme moves a ratio too: `--trials 3` runs the schemes three times in rotated
+orders and reports the median ratio with the range over trials. One-time costs: in bf16 oneDNN compiles a kernel for each new
 matrix shape; the engine pads prefills to multiples of 32 tokens (few shapes), one at a time and static
 batching run each prompt at its own length, and every trial draws the same requests, so from the second
 trial on every scheme finds its shapes compiled.
@@ -288,7 +288,7 @@ def main(argv=None):
         mid = sorted(cap, key=lambda x: x["ratio"])[len(cap) // 2]
         top = statistics.median(x["ratio"] for x in cap)
         top_f32 = top * statistics.median(res["one"]) / statistics.median(res["one-fp32"]) if f32 else None
-        vs_f32 = f", {top_f32:.2f}x over one-fp32" if f32 else ""   # the same bound, against the faster baseline
+        vs_f32 = f", {top_f32:.2f}x over one-fp32" if top_f32 else ""   # the same bound, the faster baseline
         print(f"{c:>7} {'ceiling':>10}  continuous/one {top:.2f}x at most{vs_f32} "
               f"(one at a time {mid['one_s']:.2f} s: prefill alone {mid['prefill_s']:.2f} s; batched, the weight work "
               f"{mid['weights_s']:.2f} s and the keys/values read at {bandwidth / 1e9:.0f} GB/s {mid['kv_s']:.2f} s; "

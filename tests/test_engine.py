@@ -8,21 +8,16 @@ from tformer.inference.cache import make_caches
 from tformer.inference.engine import Engine, QueueFull, SamplingParams, blocks_needed, can_admit
 from tformer.inference.paged_cache import read_kv
 from tformer.models.gpt import GPT, GPTConfig
+from tformer.serve.runs import context_init_
 
 
 def tiny(seed=0, **kw):
-    """A float64 GPT whose next token depends on its context: the blocks' matrices are drawn at
-    2 / sqrt(fan_in). At the default small init a tied-embedding model mostly repeats its last input
-    token, whatever attention reads, and equal outputs would then prove little."""
+    """A float64 GPT whose next token depends on its context (`context_init_`): equal outputs then say
+    that attention read the right keys."""
     torch.manual_seed(seed)
     cfg = dict(vocab_size=61, context_length=96, n_layers=2, n_heads=4, d_model=32)
     cfg.update(kw)
-    model = GPT(GPTConfig(**cfg)).double().eval()
-    with torch.no_grad():
-        for w in model.blocks.parameters():
-            if w.dim() == 2:
-                w.normal_(0, 2 / w.shape[1] ** 0.5)
-    return model
+    return context_init_(GPT(GPTConfig(**cfg))).double().eval()
 
 
 def alone(model, prompt, max_tokens, stop=()):
@@ -173,7 +168,7 @@ def test_prefill_pads_to_bucket_and_matches_alone(bucket, monkeypatch):
     """Prefills run at a multiple of `prefill_bucket` tokens (or up to the context when that is shorter),
     fresh and after a prefix hit; the pads change no request's tokens and hold no cache slot."""
     model = tiny(9)
-    shapes = []                                               # (tokens cached before, T) of each prefill
+    shapes = []                                               # (tokens cached before, T, n_real) of each prefill
     real_forward = Engine.forward
 
     def spy(self, tokens, positions, reqs, n_real=None):
@@ -185,19 +180,20 @@ def test_prefill_pads_to_bucket_and_matches_alone(bucket, monkeypatch):
             caches = make_caches(model.cfg.n_layers)
             model(torch.tensor([reqs[0].tokens[:n]]), caches)                    # the same tokens, no pads
             pos = torch.arange(n)
-            blocks = torch.tensor(reqs[0].blocks)[pos // 8][None]
+            blocks = torch.tensor(reqs[0].blocks)[pos // self.bs][None]
             for layer, c in enumerate(caches):
-                for got, want in zip(read_kv(self.pool, layer, blocks, pos % 8), c.get()):
+                for got, want in zip(read_kv(self.pool, layer, blocks, pos % self.bs), c.get()):
                     torch.testing.assert_close(got, want)                        # no pad overwrote a real slot
         return logits
     monkeypatch.setattr(Engine, "forward", spy)
     system = list(range(1, 17))                                                  # 2 full blocks of 8
     rng = random.Random(bucket)
-    prompts = [[rng.randrange(61) for _ in range(n)] for n in (1, 9, 30, 33)] + [system + [40] * 3, system + [50] * 60]
+    prompts = ([[rng.randrange(61) for _ in range(n)] for n in (1, 9, 30, 33)]
+               + [system + [40] * 3, system + [50] * 60])
     eng = Engine(model, n_blocks=80, block_size=8, prefill_bucket=bucket)
     reqs = [eng.add_request(p, SamplingParams(max_tokens=12)) for p in prompts[:-1]]
     eng.step()
-    reqs.append(eng.add_request(prompts[-1], SamplingParams(max_tokens=12)))     # arrives after the system prompt is cached
+    reqs.append(eng.add_request(prompts[-1], SamplingParams(max_tokens=12)))     # after the system prompt is cached
     eng.run()
     assert reqs[-1].n_shared == 2                                                # a prefix hit: 16 tokens not recomputed
     for r, p in zip(reqs, prompts):

@@ -506,7 +506,8 @@ plt.title("throughput vs concurrency"); plt.legend(); plt.tight_layout(); plt.sh
 # %% [markdown]
 # Throughput grows with concurrency because one decoding pass serves every running request: the
 # weights are read once per step, not once per request. At one client the engine is slower than the
-# plain cache: at every step and layer it writes the new key and value into their block and reads the blocks through index lists (two `embedding_bag` calls, a masked softmax, two index
+# plain cache: at every step and layer it writes the new key and value into their block and reads the
+# blocks through index lists (two `embedding_bag` calls, a masked softmax, two index
 # selections), where the plain cache makes one attention call on one contiguous tensor; for a model this
 # small those extra operations cost about as much as the layer's matrix products. A compiled
 # paged-attention kernel (vLLM's) does the same reading in one call. `benchmarks/bench_serve.py`

@@ -415,10 +415,10 @@ class Engine:
         (r,) = reqs
         toks = r.tokens
         n_new = len(toks) - r.n_cached
-        n_pad = min(-(-n_new // self.prefill_bucket) * self.prefill_bucket,     # round up to the bucket,
+        t_pad = min(-(-n_new // self.prefill_bucket) * self.prefill_bucket,     # round up to the bucket,
                     self.model.cfg.context_length - r.n_cached)                 # within the context
-        new = torch.tensor([toks[r.n_cached:] + [0] * (n_pad - n_new)], device=self.pool.k.device)
-        pos = torch.arange(r.n_cached, r.n_cached + n_pad, device=new.device)[None]
+        new = torch.tensor([toks[r.n_cached:] + [0] * (t_pad - n_new)], device=self.pool.k.device)
+        pos = torch.arange(r.n_cached, r.n_cached + t_pad, device=new.device)[None]
         logits = self.forward(new, pos, [r], n_real=n_new)[:, n_new - 1]        # (1, V)
         self.prefill_tokens += n_new
         r.n_cached = len(toks)

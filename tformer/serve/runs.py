@@ -91,20 +91,26 @@ def byte_tokenizer():
     return train_tokenizer(["demo"], vocab_size=257)
 
 
+@torch.no_grad()
+def context_init_(model, gain: float = 2.0):
+    """Redraw a random GPT's block matrices at gain / sqrt(fan_in), in place; returns the model.
+
+    At GPT-2's small init a tied-embedding model mostly repeats its last input token whatever attention
+    reads: a demo that answers "bbbb..." shows little, and a test that its outputs equal a reference's
+    proves little. With larger block weights each next token depends on the context."""
+    for w in model.blocks.parameters():
+        if w.dim() == 2:
+            w.normal_(0, gain / w.shape[1] ** 0.5)
+    return model
+
+
 def demo_model(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int = 4, context_length: int = 256,
                dtype: torch.dtype = torch.float32):
-    """A small randomly initialised GPT with the byte-level tokenizer, for trying the server (seconds, offline).
-
-    The blocks' matrices are drawn at 2 / sqrt(fan_in) rather than GPT-2's small init, so each next token
-    depends on the context: at the small init a tied-embedding model mostly repeats its last input byte,
-    and a server returning "bbbb..." for every prompt would show (and test) little."""
+    """A small randomly initialised GPT with the byte-level tokenizer, for trying the server (seconds, offline);
+    its blocks drawn by `context_init_`, so its answers depend on the prompt."""
     from ..models.gpt import GPT, GPTConfig
     tok = byte_tokenizer()
     torch.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=tok.get_vocab_size(), context_length=context_length, n_layers=n_layers,
                           n_heads=n_heads, d_model=d_model))
-    with torch.no_grad():
-        for w in model.blocks.parameters():
-            if w.dim() == 2:
-                w.normal_(0, 2 / w.shape[1] ** 0.5)
-    return model.to(dtype).eval(), tok
+    return context_init_(model).to(dtype).eval(), tok
