@@ -228,6 +228,8 @@ class DecodeIndex:
     v_bags: torch.Tensor    # (B * H,) bag offsets into v_rows, one bag per (sequence, query head)
     hidden: torch.Tensor    # (B, 1, nb_max * bs) bool: the positions past each sequence's length (masked out)
     shape: tuple            # (B, H, nb_max * bs)
+    table: torch.Tensor     # (B, nb_max) the block tables and (B,) lengths it was built from (for a kernel
+    lengths: torch.Tensor   # that reads the blocks itself, as benchmarks/bench_decode_attention.py's does)
 
     @classmethod
     def build(cls, table: torch.Tensor, lengths: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int,
@@ -249,7 +251,7 @@ class DecodeIndex:
                    v_rows=(head_block[:, None] * bs + torch.arange(bs, device=dev)).flatten(),
                    v_bags=per_query.cumsum(0) - per_query,
                    hidden=(torch.arange(nb * bs, device=dev)[None] >= lengths[:, None])[:, None, :],
-                   shape=(b, n_heads, nb * bs))
+                   shape=(b, n_heads, nb * bs), table=table, lengths=lengths)
 
 
 def paged_decode_attention(q: torch.Tensor, k_layer: torch.Tensor, v_layer: torch.Tensor, idx: DecodeIndex) -> torch.Tensor:
