@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_serve.py [--rounds 2] [--clients 1 4 16 64] [--trials 1] [--quick]
                                                [--threads N] [--dtype float32|bfloat16] [--drain] [--json F]
+                                               [--attention package|fused]
 
 Closed-loop clients: each sends its next request when its last one finishes. Prompt lengths are uniform
 in 16-512 tokens, output lengths uniform in 16-256 (the same seeded draws for every scheme). Model: GPT
@@ -21,7 +22,8 @@ the number of clients):
     continuous  tformer.inference.engine.Engine: admission at every step, one batched decode step; its
              clients keep sending and the clock stops when clients x rounds requests are done (a steady
              load; `--drain` instead lets each client stop after `--rounds` and times the drained end,
-             where fewer clients are left and the batch runs part empty)
+             where fewer clients are left and the batch runs part empty); `--attention fused` reads the
+             blocks through the fused C++ kernel of benchmarks/paged_decode.cpp (bench_decode_attention.py)
 
 Reported: generated tokens/s (only each request's own tokens), time to first token p50/p99 (from the
 moment the client sent the request), and the ratios continuous/one and continuous/static. Beside them a
@@ -235,16 +237,24 @@ def main(argv=None):
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                     help="weights and KV cache of every scheme")
+    ap.add_argument("--attention", choices=["package", "fused"], default="package",
+                    help="continuous batching's decode attention: the package's (embedding_bag) or the fused C++ "
+                         "kernel of benchmarks/paged_decode.cpp (built on first use: needs a C++ compiler)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's; on a machine shared with other jobs 1 is far steadier)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.attention == "fused":                 # the engine reads the blocks through the kernel instead
+        import bench_decode_attention as fused_kernel
+        from tformer.inference import engine as engine_mod
+        engine_mod.paged_decode_attention = fused_kernel.fused(fused_kernel.build_kernel())
     model = model_for(args.quick, getattr(torch, args.dtype))
     work = Workload(0)
     rows, mem, summary = [], [], []
     print(f"model: {model.cfg.n_layers} layers, d_model {model.cfg.d_model}, context {model.cfg.context_length}; "
-          f"{args.rounds} requests per client; prompts 16-512, outputs 16-256 tokens; {torch.get_num_threads()} threads, {args.dtype}")
+          f"{args.rounds} requests per client; prompts 16-512, outputs 16-256 tokens; {torch.get_num_threads()} threads, {args.dtype}; "
+          f"decode attention: {args.attention}")
     print(f"{'clients':>7} {'scheme':>10} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'requests':>8}")
     f32 = model_for(args.quick) if args.dtype != "float32" else None        # the same weights, in float32
     schemes = [("one", run_one)] + ([("one-fp32", run_one)] if f32 else []) + [("static", run_static),
