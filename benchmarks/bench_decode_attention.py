@@ -10,8 +10,8 @@ benchmark builds such a kernel for the CPU (`benchmarks/paged_decode.cpp`, compi
 `torch.utils.cpp_extension`, so it needs a C++ compiler; vectorised with PyTorch's own `Vectorized`,
 prefetching the next blocks) and measures, side by side in one process:
 
-  1. agreement: the kernel against `paged_decode_attention` in float64-checked float32 and bf16 (it
-     refuses to time a kernel that disagrees);
+  1. agreement: the kernel and `paged_decode_attention`, in float32 and bf16, against float64 math on
+     the same inputs (it refuses to time a kernel that disagrees);
   2. the attention alone over a pool far larger than the caches (cold reads, as in a server): bytes of
      keys and values read per second, for both, beside this machine's streaming read rate;
   3. the whole engine under bench_serve's steady load (its workload and model: 6 layers, d_model 384,
@@ -37,8 +37,9 @@ sys.path.insert(0, str(HERE))
 
 from bench_serve import Workload, model_for, read_bandwidth, run_continuous  # noqa: E402
 
-from tformer.inference import engine as engine_mod  # noqa: E402
 from tformer.inference.paged_cache import DecodeIndex, paged_decode_attention  # noqa: E402
+
+HEADS, HEAD_DIM, BLOCK = 6, 64, 32          # bench_serve's model and the engine's default block size
 
 
 def build_kernel():
@@ -87,11 +88,11 @@ def check(attention, dtype) -> float:
     """Largest difference from float64 math over random pools, GQA included; raises past the tolerance."""
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
-    for n_heads, n_kv in ((6, 6), (8, 2)):
-        k, v = random_pool(64, n_kv, 64, 32, dtype, gen)
+    for n_heads, n_kv in ((HEADS, HEADS), (8, 2)):
+        k, v = random_pool(64, n_kv, HEAD_DIM, BLOCK, dtype, gen)
         for _ in range(5):
-            idx = random_index(4, n_heads, n_kv, 64, 32, 64, 500, gen)
-            q = torch.randn(4, n_heads, 1, 64, generator=gen).to(dtype)
+            idx = random_index(4, n_heads, n_kv, HEAD_DIM, BLOCK, 64, 500, gen)
+            q = torch.randn(4, n_heads, 1, HEAD_DIM, generator=gen).to(dtype)
             ref = paged_decode_attention(q.double(), k.double(), v.double(), idx)
             worst = max(worst, (attention(q, k, v, idx).double() - ref).abs().max().item())
     tol = 1e-5 if dtype == torch.float32 else 2e-2
@@ -105,13 +106,13 @@ def cold_rate(attention, dtype, clients, reps=3) -> float:
     """Bytes of keys and values read per second, over a pool of ~300 MB (past every cache)."""
     gen = torch.Generator().manual_seed(1)
     n_blocks = 6000
-    k, v = random_pool(n_blocks, 6, 64, 32, dtype, gen)
+    k, v = random_pool(n_blocks, HEADS, HEAD_DIM, BLOCK, dtype, gen)
     cases = []
     for _ in range(12):
-        idx = random_index(clients, 6, 6, 64, 32, n_blocks, 768, gen)
-        q = torch.randn(clients, 6, 1, 64, generator=gen).to(dtype)
-        cases.append((q, idx, int(idx.lengths.sum()) * 6 * 64 * 2 * k.element_size()))
-    attention(*cases[0][:1], k, v, cases[0][1])
+        idx = random_index(clients, HEADS, HEADS, HEAD_DIM, BLOCK, n_blocks, 768, gen)
+        q = torch.randn(clients, HEADS, 1, HEAD_DIM, generator=gen).to(dtype)
+        cases.append((q, idx, int(idx.lengths.sum()) * HEADS * HEAD_DIM * 2 * k.element_size()))   # keys + values
+    attention(cases[0][0], k, v, cases[0][1])                           # untimed
     seconds, nbytes = 0.0, 0
     for _ in range(reps):
         for q, idx, n in cases:
@@ -148,17 +149,11 @@ def main(argv=None):
 
     model, work = model_for(False, dtype), Workload(0)
     variants = {"package": paged_decode_attention, "fused kernel": kernel, "no attention": skipped}
-    shipped = engine_mod.paged_decode_attention
     tps = {name: [] for name in variants}
-    try:
-        run_continuous(model, work, args.clients, 1)                    # untimed: shapes compiled, pages touched
-        for rep in range(args.reps):
-            names = list(variants) if rep % 2 == 0 else list(variants)[::-1]
-            for name in names:
-                engine_mod.paged_decode_attention = variants[name]
-                tps[name].append(run_continuous(model, work, args.clients, args.rounds)[0])
-    finally:
-        engine_mod.paged_decode_attention = shipped
+    run_continuous(model, work, args.clients, 1)                        # untimed: shapes compiled, pages touched
+    for rep in range(args.reps):
+        for name in list(variants) if rep % 2 == 0 else list(variants)[::-1]:
+            tps[name].append(run_continuous(model, work, args.clients, args.rounds, attention=variants[name])[0])
     base = statistics.median(tps["package"])
     print(f"\nengine, {args.clients} clients, {args.rounds} requests each, {args.reps} runs per variant (medians):")
     for name, xs in tps.items():

@@ -206,3 +206,21 @@ def test_prefill_pads_to_bucket_and_matches_alone(bucket, monkeypatch):
     assert eng.blocks.n_free == 80 and not eng.blocks.ref
     with pytest.raises(ValueError, match="prefill_bucket must be >= 1"):
         Engine(model, n_blocks=80, block_size=8, prefill_bucket=0)
+
+
+def test_decode_attention_is_the_engines_to_choose():
+    """Engine(decode_attention=) is what every decoding step and layer attends with (a fused kernel plugs in
+    here); one that reads the blocks differently, through the step's tables, gives the same tokens."""
+    from tformer.inference.paged_cache import DecodeIndex, paged_decode_attention
+    model, calls = tiny(3), []
+
+    def rebuilt(q, k_layer, v_layer, idx):               # rebuilds the index from the tables it carries
+        calls.append(q.shape[0])
+        again = DecodeIndex.build(idx.table, idx.lengths, q.shape[1], k_layer.shape[1], k_layer.shape[2],
+                                  k_layer.shape[3])
+        return paged_decode_attention(q, k_layer, v_layer, again)
+    eng = Engine(model, n_blocks=60, block_size=8, decode_attention=rebuilt)
+    prompts = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11, 12, 13, 14, 15, 16]]
+    reqs = eng.generate(prompts, SamplingParams(max_tokens=9))
+    assert [r.output for r in reqs] == [alone(model, p, 9)[0] for p in prompts]
+    assert len(calls) == model.cfg.n_layers * 8 and calls[0] == len(prompts)    # 8 decoding steps after the prefills

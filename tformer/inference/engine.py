@@ -236,12 +236,13 @@ class Engine:
     decoded together at most. max_waiting: queue length beyond which `add_request` raises `QueueFull`.
     watermark: free blocks kept back at admission for running sequences to grow into. prefill_bucket: a
     prompt's new tokens are padded to a multiple of it, so prefills reuse a few matrix shapes (see
-    `forward`; 1: no padding).
+    `forward`; 1: no padding). decode_attention: the function a decoding step attends with, of
+    `paged_decode_attention`'s signature (a fused kernel, as `benchmarks/bench_decode_attention.py` builds).
     """
 
     def __init__(self, model, n_blocks: int | None = None, block_size: int = 32, max_running: int = 64,
                  max_waiting: int = 256, prefix_sharing: bool = True, watermark: int = 1, seed: int = 0,
-                 prefill_bucket: int = 32):
+                 prefill_bucket: int = 32, decode_attention=paged_decode_attention):
         cfg = model.cfg
         if getattr(model.blocks[0], "norm_first", True) is not True:
             raise ValueError("Engine: expected a pre-LN GPT (tformer.models.GPT)")
@@ -258,7 +259,7 @@ class Engine:
         if prefill_bucket < 1:
             raise ValueError(f"Engine: prefill_bucket must be >= 1, got {prefill_bucket}")
         self.bs, self.max_running, self.max_waiting, self.watermark = block_size, max_running, max_waiting, watermark
-        self.prefill_bucket = prefill_bucket
+        self.prefill_bucket, self.decode_attention = prefill_bucket, decode_attention
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._inbox: deque[Request] = deque()
@@ -507,7 +508,7 @@ class Engine:
                 q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             write_kv(pool, layer, w_blk, w_off, k[:, :, :n_real].transpose(1, 2), v[:, :, :n_real].transpose(1, 2))
             if t == 1:
-                y = paged_decode_attention(q, pool.k[layer], pool.v[layer], idx).to(q.dtype)
+                y = self.decode_attention(q, pool.k[layer], pool.v[layer], idx).to(q.dtype)
             elif fresh:
                 y = _attend(q, k, v, None)
             else:
