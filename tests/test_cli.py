@@ -415,3 +415,11 @@ def test_grade_checks_the_report_path_before_grading(capsys, tmp_path):
         main(["grade", str(nb), "--timeout", "0"])
     assert e.value.code == 2
     one_line_error(capsys.readouterr().err, "--timeout", "expected >= 1")
+
+
+def test_a_missing_extra_is_one_line_naming_it(capsys, monkeypatch, tmp_path):
+    """`tformer serve` without the `serve` extra: one line naming the extra, exit 2, no 'bug' report."""
+    monkeypatch.setitem(sys.modules, "uvicorn", None)        # `import uvicorn` now fails as if not installed
+    code, _, err = run_cli(capsys, "serve", "--demo")
+    line = one_line_error(err, "uvicorn", '.[serve]')
+    assert code == 2 and "bug" not in line, line

@@ -3,8 +3,9 @@
 A module listed in COMMANDS defines `add_cli(subparsers)`, which adds a subparser and sets
 `func=handler` (handler(args) -> exit code).
 
-Errors, the same for every subcommand. A handler raises `UserError("what was wrong; what to do")` for
-bad input; `main` prints it as one line on stderr and exits with status 2. A job that started and then
+Errors, the same for every subcommand (`tformer.errors`). A handler raises `UserError("what was wrong;
+what to do")` for bad input; `main` prints it as one line on stderr and exits with status 2. A missing
+optional dependency is one line naming the extra that installs it. A job that started and then
 failed (disk full while saving, ...) exits with status 1. Nobody sees a traceback, unless they ask with
 `--debug` (before or after the subcommand) or TFORMER_DEBUG=1, for a bug report. Usage mistakes that
 argparse catches (a missing option, `--beam 0`) are one line and status 2 as well.
@@ -26,17 +27,7 @@ COMMANDS = [
     "tformer.capstones.cli",      # tformer capstone NAME
 ]
 
-EXIT_USER, EXIT_FAILED = 2, 1
-
-
-class UserError(Exception):
-    """Bad input from the person at the keyboard: one line on stderr, exit status 2."""
-    exit_code = EXIT_USER
-
-
-class JobFailed(Exception):
-    """The job ran and failed for a reason the user can act on: one line on stderr, exit status 1."""
-    exit_code = EXIT_FAILED
+from .utils.errors import EXIT_FAILED, EXIT_USER, EXTRAS, JobFailed, MissingExtra, UserError
 
 
 class Parser(argparse.ArgumentParser):
@@ -113,6 +104,8 @@ def classify(e: BaseException) -> tuple[int, str]:
         return EXIT_USER, _one_line(e)
     if isinstance(e, CheckpointWriteError):
         return EXIT_FAILED, _one_line(e)
+    if isinstance(e, ModuleNotFoundError) and e.name and e.name.split(".")[0] in EXTRAS:
+        return EXIT_USER, str(MissingExtra(e.name))
     if isinstance(e, UnicodeDecodeError):
         return EXIT_USER, f"input is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8"
     if isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):

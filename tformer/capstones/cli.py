@@ -28,7 +28,7 @@ def add_cli(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..cli import UserError
+    from ..utils.errors import UserError
     if args.name not in CAPSTONES:
         raise UserError(f"unknown capstone {args.name!r}; choose one of {', '.join(CAPSTONES)}")
     res = run_capstone(args.name, args.out or default_out(args.name), time_budget=args.time_budget, data=args.data,

@@ -119,7 +119,7 @@ class MoERecipe:
 
 
 def prepare(name: str, opts: Options) -> MoERecipe:
-    from ..cli import UserError
+    from ..utils.errors import UserError
     config = copy.deepcopy(RECIPE)
     if opts.tiny:
         config.update(copy.deepcopy(TINY))

@@ -95,7 +95,7 @@ class CapstoneRun:
 
     def __enter__(self) -> "CapstoneRun":
         if self.out.exists() and not self.out.is_dir():
-            from ..cli import UserError
+            from ..utils.errors import UserError
             raise UserError(f"--out {self.out} is a file, not a run folder")
         self.lock.acquire()                                    # RunInUseError: a second job is refused
         try:
@@ -104,7 +104,7 @@ class CapstoneRun:
             if cfg_path.exists():
                 have = json.loads(cfg_path.read_text(encoding="utf-8"))
                 if have != json.loads(json.dumps(want)):
-                    from ..cli import UserError
+                    from ..utils.errors import UserError
                     raise UserError(f"{self.out} holds a {have.get('capstone')} run with another recipe "
                                     f"(config.json differs); train into another --out, or delete the folder")
             else:
@@ -191,11 +191,11 @@ def run_capstone(name: str, out: str | os.PathLike | None = None, **options) -> 
     """Run (or resume) capstone `name` in `out`; returns result.json's content, or None when a part
     stopped early on purpose (`stop_after`). Raises RunInUseError when another job holds the folder."""
     if name not in CAPSTONES:
-        from ..cli import UserError
+        from ..utils.errors import UserError
         raise UserError(f"unknown capstone {name!r}; choose one of {', '.join(CAPSTONES)}")
     opts = Options(**options)
     if opts.time_budget is not None and not opts.time_budget > 0:
-        from ..cli import UserError
+        from ..utils.errors import UserError
         raise UserError(f"--time-budget must be > 0 minutes, got {opts.time_budget}")
     module = importlib.import_module(f"{__package__}.{CAPSTONES[name][0]}")
     recipe = module.prepare(name, opts)                # checks the input before anything is written

@@ -30,7 +30,7 @@ class TranslateRecipe:
 
 
 def prepare(name: str, opts: Options) -> TranslateRecipe:
-    from ..cli import UserError
+    from ..utils.errors import UserError
     if opts.data is not None:
         folder = Path(opts.data)
         if not folder.is_dir():

@@ -269,7 +269,7 @@ def grade(path: Path, json_path: Path | None = None, timeout: int = 600, small: 
 def _main(args: argparse.Namespace) -> int:
     """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
     notebook runs; --require-all with points missing is exit 1."""
-    from ..cli import UserError
+    from ..utils.errors import UserError
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
                         f"give another report path")

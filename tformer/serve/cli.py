@@ -20,7 +20,7 @@ def _load(args):
 
 
 def _load_float32(args):
-    from ..cli import UserError
+    from ..utils.errors import UserError
     from .runs import demo_model, load_gpt_run, load_hf
     chosen = [x for x in (args.run, args.hf) if x] + (["demo"] if args.demo else [])
     if len(chosen) != 1:
@@ -54,7 +54,7 @@ def serve(args) -> int:
 
 
 def export(args) -> int:
-    from ..cli import UserError
+    from ..utils.errors import UserError
     from .export import gpt2_incompatibility, to_hf_gpt2
     from .runs import load_gpt_run
     if args.to != "hf":

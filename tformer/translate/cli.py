@@ -65,7 +65,7 @@ def add_cli(subparsers) -> None:
 
 def _parse_sets(items: list[str]) -> dict:
     """--set FIELD=VALUE ... -> {field: value of the field's type}; UserError naming the field."""
-    from ..cli import UserError
+    from ..utils.errors import UserError
     from .presets import parse_field
     overrides = {}
     for item in items:
@@ -81,7 +81,7 @@ def _parse_sets(items: list[str]) -> dict:
 
 def _train(args) -> int:
     from .pipeline import train_run
-    from ..cli import UserError
+    from ..utils.errors import UserError
     overrides = _parse_sets(args.set)                   # before anything is loaded or written
     max_steps = args.max_steps
     if "max_steps" in overrides:
@@ -99,7 +99,7 @@ def _train(args) -> int:
 
 
 def _score(args) -> int:
-    from ..cli import UserError
+    from ..utils.errors import UserError
     from .pipeline import score_files
     if args.out:
         out = Path(args.out)
@@ -121,7 +121,7 @@ def _score(args) -> int:
 
 
 def _stdin(args) -> int:
-    from ..cli import UserError
+    from ..utils.errors import UserError
     if args.run is None:
         raise UserError("give a run: tformer translate --run RUN < sentences.txt   (or: tformer translate "
                         "train|score ...; see tformer translate --help)")

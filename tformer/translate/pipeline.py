@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..cli import UserError
+from ..utils.errors import UserError
 from ..data import SharedBPE, TokenBatcher, multi30k, read_parallel, wmt14, write_offline_corpus
 from ..inference.decode import translate
 from ..training.metrics import sacrebleu_score, tokenized_bleu

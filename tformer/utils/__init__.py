@@ -8,4 +8,5 @@
     timing    step time, peak memory, FLOP counts, power-law fits
     plot      heat maps and curves for the notebooks
     checks    shared input checks: bad input raises an error naming what was expected
+    errors    UserError, JobFailed, MissingExtra: what a command reports as one line (imports nothing)
 """

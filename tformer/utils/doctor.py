@@ -512,7 +512,7 @@ def _handler(args) -> int:
     try:
         rep = report(measure_speed=not args.no_speed)
     except policy.DeviceError as e:
-        from ..cli import UserError
+        from .errors import UserError
         raise UserError(str(e)) from None
     if args.json:
         print(json.dumps(rep, indent=2, default=str))
