@@ -191,9 +191,8 @@ for r in timings:
 # $T$ dependent steps in a compiled C++ loop whose per-step cost is small at these sizes.
 # Parallelism pays where there are thousands of cores to fill: a GPU runs the Transformer's step as a
 # few large matrix products that grow with $T$, while each of the LSTM's $T$ dependent steps stays
-# small and leaves most of the chip idle. How large that difference is has not been measured by this
-# project: no LSTM-vs-Transformer step time on a GPU exists yet. `python benchmarks/gpu_check.py
-# --only rnn-vs-transformer` measures it on one, and so does this notebook in full mode.
+# small and leaves most of the chip idle. This notebook in full mode measures that difference on a GPU,
+# and so does `python benchmarks/gpu_check.py --only rnn-vs-transformer`.
 #
 # ## 4. The paper's training cost, in FLOPs and GPU-days
 #

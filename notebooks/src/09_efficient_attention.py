@@ -233,7 +233,7 @@ print(f"chance: {1 / N_VALS:.3f}")
 assert accuracy["exact"][0] > accuracy["sliding window w=3"][0] + 0.3
 
 # %% [markdown]
-# Exact attention learns the lookup (given more steps than small mode's, it reaches 100%). The sliding
+# Exact attention learns the lookup. The sliding
 # window cannot see far answers and scores about chance on them. Longformer's trick fixes exactly this:
 # make the query token *global* and its row sees everything again. With one layer only the query's row
 # matters, so Longformer here is *the same model* as exact attention (identical numbers), and so is

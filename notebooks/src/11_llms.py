@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Chapter 11: Transformers in large language models (1/2: tokens and pretraining)
+# # Chapter 11: Transformers in large language models (1/3: tokens and pretraining)
 #
 # **What this chapter covers.** How raw text becomes tokens, and the two families of pretrained Transformers:
 # * **byte-pair encoding (BPE)**: the tokenizer of GPT-2 and most LLMs, built here from scratch and
@@ -345,19 +345,38 @@ assert sum(mlm_losses[-10:]) < sum(mlm_losses[:10]) - 5.0      # mean loss down 
 
 # %% [markdown]
 # **Fill in the blank.** BERT reads both sides of the gap: the prediction at `[MASK]` uses the words
-# after it too.
+# after it too. The control: the same gap with the words after it cut off. If the model read only to
+# its left, the two predictions would be identical.
 
 # %%
 sentence = "The for statement is used to iterate over the elements of a sequence."
 s_ids = tok.encode(sentence).ids
 pos = next(i for i, t in enumerate(s_ids) if tok.id_to_token(t) == "Ġstatement")
-masked = with_cls(torch.tensor([s_ids]))
-masked[0, pos + 1] = MASK
+
+
+def guess(ids):
+    """BERT's distribution over the vocabulary at position `pos` of `ids`, masked."""
+    x = with_cls(torch.tensor([ids]))
+    x[0, pos + 1] = MASK                                  # +1: [CLS] comes first
+    with torch.no_grad():
+        return bert.mlm_logits(bert(x.to(dev)))[0, pos + 1, :V].float().softmax(-1).cpu()
+
+
 bert.eval()
-with torch.no_grad():
-    top = bert.mlm_logits(bert(masked.to(dev)))[0, pos + 1].topk(5).indices.tolist()
+both, left = guess(s_ids), guess(s_ids[:pos + 1])         # the whole sentence / only what precedes the gap
 print(sentence.replace(" statement", " [MASK]"))
-print("top-5 guesses:", [tok.decode([i]) for i in top if i < V])
+for name, p in (("both sides", both), ("left only", left)):
+    print(f"{name:>10}: p(' statement') = {p[s_ids[pos]]:.3f}; top-5",
+          [tok.decode([i]) for i in p.topk(5).indices.tolist()])
+tv = 0.5 * (both - left).abs().sum().item()
+print(f"total variation between the two guesses: {tv:.2f} (0 = the words after the gap were ignored)")
+assert tv > 0.01
+
+# %% [markdown]
+# A model that reads only to its left would print a total variation of exactly 0: here the words after
+# the gap move the guess. Where the two top-5 lists barely differ, the small model has learned little
+# beyond which tokens are frequent, and the words after the gap shift its probabilities without
+# changing its first choices.
 
 # %% [markdown]
 # ## 5. Pretrain, then adapt

@@ -211,7 +211,8 @@ check("ch11.group_advantages", my_group_advantages)
 # \rho_{i,t} = \frac{\pi(o_{i,t} \mid q, o_{i,<t})}{\pi_\text{old}(o_{i,t} \mid q, o_{i,<t})},$$
 # with Schulman's k3 estimate $\mathbb{D} = \frac{\pi_\text{ref}}{\pi} - \log\frac{\pi_\text{ref}}{\pi} - 1 \ge 0$
 # per token. The loss is $-J$. Known variants change the averaging: Dr. GRPO (Liu et al. 2025) drops
-# the $1/|o_i|$ and the std division, which bias towards short wrong answers and easy groups; DAPO
+# the $1/|o_i|$ and the std division: the first lets wrong answers grow longer (a long answer's tokens
+# each carry less of its penalty), the second gives too-easy and too-hard groups more weight; DAPO
 # (Yu et al. 2025) averages over all the batch's tokens at once.
 #
 # ## Exercise: the GRPO loss
@@ -334,8 +335,9 @@ if cap is not None:
 
 # %% [markdown]
 # ## 4. Retrieval-augmented generation
-# The SFT model has learned to *read*: given "Alice lives in Paris." it answers "Where does Alice live?".
-# It cannot know facts it has never seen. RAG (Lewis et al. 2020) retrieves the passage most similar to
+# The SFT model was trained to *read*: given "Alice lives in Paris.", answer "Where does Alice live?"
+# from the passage. It does so only part of the time (the previous notebook printed its score), and it
+# cannot know facts it has never seen. RAG (Lewis et al. 2020) retrieves the passage most similar to
 # the question from a document collection and puts it into the prompt. The collection: new facts (people
 # and places paired at random, never trained on) mixed with paragraphs of the chapter's corpus; the
 # retriever: TF-IDF vectors and cosine similarity (scikit-learn).

@@ -129,9 +129,9 @@ print("patch embedding == linear map of patches; with [class] token and position
 #
 # ViTs have little built-in knowledge of images (no convolutional locality), so on small data they need
 # help: dropout, label smoothing, weight decay, a warmup + cosine learning rate. The patch size trades
-# sequence length for detail: $p=2$ gives 16 tokens (+1 class token); $p=1$ (64 tokens) was slower and
-# no better here, and shift/rotation augmentation *hurt* (an 8x8 digit has no pixel to spare).
-# Full mode is the capstone recipe (>= 97% on the 25% test split); small mode trains 4 epochs.
+# sequence length for detail: $p=2$ gives 16 tokens (+1 class token), $p=1$ would give 64 and cost four
+# times the tokens and sixteen times the attention. Full mode is the capstone recipe; small mode trains 4
+# epochs.
 
 # %%
 if SMALL:
@@ -187,9 +187,7 @@ plt.show()
 # `tformer capstone vit`: the recipe of `tformer/capstones/vision.py` (d=128, 2 layers, dropout 0.1,
 # label smoothing 0.1, 60 epochs, no augmentation), three seeds of at most 3 minutes. Its head reads the
 # mean of all 17 tokens (`pool="mean"`, global average pooling, which the ViT paper's appendix found as
-# good as the class token once the learning rate is tuned): on this course's machine, with 2 threads,
-# three seeds gave 98.1% that way and 97.6% with the class token (earlier class-token runs: 97.3% at 30
-# epochs, 96.8% with mild shifts, rotations and zooms). It writes
+# good as the class token once the learning rate is tuned). It writes
 # the mean test accuracy to `runs/capstone-vit/result.json`; it resumes after a kill, and `--threads 1` is faster
 # on a machine other jobs keep busy. The cell shows that run when this machine has one, else the run
 # committed in `data/capstones/vit`, labelled with the command, commit, machine and date that made it.
@@ -378,10 +376,9 @@ assert zero_shot > (0.5 if SMALL else 0.9), zero_shot
 # tower: the one-minute version. `tformer capstone clip` runs the capstone: for each of three seeds a
 # tower of the `vit` recipe (30 epochs) trained with mild shifts, rotations and zooms, frozen, and a text
 # tower trained 20 epochs to align with it, on captions that lose each word of their template's wording
-# with probability 0.3 (the digit's name or numeral always stays). That word dropout is what carries the
-# zero-shot accuracy to templates never seen: on the same three towers (the class-token towers of an
-# earlier recipe), the text towers trained without it reached 87.9% (89.1 / 81.3 / 93.3%), with it 97.3% (a
-# run of the capstone with `word_dropout` set to 0, on this course's machine). The ten digit classes were seen in training; only the zero-shot templates are new.
+# with probability 0.3 (the digit's name or numeral always stays). That word dropout keeps the text
+# tower from memorising the training templates, so that it reads templates it never saw. The ten digit
+# classes were seen in training; only the zero-shot templates are new.
 # It reports zero-shot accuracy and recall@1 both ways, mean of the seeds.
 
 # %%

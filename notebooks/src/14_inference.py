@@ -153,8 +153,7 @@ plt.show()
 
 # %% [markdown]
 # The gap grows with length: the uncached time grows roughly quadratically, the cached one linearly.
-# (On a tiny model in small mode, fixed per-step overheads hide part of the effect; the full-size run
-# shows it clearly.) Both paths compute the same logits: `tests/test_core_*.py` asserts it.
+# On a tiny model in small mode, fixed per-step overheads hide part of the effect. Both paths compute the same logits: `tests/test_core_*.py` asserts it.
 #
 # ## 2. MQA and GQA: a smaller cache for (almost) the same quality
 # The cache holds, per token and layer, $2 \times n_{kv} \times d_{head}$ numbers. MHA has
@@ -295,7 +294,8 @@ print(type(quant["int8"].blocks[0].attn.qkv).__name__, quant["int8"].blocks[0].a
 # biases stay in float32). int8 costs almost nothing in perplexity; int4 a little more, which is why real int4 schemes (GPTQ,
 # AWQ) choose the rounding with calibration data. The embedding (tied to the output layer) stays in
 # float here; in big models the blocks dominate. On a GPU the win is speed as well as memory:
-# decoding is limited by reading the weights, and int4 weights are 8x fewer bytes to read.
+# decoding is limited by reading the weights, and int4 weights are about 6x fewer bytes to read (the
+# ratio printed above).
 #
 # ## 5. Speculative decoding
 # The draft model proposes $k$ tokens; the target scores all of them in one forward pass. With greedy

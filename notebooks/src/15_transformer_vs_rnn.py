@@ -228,20 +228,16 @@ for name in ("Transformer", "LSTM"):
 
 # %% [markdown]
 # What the CPU shows, and why. A ratio below 1 means the Transformer processes fewer tokens per
-# second than the LSTM, its step taking 1/ratio times as long. Timings move with the machine's load
-# (no cell asserts them); on the project's 2-core machine, small mode printed 0.77 / 0.69 / 0.49 at
-# T = 32 / 128 / 384 (README, chapter figures): the Transformer 1.3-2x slower per step, and more so as
-# $T$ grows. Small mode runs tiny models (width 64, the sizes printed at the top) on one thread, and
+# second than the LSTM, its step taking 1/ratio times as long. Timings move with the machine's load, so
+# no cell asserts them; on a laptop CPU the ratio is typically below 1 and falls as $T$ grows. Small mode runs tiny models (width 64, the sizes printed at the top) on one thread, and
 # full mode on a CPU has only the machine's few cores: there is little parallel hardware for the
 # Transformer's one large computation to fill, so what counts is arithmetic per token, and attention's
 # grows with $T$ ($O(T^2)$ per sequence). PyTorch's LSTM runs its $T$ dependent steps in a compiled
 # loop with little overhead per step. Its work per token does not depend on $T$, yet its tokens/s
-# can rise with $T$ (it did 2.8x from T = 32 to 384 in that run; this run's factor is printed above):
-# a step also has fixed costs (the optimizer update over every weight, kernel launches, Python), and
+# can rise with $T$ (this run's factor is printed above): a step also has fixed costs (the optimizer update over every weight, kernel launches, Python), and
 # a longer sequence spreads them over more tokens. None of that is claim 2: a CPU with one thread or a
-# few cores cannot show what the parallel form buys. A GPU can, and that has not been measured by this
-# project: no LSTM-vs-Transformer step time on a GPU exists yet. `python benchmarks/gpu_check.py
-# --only rnn-vs-transformer` measures it on one, and so does this chapter in full mode.
+# few cores cannot show what the parallel form buys. A GPU can: this chapter in full mode measures it
+# there, and so does `python benchmarks/gpu_check.py --only rnn-vs-transformer`.
 #
 # ## 3. Scalability: loss against model size at a fixed token budget
 # Five widths of each family, each trained on the same tokens in the same order (a fixed token budget
