@@ -168,3 +168,20 @@ def test_the_translate_cell_shows_translations_and_attention_and_the_reference_s
     for f in ("de", "en"):                                  # no line of the test set, in either language
         assert not any(line in text for line in (multi30k / f"test_2016_flickr.{f}").read_text().splitlines())
     assert "src_tokens" not in shipped["attention"]
+
+
+def test_a_reference_line_names_command_date_cores_and_torch_not_local_paths_or_load():
+    """The chapter's line about a reference: the command as a learner types it, the date, the cores and
+    the torch version; no local data path, no working-tree commit, no load average."""
+    from tformer.capstones.show import describe
+    res = {"capstone": "translate", "metric": "sacrebleu_beam4", "value": 39.97, "wall_minutes": 31.3,
+           "cpu_minutes": 60.9, "command": "tformer capstone translate --data ../shared/data/multi30k",
+           "git_commit": "d7b03e464d7a+changes", "device": "cpu", "device_name": "x86_64",
+           "cpu_model": "Intel(R) Xeon(R) Platinum 8488C", "cpu_count": 2, "threads": 1,
+           "torch": "2.13.0+cpu", "date": "2026-12-02 02:55 UTC", "load_average_at_start": [3.1, 2.0, 1.5]}
+    line = describe(res, "reference")
+    assert "`tformer capstone translate --data DIR`" in line, line
+    for part in ("Intel(R) Xeon(R) Platinum 8488C", "2 cores", "1 thread)", "torch 2.13.0,", "2026-12-02"):
+        assert part in line, (part, line)
+    for gone in ("../shared", "+changes", "d7b03e4", "load", "3.1"):
+        assert gone not in line, (gone, line)

@@ -242,7 +242,8 @@ assert mean(acc_base) < 0.05 and mean(acc_sft) > 0.4 and acc_sft["recall"] > 0.8
 # same one itself when it does not find it.
 
 # %%
-print("saved to", sft_start.save_sft_start(sft, tok, recipe, SMALL))
+folder = sft_start.save_sft_start(sft, tok, recipe, SMALL)
+print(f"saved to runs/{folder.name}/:", sorted(p.name for p in folder.iterdir()))
 
 # %% [markdown]
 # What the fine-tuned model writes, greedy, for new prompts of each task (the code answer, and the

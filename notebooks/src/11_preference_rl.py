@@ -71,7 +71,7 @@ rl_test = grpo.problems(200 if SMALL else 1000, seed=1, split="test")     # only
 print(recipe)
 sft = sft_start.load_sft_start(tok, recipe, SMALL, device=dev)   # None unless its recipe and tokenizer are these
 if sft is not None:
-    print("the SFT model of the previous notebook, from", sft_start.RUN_FOLDER)
+    print(f"the SFT model of the previous notebook, from runs/{sft_start.RUN_FOLDER.name}/")
 else:                                            # pretraining, then fit(copy of base, sft_step_loss, ...), seeded
     start = sft_start.train_sft_start(tok, text, recipe, device=dev)
     sft = start.model

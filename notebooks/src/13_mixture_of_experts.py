@@ -407,7 +407,8 @@ plt.show()
 # difference between seeds). That claim belongs to the capstone's CPU tier, `tformer capstone moe`:
 # dense vs MoE 8x top-2 at equal active parameters and equal tokens on the Python standard library's
 # own source (byte-level BPE, split by file; d_model 128, 4 layers, 1,000 steps of 4,096 tokens: 4.1M
-# tokens per run), three seeds each, a cosine schedule per run. The MoE is
+# tokens per run), three seeds each, a cosine schedule per run: about an hour on a 2-core CPU (it
+# resumes after a kill). The MoE is
 # ahead only if its mean final validation loss is below the dense mean by more than twice the larger
 # spread over seeds. The cell shows that run when it exists, else the committed reference; with
 # neither, it prints the command.

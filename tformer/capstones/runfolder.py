@@ -75,11 +75,23 @@ def git_commit() -> str:
     return (head + ("+changes" if dirty else "")) if head else "unknown"
 
 
+def cpu_model() -> str:
+    """The CPU's model name ("Intel(R) Xeon(R) Platinum 8488C"), from /proc/cpuinfo on Linux, else platform."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict:
     from ..utils.device import device as policy_device
     dev = policy_device(capstone=True)
     name = torch.cuda.get_device_name() if dev.type == "cuda" else (platform.processor() or platform.machine())
-    return {"device": dev.type, "device_name": name, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+    return {"device": dev.type, "device_name": name, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
@@ -181,8 +193,8 @@ class CapstoneRun:
             import matplotlib.pyplot as plt
             plt.close(fig)
         lines += [f"Command: `{full['command']}`; {full['wall_minutes']} wall min, {full['cpu_minutes']} CPU min on "
-                  f"{full['device']} ({full['device_name']}, {full['threads']} threads), torch {full['torch']}, "
-                  f"commit {full['git_commit']}, {full['date']}.", ""]
+                  f"{full['device']} ({full['cpu_model']}, {full['cpu_count']} cores, {full['threads']} threads), "
+                  f"torch {full['torch']}, {full['date']}.", ""]
         atomic_write_text(self.out / "report.md", "\n".join(lines))
         return full
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from .runfolder import default_out, reference_dir
@@ -26,12 +27,25 @@ def load_result(name: str, folder: str | os.PathLike | None = None) -> tuple[dic
     return None, "none"
 
 
+def public_command(command: str) -> str:
+    """The command as a learner types it: a local data folder becomes DIR."""
+    return re.sub(r"(--data|--text)(=|\s+)\S+", r"\1\2DIR", command)
+
+
+def machine_line(res: dict) -> str:
+    """'on a CPU (Intel Xeon ..., 2 cores, 2 threads), torch 2.13.0, 2026-12-02': what made a result."""
+    cpu = res.get("cpu_model") or res.get("device_name")
+    cores = f"{res['cpu_count']} cores, " if res.get("cpu_count") else ""
+    where = res["device_name"] if res.get("device") == "cuda" else cpu
+    return (f"on {'a GPU' if res.get('device') == 'cuda' else 'a CPU'} ({where}, {cores}{res['threads']} thread{'s' * (res['threads'] != 1)}), "
+            f"torch {res.get('torch', '?').split('+')[0]}, {str(res['date'])[:10]}")
+
+
 def describe(res: dict, where: str) -> str:
     """One paragraph: the headline, its seeds, the machine and the command that made it."""
     label = (f"your run ({where[4:]})" if where.startswith("run ") else
-             f"the committed reference (data/capstones/{res['capstone']}: made with `{res['command']}` at commit "
-             f"{res['git_commit']} on {res['device']} ({res['device_name']}, {res['threads']} threads, "
-             f"load {res.get('load_average_at_start')}), {res['date']})")
+             f"the committed reference (data/capstones/{res['capstone']}), made with "
+             f"`{public_command(res['command'])}` {machine_line(res)}")
     per = f" per seed {res['per_seed']}" if "per_seed" in res else ""
     return (f"{res['capstone']}: {res['metric']} = {res['value']}{per}; {res['wall_minutes']} wall min, "
             f"{res['cpu_minutes']} CPU min. Source: {label}.")

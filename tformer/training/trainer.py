@@ -353,7 +353,8 @@ class Trainer:
             random.seed(cfg.seed + self.rank)
         stop_at = cfg.max_steps if steps is None else min(cfg.max_steps, st.step + steps)
         budget = None if cfg.time_budget is None else cfg.time_budget * 60.0
-        bar = tqdm(total=cfg.max_steps, initial=st.step, disable=not cfg.progress or self.rank != 0,
+        quiet = os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")   # an explicit disable= beats tqdm's env
+        bar = tqdm(total=cfg.max_steps, initial=st.step, disable=not cfg.progress or self.rank != 0 or quiet,
                    desc="train", dynamic_ncols=True)
         self.module.train()
         batches = self._batches()
