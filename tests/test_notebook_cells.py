@@ -30,7 +30,7 @@ def test_cells_are_found():
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.stem)
 def test_code_cells_are_at_most_25_non_blank_lines(path):
     long = [(line, n) for line, kind, body in cells(path) if kind == "code"
-            and (n := sum(1 for b in body if b.strip())) > MAX_LINES]
+            and (n := sum(1 for b in body if b.strip() and not b.startswith("# Figure:"))) > MAX_LINES]
     assert not long, (f"{path.name}: code cells longer than {MAX_LINES} non-blank lines (starting line, lines): "
                       f"{long}; split each into steps with a sentence between them")
 
@@ -46,3 +46,21 @@ def test_chapter_opens_with_the_tformer_code_it_uses(path):
         for name in filter(None, (n.strip() for n in (names or "").split(","))):
             assert re.search(rf"^(def|class) {name}\b|^{name} = ", source, re.M), \
                 f"{path.name}: the first cell cites {file}: {name}, which {file} does not define"
+
+
+DRAWS = re.compile(r"\bplt\.show\(\)")      # a cell that draws a figure of its own
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.stem)
+def test_every_figure_has_a_written_caption(path):
+    """A cell that draws a figure says what it shows in a `# Figure: ...` line: one sentence, short, the
+    website's caption (translated in the chapter's catalog), never text lifted from the prose around it."""
+    for line, kind, body in cells(path):
+        text = "\n".join(body)
+        caption = re.search(r"^# Figure: (.+)$", text, re.M)
+        if kind == "code" and DRAWS.search(text):
+            assert caption, f"{path.name}:{line}: a cell that draws a figure has no `# Figure: ...` caption line"
+        if caption:
+            words = caption.group(1).split()
+            assert caption.group(1).endswith(".") and 4 <= len(words) <= 30, (
+                f"{path.name}:{line}: a caption is one sentence of 4-30 words ending with a full stop: {caption.group(1)!r}")

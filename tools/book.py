@@ -4,8 +4,8 @@
    generated from notebooks/src (so every chapter that exists is in, stubs never solutions), the
    README's sections for the landing page, and one page per tformer module showing its source.
    A file is rewritten only when its content changed, so Sphinx re-reads only what changed.
-2. Figure captions: a plotting cell gets MyST-NB figure metadata; the caption is the cell's
-   `# Figure: ...` comment, else the first sentence of the text cell just before it.
+2. Figure captions: a cell with a `# Figure: ...` comment gets MyST-NB figure metadata with that caption
+   (its translation comes from the chapter's catalog); a figure without one is shown uncaptioned.
 3. Sphinx with MyST-NB executes the chapters in small mode and caches them with jupyter-cache in
    build/book_cache/<hash of tformer/'s sources>: a rebuild with unchanged chapters and package
    runs no notebook, and pytest skips a learner notebook whose exact code ran there without error
@@ -46,7 +46,6 @@ OUT_ZH = OUT / "zh"
 DOCTREES_ZH = BUILD / "book_doctrees_zh"
 UNTRANSLATED_NOTE = "*本章尚未翻译，以下为英文原文（代码与英文版相同）。*"
 CACHES = BUILD / "book_cache"
-PLOT = re.compile(r"\bplt\.|\bplot_\w+\(|\bshow_\w+\(|\.imshow\(|\bfig\b|\bplot\.|heatmap|subplots")
 CAPTION = re.compile(r"^\s*#\s*Figure:\s*(.+)$", re.M)
 
 
@@ -67,12 +66,6 @@ def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
-
-
-def _first_sentence(markdown: str) -> str:
-    text = " ".join(l.strip() for l in markdown.splitlines() if l.strip() and not l.lstrip().startswith(("#", "$$", "|")))
-    m = re.match(r"(.+?(?:[.!?](?=\s|$)|[。！？]))", text)
-    return (m.group(1) if m else text)[:300]
 
 
 def separate_display_math(markdown: str) -> str:
@@ -102,18 +95,14 @@ def separate_display_math(markdown: str) -> str:
 
 
 def add_captions(nb) -> None:
-    """MyST-NB figure metadata on plotting cells, so each figure output gets a numbered caption."""
-    previous = ""
+    """MyST-NB figure metadata on cells with a `# Figure: ...` line, so their figure gets a numbered caption."""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = separate_display_math(cell.source)
-            previous = cell.source
             continue
         explicit = CAPTION.search(cell.source)
-        if explicit or PLOT.search(cell.source):
-            caption = explicit.group(1).strip() if explicit else _first_sentence(previous)
-            if caption:
-                cell.metadata["mystnb"] = {"figure": {"caption": caption}}
+        if explicit:
+            cell.metadata["mystnb"] = {"figure": {"caption": explicit.group(1).strip()}}
 
 
 def _sources(only: list[str] | None):
@@ -157,16 +146,14 @@ def stage_chapters_zh(only: list[str] | None = None) -> list[str]:
         add_captions(en)
         if src.stem in translated:
             zh = i18n.build_zh_notebook(src)
-            for_captions = copy.deepcopy(zh)
-            add_captions(for_captions)
+            zh_text = i18n.translations(src.stem)
             pairs = {}
-            for a, b, z in zip(en.cells, for_captions.cells, zh.cells):
+            for a, z in zip(en.cells, zh.cells):
                 if a.cell_type == "code":
                     z.metadata = copy.deepcopy(a.metadata)        # identical code cells: the cache serves them
                     ca = a.metadata.get("mystnb", {}).get("figure", {}).get("caption")
-                    cb = b.metadata.get("mystnb", {}).get("figure", {}).get("caption")
-                    if ca and cb:
-                        pairs[caption_key(ca)] = cb
+                    if ca and zh_text.get(ca):
+                        pairs[caption_key(ca)] = zh_text[ca]
                 elif a.cell_type == "markdown":
                     z.source = separate_display_math(z.source)
             captions[f"chapters/{src.stem}"] = pairs

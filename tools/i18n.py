@@ -77,6 +77,24 @@ def markdown_cells(src: Path) -> list[tuple[int, str]]:
     return [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "markdown"]
 
 
+CAPTION = re.compile(r"^\s*#\s*Figure:\s*(.+)$", re.M)     # tools/book.py's figure captions
+
+
+def caption_texts(src: Path) -> list[tuple[int, str]]:
+    """(cell index, caption) of a source's `# Figure: ...` lines: translated like prose, shown on the site."""
+    from tools.notebooks import build_notebook
+    nb = build_notebook(src, solutions=False)
+    return [(i, m.group(1).strip()) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for m in [CAPTION.search(c.source)] if m]
+
+
+def chapter_messages(src: Path) -> list[tuple[str, str]]:
+    """(message, where) of a chapter: its markdown cells, then its figure captions."""
+    rel = src.relative_to(ROOT).as_posix()
+    return ([(text, f"{rel}:cell {i}") for i, text in markdown_cells(src)]
+            + [(text, f"{rel}:cell {i} caption") for i, text in caption_texts(src)])
+
+
 def landing_blocks() -> list[tuple[bool, str]]:
     """book/index.md as blocks separated by blank lines: (is prose, text). Directives (```{...}```) are kept
     as they are; every other block (the title, a paragraph) is a message of locale/.../index.po."""
@@ -249,8 +267,7 @@ def merge(path: Path, messages: list[tuple[str, str]]) -> dict[str, int]:
 def update() -> None:
     for src in chapter_sources():
         path = PO_DIR / f"{src.stem}.po"
-        rel = src.relative_to(ROOT).as_posix()
-        c = merge(path, [(text, f"{rel}:cell {i}") for i, text in markdown_cells(src)])
+        c = merge(path, chapter_messages(src))
         print(f"{path.relative_to(ROOT)}: {c}")
     c = merge(PO_DIR / "README.po", [(m, f"README.md:{n}") for n, m in enumerate(readme_messages())])
     print(f"{(PO_DIR / 'README.po').relative_to(ROOT)}: {c}")
@@ -270,7 +287,7 @@ def problems(src: Path, po_path: Path | None = None) -> list[str]:
     by_id = {e.msgid: e for e in po if not e.obsolete}
     out = []
     wanted = ([b for prose, b in landing_blocks() if prose] if src == LANDING
-              else [t for _, t in markdown_cells(src)])
+              else [t for t, _ in chapter_messages(src)])
     for i, text in enumerate(wanted):
         e = by_id.get(text)
         head = text.strip().splitlines()[0][:60] if text.strip() else ""

@@ -68,6 +68,7 @@ assert torch.allclose(sharp, values[1:2], atol=1e-2)
 # `F.scaled_dot_product_attention` computes the same output without materializing the weights.
 
 # %%
+# Figure: Attention weights of random queries and keys: each row, one query, is a distribution over the keys and sums to 1.
 B, H, T, d_k = 2, 4, 6, 16
 q, k, v = (torch.randn(B, H, T, d_k) for _ in range(3))
 
@@ -112,6 +113,7 @@ for d, s_raw, s_sc in zip(dims, std_raw, std_scaled):
 # the weights (whatever the loss, its gradient reaches the scores through this Jacobian).
 
 # %%
+# Figure: Softmax entropy and score gradient against d_k, with and without the 1/sqrt(d_k) scale.
 def saturation(d: int, scale: bool, n_queries: int = 256) -> tuple[float, float]:
     g = torch.Generator().manual_seed(d)
     qq, kk = torch.randn(n_queries, d, generator=g), torch.randn(n_keys, d, generator=g)

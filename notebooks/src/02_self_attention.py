@@ -76,6 +76,7 @@ print("tformer.MultiHeadAttention(n_heads=1) == the four steps followed by W_o")
 # output changes with the context while the queries stay the same.
 
 # %%
+# Figure: Self-attention weights (T x T) beside cross-attention weights (T_q x T_k) of the same layer.
 context = torch.randn(B, 11, d_model)
 y_self, w_self = mha(x, need_weights=True)
 y_cross, w_cross = mha(x, context, need_weights=True)

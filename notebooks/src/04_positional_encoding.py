@@ -64,6 +64,7 @@ assert diff > 0.1
 # from 1 to $1/10000$ rad per position, so low columns change fast and high columns slowly.
 
 # %%
+# Figure: The sinusoidal table, features by position (left), and a few of its columns (right).
 table = tformer.sinusoidal_table(128, 64)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3))
 heatmap(table.T, ax=axes[0], vmin=-1, vmax=1, cmap="RdBu", title="PE: feature (rows) by position (columns)")
@@ -83,6 +84,7 @@ assert torch.allclose(table.norm(dim=-1), torch.full((128,), math.sqrt(32)))   #
 # each pair $(\sin, \cos)$ turns by the angle $k\,\omega_i$.
 
 # %%
+# Figure: The least-squares map M_k from PE(pos) to PE(pos+k).
 d, k, L = 16, 5, 20000                                     # long enough to see every frequency turn
 pe64 = tformer.sinusoidal_table(L + k, d).double()
 X, Y = pe64[:L], pe64[k:L + k]                              # rows: PE(pos) and PE(pos + k)
@@ -178,6 +180,7 @@ def train_and_score(positions: str) -> tuple[float, float]:
 # Train the three and compare:
 
 # %%
+# Figure: Accuracy past the training length for each kind of position encoding, against chance.
 results = {positions: train_and_score(positions) for positions in ("sinusoidal", "learned", "rope")}
 print(f"accuracy (chance {1 / V:.3f})     positions < {T_train}   positions {T_train}..{T_test - 1}")
 for positions, (inside, beyond) in results.items():

@@ -110,6 +110,7 @@ print("LN(x + FFN(LN(x + MHA(x)))) == tformer.TransformerBlock(BlockConfig(norm_
 # layer's attention weights receive.
 
 # %%
+# Figure: The residual stream's size after every layer (left) and the gradient reaching each layer (right).
 n_layers = 12 if tformer.SMALL else 48
 stream_std, layer_grads = {}, {}
 for norm_first, name in ((False, "post-LN"), (True, "pre-LN")):

@@ -72,6 +72,7 @@ print("with -inf: hidden keys get weight exactly 0.0 and their values cannot cha
 # 0..5 are identical; a bidirectional layer (no mask) lets the change leak backwards.
 
 # %%
+# Figure: causal_mask(6), and causal_mask(2, 6): two new queries after 4 cached keys.
 fig, axes = plt.subplots(1, 2, figsize=(7, 3))
 heatmap(tformer.causal_mask(6).float(), ax=axes[0], title="causal_mask(6)", colorbar=False)
 heatmap(tformer.causal_mask(2, 6).float(), ax=axes[1], title="causal_mask(2, 6): 4 cached keys", colorbar=False)

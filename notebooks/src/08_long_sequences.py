@@ -89,6 +89,7 @@ assert 1.8 < results["explicit"]["p_mem"] < 2.2, "explicit attention's memory sh
 assert results["sliding window"]["p_mem"] < 1.3 and results["linear (Performer)"]["p_mem"] < 1.3
 
 # %%
+# Figure: Attention time (left) and peak memory (right) against sequence length n, with an n^2 reference line.
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 for name, r in results.items():
     axes[0].plot(ns, r["ms"], "o-", label=name)
@@ -173,6 +174,7 @@ print("banded sliding-window kernel == dense attention with the sliding-window m
 # Face's own `transformers.modeling_rope_utils`. The frequencies for $d = 64$, $L = 2048$, $s = 8$:
 
 # %%
+# Figure: Each scaling's RoPE frequencies relative to plain RoPE, feature pair by feature pair.
 hd, base, L0, s = 64, 10000.0, 2048, 8.0
 freqs = {"RoPE": rope_frequencies(hd, base)[0]}
 freqs["position interpolation"] = rope_frequencies(hd, base, "linear", s)[0]
@@ -309,6 +311,7 @@ print(format_table([{"scaling": label[sch], **{f"T={t}": v for t, v in zip(lengt
                     for sch in schemes], floatfmt=".3f"))
 
 # %%
+# Figure: Loss on the last L tokens against evaluation length for each RoPE scaling, mean of the models.
 fig, ax = plt.subplots(figsize=(6, 3.6))
 for sch in schemes:
     ax.plot(lengths, losses[sch], "o-", label=label[sch])

@@ -55,6 +55,7 @@ print("small mode:", tformer.SMALL, "| device:", device)
 # two hops.
 
 # %%
+# Figure: Each sparse pattern as a mask, query rows by key columns, with its count of scored pairs.
 t = 32
 patterns = {
     "causal (dense)": tformer.causal_mask(t),
@@ -104,6 +105,7 @@ print(inspect.getsource(strided_pattern))
 # $n \times m$ features: linear for a fixed $k$, $m$.
 
 # %%
+# Figure: Scored pairs (or features) against n for each pattern, with its fitted exponent p.
 ns = [512, 1024, 2048, 4096]
 costs = {
     "dense causal": [count_pairs(tformer.causal_mask(n)) for n in ns],

@@ -66,6 +66,7 @@ print("small mode:", tformer.SMALL, "| device:", device)
 # ($7\times10^{-4}$ for the base model), then falls as $1/\sqrt{s}$. A wider model gets a smaller rate.
 
 # %%
+# Figure: The paper's learning-rate schedule: a linear warmup, then 1/sqrt(step) decay.
 steps = list(range(1, 100_001, 250))
 fig, ax = plt.subplots(figsize=(6, 3.2))
 for d, w in [(512, 4000), (512, 8000), (1024, 4000)]:
@@ -85,6 +86,7 @@ assert peak == 4000
 # weights, where most of the loss drop of a short run happens. The `small` preset uses it.
 
 # %%
+# Figure: A fixed step budget: the paper's 1/sqrt(step) decay against a linear decay to 0.
 from tformer.training import InverseSqrtSchedule, LinearDecaySchedule
 
 budget_steps, w, peak_lr = 1200, 300, 1.5e-3
@@ -155,6 +157,7 @@ def train_curve(norm_first: bool, warmup: int) -> list[float]:
 # Three runs of the same model and batches, differing only in the LayerNorm's place and the warmup:
 
 # %%
+# Figure: Training loss at a constant learning rate: post-LN with and without warmup, pre-LN without.
 runs = {f"post-LN, warmup {WARMUP}": train_curve(False, WARMUP), "post-LN, no warmup": train_curve(False, 0),
         "pre-LN, no warmup": train_curve(True, 0)}
 x = [10 * (i + 1) for i in range(len(next(iter(runs.values()))))]

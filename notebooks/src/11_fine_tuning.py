@@ -124,6 +124,7 @@ def continuations(n=8, seed=0, **kw):
 # Repetition against the sampling settings: eight continuations of the same prompt per setting.
 
 # %%
+# Figure: Distinct-2 of eight continuations against temperature (left) and top-p (right).
 temps = [0.0, 0.3, 0.5, 0.7, 1.0, 1.3]
 ps = [0.05, 0.2, 0.4, 0.6, 0.8, 0.95]
 d_temp = [distinct_n(continuations(temperature=t), 2) for t in temps]
@@ -352,6 +353,7 @@ assert mean(acc_lora) > mean(acc_base) + 0.1 and lora_losses[-1] < lora_losses[0
 # run of that many steps would end.
 
 # %%
+# Figure: SFT loss on answer tokens: full fine-tuning against LoRA.
 plt.figure(figsize=(5, 3))
 plt.plot(range(10, 10 * len(sft_losses) + 1, 10), sft_losses, label=f"full ({full_trainable:,} trained)")
 plt.plot(range(10, 10 * len(lora_losses) + 1, 10), lora_losses, label=f"LoRA ({lora_trainable:,} trained)")

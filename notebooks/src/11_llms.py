@@ -119,6 +119,7 @@ print([ours.id_to_token[i] for i in ours.encode("The for statement iterates over
 # for the same context), at the price of a larger embedding table and rarer tokens.
 
 # %%
+# Figure: Characters per token (left) and tokens for the held-out text (right) against vocabulary size.
 sizes = [257, 300, 512, 1024, 2048, 4096] if SMALL else [257, 512, 1024, 4096, 8192, 16384]
 fit_text, held_out = text[:200_000], text[400_000:]
 chars_per_token = []
@@ -230,6 +231,7 @@ print(f"{steps} steps in {(time.perf_counter() - t0) / 60:.2f} min: validation l
       f"perplexity {math.exp(before):.0f} -> {math.exp(after):.1f}")
 
 # %%
+# Figure: GPT training loss, beside ln V, the loss of a uniform guess.
 plt.figure(figsize=(5, 3))
 plt.plot(gpt_losses)
 plt.axhline(math.log(gpt_cfg.vocab_size), color="gray", ls="--", label="ln V (uniform guess)")
@@ -322,6 +324,7 @@ print(f"BERT: {bert.num_params():,} parameters")
 # positions only.
 
 # %%
+# Figure: BERT's masked-LM training loss.
 opt = torch.optim.AdamW(bert.parameters(), lr=mlm_lr, weight_decay=0.01)
 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=mlm_lr, total_steps=mlm_steps, pct_start=0.1)
 g = torch.Generator().manual_seed(0)
@@ -424,6 +427,7 @@ def fine_tune(encoder, steps=60 if SMALL else 300, lr=1e-3, seed=0):
 
 
 # %%
+# Figure: Held-out accuracy after fine-tuning: the pretrained encoder against the same model from scratch.
 import copy
 
 tformer.seed_everything(1)

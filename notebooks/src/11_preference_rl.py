@@ -269,6 +269,7 @@ for seed, (acc, (_, log)) in enumerate(zip(acc_rl, runs)):
 # The reward (the share of sampled answers that are right) and the KL to the reference, per iteration:
 
 # %%
+# Figure: A live GRPO run: mean reward of the sampled answers (left) and KL to the SFT model (right).
 fig, ax = plt.subplots(1, 2, figsize=(9, 3))
 for seed, (_, log) in enumerate(runs):
     ax[0].plot([s["reward"] for s in log], label=f"seed {seed}")
@@ -357,6 +358,7 @@ assert hit_rate > 0.9
 # The loss of the true answer, with the retrieved passage in the prompt and without it:
 
 # %%
+# Figure: Loss of the true answer without and with the retrieved passage in the prompt.
 with_passage = [[(f"{passages[i]}\n{q}", p)] for i, q, p in zip(top1, questions, facts.values())]
 without = [[(q, p)] for q, p in zip(questions, facts.values())]
 losses, accs = {}, {}

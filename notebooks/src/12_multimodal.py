@@ -65,6 +65,7 @@ print("small mode:", SMALL, "| device:", dev)
 # 224x224x3 image: 14 x 14 = 196 tokens of 768 numbers.
 
 # %%
+# Figure: A digit cut into patches (left) and the sequence of patches the Transformer reads (right).
 data = load_digits(test_size=0.25, seed=0)
 print("train", tuple(data.x_train.shape), "test", tuple(data.x_test.shape))
 img, p = data.x_train[:1], 2
@@ -134,6 +135,7 @@ print("patch embedding == linear map of patches; with [class] token and position
 # epochs.
 
 # %%
+# Figure: ViT training loss per step (left) and test accuracy per epoch (right).
 if SMALL:
     vit_cfg = ViTConfig(image_size=8, patch_size=2, in_channels=1, d_model=64, n_layers=2, n_heads=4, d_ff=128,
                         n_classes=10, dropout=0.0, eps=1e-6)
@@ -166,6 +168,7 @@ assert acc > (0.6 if SMALL else 0.97), acc   # chance is 10%; full mode: the cap
 # last layer, averaged over heads, drawn on the 4x4 patch grid.
 
 # %%
+# Figure: Test digits with the ViT's prediction (top) and the class token's attention over the patches (bottom).
 maps = vit.cpu().attention_maps(data.x_test[:6])                 # n_layers x (B, H, 17, 17)
 cls_attn = maps[-1][:, :, 0, 1:].mean(dim=1).reshape(-1, vit_cfg.grid, vit_cfg.grid)   # (B, 4, 4)
 torch.testing.assert_close(maps[-1].sum(-1), torch.ones_like(maps[-1].sum(-1)))       # rows are distributions
@@ -343,6 +346,7 @@ for _ in tqdm(range(epochs), desc="CLIP"):
 clip.eval()
 
 # %%
+# Figure: The aligner's contrastive loss during training.
 print(f"{len(clip_losses)} steps in {(time.perf_counter() - t0) / 60:.2f} min; "
       f"loss {sum(clip_losses[:5]) / 5:.2f} -> {sum(clip_losses[-5:]) / 5:.2f}; "
       f"learned temperature 1/{clip.scale().item():.1f}")
@@ -515,6 +519,7 @@ with torch.no_grad():
 # predict nothing; padding counts nothing).
 
 # %%
+# Figure: Caption loss of the projector and LM, image encoder frozen.
 def caption_loss(images, ids):
     """Mean next-token cross-entropy over the caption: the logit at caption position t predicts token t+1."""
     logits = vlm_logits(images, ids)[:, -ids.shape[1]:-1]            # (B, T-1, V): the text positions

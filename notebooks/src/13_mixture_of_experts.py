@@ -119,6 +119,7 @@ print("paths that agree with the per-token loop:", paths[1:])
 # (it also pays for sorting and scattering).
 
 # %%
+# Figure: Total and active parameters (left) and forward time (right) against the number of experts E.
 n_tok, flops, params, times = 512, {}, {}, {}
 xt = torch.randn(n_tok, 64)
 for n_exp in (2, 4, 8, 16, 32):
@@ -303,6 +304,7 @@ for name, cfg in configs.items():
     print(f"{name:>24}: validation loss {runs[name][1][-1][1]:.3f}")
 
 # %%
+# Figure: Validation loss of the dense and MoE models at equal active parameters, on the same tokens.
 fig, ax = plt.subplots(figsize=(6, 3.5))
 for name, (_, hist) in runs.items():
     ax.plot([s for s, _ in hist], [v for _, v in hist], marker="o", ms=3, label=name)
@@ -330,6 +332,7 @@ if not SMALL:                      # at equal active parameters the MoE should w
 # expert received in each layer.
 
 # %%
+# Figure: Share of routing choices per expert and layer, with and without the balancing loss.
 @torch.no_grad()
 def expert_load(model):
     """(layers, E) share of the routing choices per expert over the validation set."""
@@ -364,6 +367,7 @@ assert loads["MoE, no balancing loss"].max() > loads["MoE 8x top-2"].max()
 # unbalanced the router, the more tokens are dropped at a given capacity factor.
 
 # %%
+# Figure: Share of routing choices dropped against the capacity factor.
 @torch.no_grad()
 def dropped_share(model, factor):
     model.eval()
@@ -387,6 +391,7 @@ print({name: [round(v, 3) for v in vals] for name, vals in drops.items()})
 # is the gate weight the token gives that expert (two non-zero cells per row).
 
 # %%
+# Figure: Gate weight per token and expert in the first MoE layer, on a validation sentence.
 model = runs["MoE 8x top-2"][0].eval()
 first = model.blocks[0].ffn
 snippet = val_ids[:24][None].to(dev)

@@ -132,6 +132,7 @@ print(f"training took {time.perf_counter() - t0:.0f} s")
 # output is the same, only the time differs.
 
 # %%
+# Figure: Greedy decoding time against generated tokens, with and without the KV cache.
 # Speed does not depend on training: a random-init model with a longer context shows the trend better.
 speed_model = GPT(GPTConfig(vocab_size=vocab, context_length=256 if SMALL else 1024, n_layers=layers, n_heads=heads,
                             d_model=2 * width)).to(dev).eval()
@@ -162,6 +163,7 @@ plt.show()
 # models trained on the same data for the same number of steps.
 
 # %%
+# Figure: KV-cache bytes per token (left) and validation loss (right) of MHA, GQA and MQA.
 rows, ctx = [], block // 2
 for name, m in models.items():
     caches = make_caches(m.cfg.n_layers, block)
@@ -223,6 +225,7 @@ print(f"{n_req} requests served from one pool; peak {stats['peak_bytes'] / 1e6:.
 # What the same batch would hold in a contiguous cache that reserves `max_len` slots per request:
 
 # %%
+# Figure: KV memory for a mixed-length batch: tokens held, paged blocks at their peak, a contiguous reservation.
 bytes_per_token = pool.block_bytes() // pool.cfg.block_size
 final = [p + n for p, n in zip(prompt_lens, new_lens)]
 acct = kv_memory(final, block, 16, bytes_per_token)
@@ -302,6 +305,7 @@ print(type(quant["int8"].blocks[0].attn.qkv).__name__, quant["int8"].blocks[0].a
 # decoding, the output must be **exactly** the target's own greedy output:
 
 # %%
+# Figure: Speculative decoding: acceptance rate (left) and speed-up (right) against the draft length k.
 prompt = val_ids[100:108][None].to(dev)
 n_new = 40 if SMALL else 200
 reference = target.generate(prompt, n_new, temperature=0)
@@ -334,6 +338,7 @@ ax[1].set_title("speed-up vs k"); plt.tight_layout(); plt.show()
 # the histogram of the emitted token with $p$ and with $q$:
 
 # %%
+# Figure: Next-token distribution on the likeliest tokens: the target's p, speculative samples and the draft's q.
 with torch.no_grad():
     p = F.softmax(target(prompt)[0, -1].double(), -1)
     q = F.softmax(draft(prompt)[0, -1].double(), -1)
@@ -497,6 +502,7 @@ for c, x in zip(concurrency, tps):
 assert tps[-1] > 1.5 * tps[0]                                         # more clients, more tokens per second
 
 # %%
+# Figure: Generated tokens/s against concurrent clients: continuous batching against one request at a time.
 plt.figure(figsize=(5, 3))
 plt.plot(concurrency, tps, "o-", label="continuous batching")
 plt.axhline(one_at_a_time, color="gray", ls=":", label="one request at a time")

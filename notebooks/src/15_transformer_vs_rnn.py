@@ -127,6 +127,7 @@ print(format_table([{"distance": d, "Transformer acc": a, "LSTM acc": b}
 print(f"chance = {1 / N_KEYS:.3f}")
 
 # %%
+# Figure: Key-recall test accuracy against the distance between key and query.
 plt.figure(figsize=(5, 3.2))
 for name, ys in acc.items():
     plt.plot(distances, ys, "o-", label=name)
@@ -170,6 +171,7 @@ def grad_by_position(model, t_len, n=8):
 # Both models at initialisation, on the same random sequences of length T:
 
 # %%
+# Figure: Gradient norm at each input against its distance back from the loss position, at initialisation.
 t_len = 128 if SMALL else 512
 torch.manual_seed(0)
 g_tf = grad_by_position(make_transformer(block=t_len), t_len)
@@ -203,6 +205,7 @@ assert g_lstm[far].mean() / g_lstm[near].mean() < 1e-3                # the LSTM
 # `tformer.utils.timing.step_time_vs_length`.
 
 # %%
+# Figure: Training tokens/s against sequence length, Transformer and LSTM.
 lengths = [32, 128, 384] if SMALL else [256, 1024, 2048, 4096]
 batch = 4 if SMALL else 16
 # threads, set explicitly: every core in full mode; one in small mode, where two threads on tiny models
@@ -306,6 +309,7 @@ print(inspect.getsource(fit_power_law))
 # so the two exponents are measured the same way (with $c > 0$ both would come out larger).
 
 # %%
+# Figure: Validation loss against non-embedding parameters with the fitted power law (left), and training tokens/s (right).
 C_FIXED = 0.0
 fits = {}
 for name in ("Transformer", "LSTM"):
