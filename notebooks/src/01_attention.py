@@ -15,8 +15,8 @@
 # `tformer/utils/plot.py: curves, heatmap`.
 #
 # **How to check an exercise.** Write the body of the function in an exercise cell (replace
-# `raise NotImplementedError`), run it, then run the cell below it: `check("ch01.attention", my_attention)`
-# prints PASS, or the smallest input where your function disagrees with the reference, the largest
+# `raise NotImplementedError`), run it, then run the cell below it: `check("ch01.attention", my_attention)`.
+# It prints PASS, or the smallest input where your function disagrees with the reference, the largest
 # difference, a hint, and the name of the mistake if it is a common one.
 #
 # Set `TFORMER_SMALL=1` before starting Jupyter for the quick CPU version (`make lab` does).

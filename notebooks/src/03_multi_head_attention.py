@@ -9,7 +9,7 @@
 # \mathrm{head}_i = \mathrm{Attention}(XW_q^{(i)}, XW_k^{(i)}, XW_v^{(i)}).$$
 #
 # The paper uses $h = 8$ heads of size $d_k = d_{model}/h = 64$. We build it from split / attend /
-# merge / project, count its parameters and FLOPs against one full-width head (the same), and train a
+# merge / project, count its parameters and FLOPs against one full-width head (the same). Then we train a
 # small model to watch its heads learn *different* patterns, next to a single head of the same size,
 # whose one pattern has to serve both lookups at once.
 #
@@ -217,7 +217,9 @@ curves(range(steps), {"4 heads of 16": losses, "1 head of 64": losses_1}, "step"
 # part of its weight on $t-1$ and part on $t-3$ (printed above) and returns a weighted *blend* of the
 # two values, which is the paper's "one head averages". The blend loses resolution only when it can no longer be
 # unmixed; here the two weights differ, so the blend still says which token sat where, and 8 symbols in
-# 64 dimensions leave room for the feed-forward layer to decode it. What the four heads add here is a
+# 64 dimensions leave room for the feed-forward layer to decode it.
+#
+# What the four heads add here is a
 # separate, sharper lookup for each lag (the heat maps of section 3, and the larger weights printed
 # there). The paper's reason for several heads is that with a single head "averaging inhibits"
 # attending to different positions at once; on this small task that shows as a blended, less sharp

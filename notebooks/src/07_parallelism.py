@@ -190,6 +190,7 @@ for r in timings:
 # arithmetic per token, and the Transformer does more of it: it has more parameters than the LSTM of
 # the same width (printed above), and attention's work per token grows with $T$. `nn.LSTM` runs its
 # $T$ dependent steps in a compiled C++ loop whose per-step cost is small at these sizes.
+#
 # Parallelism pays where there are thousands of cores to fill: a GPU runs the Transformer's step as a
 # few large matrix products that grow with $T$, while each of the LSTM's $T$ dependent steps stays
 # small and leaves most of the chip idle. This notebook in full mode measures that difference on a GPU,
@@ -289,12 +290,18 @@ print(f"our Transformer ({n / 1e6:.2f} M params) at T={last.seq_len}: about {ach
 # share of each batch, and the gradients are averaged across GPUs (an all-reduce) before each update.
 # `tformer translate train` does the same under `torchrun --nproc-per-node N` (PyTorch's
 # `DistributedDataParallel`, `tformer/training/trainer.py`). When a model no longer fits on one GPU, the other
-# axes join in: **ZeRO / FSDP** shards the optimizer state, gradients and weights across the
-# data-parallel GPUs (Rajbhandari et al., 2020); **tensor parallelism** splits each matrix product of a
-# layer across GPUs (Megatron-LM, Shoeybi et al., 2019); **pipeline parallelism** puts consecutive
-# layers on different GPUs and streams micro-batches through them (GPipe, Huang et al., 2019);
-# **expert parallelism** puts a mixture-of-experts layer's experts on different GPUs (GShard, Lepikhin
-# et al., 2020; chapter 13); and **context parallelism** splits one long sequence (chapter 8). All of them
+# axes join in:
+# - **ZeRO / FSDP** shards the optimizer state, gradients and weights across the data-parallel GPUs
+#   (Rajbhandari et al., 2020);
+# - **tensor parallelism** splits each matrix product of a layer across GPUs (Megatron-LM, Shoeybi et
+#   al., 2019);
+# - **pipeline parallelism** puts consecutive layers on different GPUs and streams micro-batches through
+#   them (GPipe, Huang et al., 2019);
+# - **expert parallelism** puts a mixture-of-experts layer's experts on different GPUs (GShard, Lepikhin
+#   et al., 2020; chapter 13);
+# - **context parallelism** splits one long sequence (chapter 8).
+#
+# All of them
 # rest on what sections 1-2 showed: a Transformer layer is a few large matrix products over all
 # positions at once, so the work can be cut up along the batch, the model width, the depth or the
 # sequence.

@@ -347,22 +347,26 @@ assert largest < 0.25 or not tformer.SMALL                     # small mode: und
 # Position interpolation slows every pair, even the fast ones that encode "which byte came just
 # before", which can cost it at small factors; NTK and YaRN keep the fast pairs. How much each gains
 # is in the table above, at every factor (a negative entry: worse than no scaling).
+#
 # At small mode's scale (a 2-layer model trained for 150 steps on 32-byte windows, still near 2.5 nats
 # per byte) every gain is under a quarter of a nat (the largest is printed, and asserted in the cell
-# above), and one model's gain differs from the next one's (printed model by model): that is why the
+# above). One model's gain also differs from the next one's (printed model by model): that is why the
 # table averages three. In practice a short fine-tune at the new
 # length (a few hundred steps) follows, and YaRN needs the least of it (Peng et al., 2023).
 #
 # **How production models reach a million tokens.** Three pieces work together. *Memory*: exact
 # attention computed in tiles with an online softmax never stores the $n \times n$ matrix
 # (FlashAttention, Dao et al., 2022; FlashAttention-2, Dao, 2023; chapter 9), so memory grows as $n$,
-# though time still grows as $n^2$. *Positions*: RoPE's base is raised, then the model is trained a
-# little longer on long documents: Code Llama went from base $10^4$ to $10^6$ for 100k-token contexts
-# (Rozière et al., 2023), "Effective Long-Context Scaling" from Meta raised the base for 32k (Xiong et
+# though time still grows as $n^2$.
+#
+# *Positions*: RoPE's base is raised, then the model is trained a
+# little longer on long documents. Code Llama went from base $10^4$ to $10^6$ for 100k-token contexts
+# (Rozière et al., 2023). Meta's "Effective Long-Context Scaling" raised the base for 32k (Xiong et
 # al., 2023), and YaRN / LongRoPE-style scalings stretch further (Peng et al., 2023; Ding et al., 2024).
+#
 # *Devices*: no single GPU holds the activations of a million tokens, so the sequence itself is split
 # across GPUs: **ring attention** passes key/value blocks around a ring of devices while each computes
-# its queries' share (Liu, Zaharia and Abbeel, 2023), and DeepSpeed-Ulysses swaps the sequence split
-# for a head split around attention with all-to-all communication (Jacobs et al., 2023); Megatron-LM
+# its queries' share (Liu, Zaharia and Abbeel, 2023). DeepSpeed-Ulysses swaps the sequence split
+# for a head split around attention with all-to-all communication (Jacobs et al., 2023). Megatron-LM
 # calls this *context parallelism*. Llama 3 trained its 128k context with context parallelism in the
 # last stage of pre-training (Llama team, "The Llama 3 Herd of Models", 2024).

@@ -240,16 +240,19 @@ assert accuracy["exact"][0] > accuracy["sliding window w=3"][0] + 0.3
 # make the query token *global* and its row sees everything again. With one layer only the query's row
 # matters, so Longformer here is *the same model* as exact attention (identical numbers), and so is
 # BigBird: on 16 tokens its window + global + random blocks cover the query's whole row (on long
-# sequences they do not; see the pair counts above). Linformer squeezes 16 positions into $k$
+# sequences they do not; see the pair counts above). 
+#
+# Linformer squeezes 16 positions into $k$
 # mixtures and loses which value belongs to which key; Performer's random-feature softmax is
 # blurrier than the real one. That is the trade: linear methods are much faster on long sequences
 # (`benchmarks/bench_long_attention.py`) but lose accuracy exactly on recall tasks like this one.
 #
 # **What sparse attention gives up in theory.** BigBird's paper (Zaheer et al., 2020, "Big Bird:
 # Transformers for Longer Sequences", section 3) proves that a sparse attention with $O(n)$ pairs keeps
-# the two properties known for full attention: encoders with it are **universal approximators** of
-# continuous sequence-to-sequence functions (as Yun et al., 2020 showed for full Transformers), and with
+# the two properties known for full attention. Encoders with it are **universal approximators** of
+# continuous sequence-to-sequence functions (as Yun et al., 2020 showed for full Transformers). With
 # its full encoder-decoder it is **Turing complete** (as Pérez et al., 2019 showed for full attention).
+#
 # The key ingredient is the global tokens: any token reaches any other in two hops through one of them,
 # so stacked layers can still move information anywhere, only more slowly. The same paper also proves
 # the price: there is a task that full attention solves with $O(1)$ layers for which any sparse attention
@@ -358,6 +361,8 @@ print(format_table(rows))
 # On a CPU PyTorch picks its CPU flash kernel; on a recent NVIDIA GPU with fp16/bf16 inputs it picks
 # FlashAttention-2 (or cuDNN's attention), and falls back to the memory-efficient or math kernel for
 # inputs the fast one cannot take (fp32 on some paths, an arbitrary float mask, unusual head sizes).
+#
+#
 # Fused is not always faster. On a CPU in bf16, the flash kernel's backward loses to the explicit math
 # for short sequences. Forward and backward together took 4.4x the math's time at 16 x 16 positions (a
 # Multi30k batch), 3.1x at 32 x 32 and 1.8x at 128 x 128. The two were even at 192 x 192, and fused won

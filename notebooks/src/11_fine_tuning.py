@@ -164,9 +164,9 @@ print("settings that end the loop within", n_new, "tokens:", ends or "none: the 
 assert ends and distinct_n([pen_out[max(ends)]], 2) > distinct_n([greedy], 2)
 
 # %% [markdown]
-# Read the table: the mild penalties (1.3, 1.5) raise distinct-2 but only delay the loop, which moves
+# Read the table: the mild penalties (1.3, 1.5) raise distinct-2 but only delay the loop. It moves
 # to a token the penalty has not yet reached (here the newline, whose logit stays the largest after one
-# division); the settings listed last end it within the 48 tokens, at the price of wandering text. The
+# division). The settings listed last end it within the 48 tokens, at the price of wandering text. The
 # penalty is per token, not per occurrence, so no value of it forbids a loop outright.
 
 # %% [markdown]
@@ -344,9 +344,11 @@ assert mean(acc_lora) > mean(acc_base) + 0.1 and lora_losses[-1] < lora_losses[0
 # per-task line as a rough picture and the means as the result.
 #
 # The likely reason LoRA stays behind is the base, not the adapters: copying words from the context
-# needs attention circuits that a 64-wide model pretrained for 150 steps barely has, and full
+# needs attention circuits that a 64-wide model pretrained for 150 steps barely has. Full
 # fine-tuning can build them from every weight, while a low-rank update to frozen weights mostly re-uses
-# what is there. LoRA's parity with full fine-tuning is measured on large pretrained models (Hu et al.
+# what is there.
+#
+# LoRA's parity with full fine-tuning is measured on large pretrained models (Hu et al.
 # 2021: GPT-3 175B with about 0.01% of the weights trained); full mode (d_model 384, 3000 pretraining
 # steps, r = 8) is the place to compare. The curves below put both runs on one step axis; LoRA's
 # learning rate decays over its longer run, so at full fine-tuning's last step it is not where a LoRA

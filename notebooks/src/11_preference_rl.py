@@ -212,7 +212,7 @@ check("ch11.group_advantages", my_group_advantages)
 # with Schulman's k3 estimate $\mathbb{D} = \frac{\pi_\text{ref}}{\pi} - \log\frac{\pi_\text{ref}}{\pi} - 1 \ge 0$
 # per token. The loss is $-J$. Known variants change the averaging: Dr. GRPO (Liu et al. 2025) drops
 # the $1/|o_i|$ and the std division: the first lets wrong answers grow longer (a long answer's tokens
-# each carry less of its penalty), the second gives too-easy and too-hard groups more weight; DAPO
+# each carry less of its penalty), the second gives too-easy and too-hard groups more weight. DAPO
 # (Yu et al. 2025) averages over all the batch's tokens at once.
 #
 # ## Exercise: the GRPO loss
@@ -283,7 +283,9 @@ plt.show()
 # %% [markdown]
 # A run this short shows the machinery, not the gain: the accuracies above move by a few points either
 # way, and this SFT model's sampled answers are so rarely right (the reward printed above) that most
-# groups are all wrong, with advantage 0. The claim to test is that the mean of three GRPO seeds beats
+# groups are all wrong, with advantage 0.
+#
+# The claim to test is that the mean of three GRPO seeds beats
 # the SFT model on the held-out prompts (both tasks together) by more than the seeds' own spread (max
 # minus min). That needs a few minutes of CPU, more than a notebook may take: the chapter's capstone,
 # `tformer capstone grpo` (the same recipe with 600 SFT steps and 150 GRPO iterations of 16 prompts x 8
@@ -328,7 +330,9 @@ if cap is not None:
 # seed's noise). Pass@1 rises more than twofold, and GRPO's greedy answer lands between the SFT model's
 # pass@4 and pass@8: what the SFT model found in one of four to eight samples, the GRPO model now answers
 # first. Unlike the large-k result, pass@8 rises too: k = 8 is far from the hundreds of samples at which
-# Yue et al. compare, and a model this small still learns the task itself. And the whole gain is on sorting:
+# Yue et al. compare, and a model this small still learns the task itself.
+#
+# And the whole gain is on sorting:
 # on addition, even eight samples of the SFT model hold a right answer for only about one prompt in seven
 # (its pass@8 above), so nearly every addition group is all wrong, every advantage is 0, and greedy
 # addition does not improve. GRPO sharpens
@@ -378,11 +382,13 @@ plt.show()
 # %% [markdown]
 # ## 5. What production assistants add
 # The pieces are the ones above, at a very different scale. Pretraining uses trillions of tokens with
-# a 100k-200k-token BPE vocabulary; SFT uses hundreds of thousands to millions of human- and
+# a 100k-200k-token BPE vocabulary. SFT uses hundreds of thousands to millions of human- and
 # model-written conversations with a fixed chat template and special role tokens, many turns, tool
-# calls and code; preference tuning uses human or AI feedback, through a learned reward model and RL
+# calls and code. Preference tuning uses human or AI feedback, through a learned reward model and RL
 # (PPO, GRPO) or directly (DPO and its relatives), often in several rounds, for helpfulness and safety
-# together. LoRA and its quantised form QLoRA make such fine-tuning fit a single GPU. Retrieval uses
+# together.
+#
+# LoRA and its quantised form QLoRA make such fine-tuning fit a single GPU. Retrieval uses
 # dense embedding models and vector indexes over millions of documents, often with a re-ranker, and
 # the model is trained to cite and to say when the passages do not answer. Decoding adds stop
 # sequences, constrained output formats (JSON), speculative decoding and batching (chapter 14). What

@@ -188,7 +188,9 @@ plt.show()
 # **The one-minute version and the real one.** The ViT trained above is the one-minute version of the
 # capstone (small mode: a narrower model, 4 epochs, one seed). The capstone itself is one command,
 # `tformer capstone vit`: the recipe of `tformer/capstones/vision.py` (d=128, 2 layers, dropout 0.1,
-# label smoothing 0.1, 60 epochs, no augmentation), three seeds of at most 3 minutes. Its head reads the
+# label smoothing 0.1, 60 epochs, no augmentation), three seeds of at most 3 minutes.
+#
+# Its head reads the
 # mean of all 17 tokens (`pool="mean"`, global average pooling, which the ViT paper's appendix found as
 # good as the class token once the learning rate is tuned). It writes
 # the mean test accuracy to `runs/capstone-vit/result.json`; it resumes after a kill, and `--threads 1` is faster
@@ -377,10 +379,12 @@ assert zero_shot > (0.5 if SMALL else 0.9), zero_shot
 
 # %% [markdown]
 # **The one-minute version and the real one.** The aligner above trained for a few epochs on one
-# tower: the one-minute version. `tformer capstone clip` runs the capstone: for each of three seeds a
-# tower of the `vit` recipe (30 epochs) trained with mild shifts, rotations and zooms, frozen, and a text
-# tower trained 20 epochs to align with it, on captions that lose each word of their template's wording
-# with probability 0.3 (the digit's name or numeral always stays). That word dropout keeps the text
+# tower: the one-minute version. `tformer capstone clip` runs the capstone. For each of three seeds it
+# trains a tower of the `vit` recipe (30 epochs) with mild shifts, rotations and zooms, and freezes it.
+# Then a text tower trains 20 epochs to align with it, on captions that lose each word of their template's wording
+# with probability 0.3 (the digit's name or numeral always stays).
+#
+# That word dropout keeps the text
 # tower from memorising the training templates, so that it reads templates it never saw. The ten digit
 # classes were seen in training; only the zero-shot templates are new.
 # It reports zero-shot accuracy and recall@1 both ways, mean of the seeds.

@@ -91,7 +91,9 @@ print("gates:", gates.detach().numpy().round(2).tolist())
 # *plan*: sort the (token, choice) pairs by expert, so each expert's tokens form one contiguous block.
 # Then either scatter the blocks into an $(E, C, d)$ buffer and run all experts with one batched matmul
 # (`"padded"`), or run one *grouped* matmul over the jagged blocks (`"grouped"`,
-# `torch.nn.functional.grouped_mm`: fp32 or bf16 on a CPU, bf16 on a GPU). Every path computes the same
+# `torch.nn.functional.grouped_mm`: fp32 or bf16 on a CPU, bf16 on a GPU).
+#
+# Every path computes the same
 # function as the per-token loop, gradients included (`tests/test_moe.py` checks them all). `"auto"`
 # takes `"grouped"` only where that is one kernel with no host sync: a CPU, or an sm90/sm100 GPU
 # (`tformer.utils.gpu.grouped_mm_fast`); on an A100 or a T4, PyTorch's grouped matmul copies the block
@@ -319,12 +321,14 @@ if not SMALL:                      # at equal active parameters the MoE should w
 
 # %% [markdown]
 # In small mode the run is 200 steps on 0.2M tokens: which model ends ahead (the cell prints the gap) is
-# decided by a margin of the order of run-to-run noise, and the MoE starts slower (its experts each see
-# only a quarter of the tokens); the capstone's seeds below are what can rank them. With more training the extra parameters pay off: a controlled comparison below
+# decided by a margin of the order of run-to-run noise. The MoE also starts slower (its experts each see
+# only a quarter of the tokens). The capstone's seeds below are what can rank them.
+#
+# With more training the extra parameters pay off. A controlled comparison below
 # 25M parameters (Wael 2026, *Dense vs Sparse Pretraining at Tiny Scale*, arXiv:2605.13769; 4 experts,
 # top-2, balancing and z losses, three seeds) reports a best validation loss of 1.579 for the MoE against
-# 1.655 for a dense model with the same active parameters (and 1.561 for a dense model with the same
-# *total* parameters). Full mode here asserts that the MoE beats the active-matched dense model.
+# 1.655 for a dense model with the same active parameters. A dense model with the same *total*
+# parameters reached 1.561. Full mode here asserts that the MoE beats the active-matched dense model.
 #
 # ### Expert load, with and without the balancing loss
 #
@@ -407,12 +411,14 @@ plt.show()
 
 # %% [markdown]
 # **Which is better: one minute cannot say.** The runs above are the one-minute version: they show the
-# routing, the balance across experts and the equal active FLOPs per token, but a few hundred steps on
+# routing, the balance across experts and the equal active FLOPs per token. But a few hundred steps on
 # a small corpus are too few to rank the MoE against the dense model (their gap is of the order of the
-# difference between seeds). That claim belongs to the capstone's CPU tier, `tformer capstone moe`:
+# difference between seeds).
+#
+# That claim belongs to the capstone's CPU tier, `tformer capstone moe`. It trains
 # dense vs MoE 8x top-2 at equal active parameters and equal tokens on the Python standard library's
 # own source (byte-level BPE, split by file; d_model 128, 4 layers, 1,000 steps of 4,096 tokens: 4.1M
-# tokens per run), three seeds each, a cosine schedule per run: about an hour on a 2-core CPU (it
+# tokens per run), three seeds each, a cosine schedule per run. It takes about an hour on a 2-core CPU (it
 # resumes after a kill). The MoE is
 # ahead only if its mean final validation loss is below the dense mean by more than twice the larger
 # spread over seeds. The cell shows that run when it exists, else the committed reference; with
@@ -424,7 +430,7 @@ from tformer.capstones import show
 moe_capstone = show("moe")
 
 # %% [markdown]
-# What the seeds say, from the same result: the gap in mean final validation loss against twice the larger
+# What the seeds say, from the same result. The cell prints the gap in mean final validation loss against twice the larger
 # spread over seeds, the MoE's training speed relative to the dense model's, the busiest expert's share
 # of the routing over the uniform share, and the comparison at equal wall-clock time (the MoE's
 # validation loss when each dense run finished).
@@ -446,7 +452,9 @@ if moe_capstone:
 # `F.scaled_dot_product_attention` chooses a kernel by itself and quietly falls back to a slower one
 # when the fast one cannot take the input. `tformer.utils.flash.force_flash()` allows only the flash kernel
 # (anything it cannot run raises an error), and `run_with_flash(fn)` profiles fn and raises unless a
-# flash kernel actually ran. On a CUDA GPU the capstone trained under `force_flash()` in bf16. Here we
+# flash kernel actually ran. On a CUDA GPU the capstone trains under `force_flash()` in bf16.
+#
+# Here we
 # prove which kernel runs and measure tokens/s and MFU (model FLOPs utilisation: 6 x active parameters
 # + attention FLOPs per token, over the GPU's datasheet peak). On a CPU the same check finds PyTorch's
 # CPU flash kernel. A GPU older than sm80 (a free Colab T4 is sm75) has no flash kernel and no bf16:
@@ -545,8 +553,8 @@ check("ch13.balance_loss", my_balance_loss)
 # ## The package's versions
 # What `tformer.moe` runs, now that you have written both: `MoE.forward` routes every token with this
 # `top_k_route` (asking it for the router probabilities too, `return_probs=True`, which the balancing loss
-# needs), the same top-k gating as yours with the softmax in float32 even under bf16 autocast and checks that
-# name the expected shapes; then it adds the Switch balancing loss below to its auxiliary loss.
+# needs). That is the same top-k gating as yours, with the softmax in float32 even under bf16 autocast and
+# checks that name the expected shapes. Then it adds the Switch balancing loss below to its auxiliary loss.
 
 # %%
 print(inspect.getsource(top_k_route))

@@ -293,8 +293,8 @@ print(type(quant["int8"].blocks[0].attn.qkv).__name__, quant["int8"].blocks[0].a
 
 # %% [markdown]
 # int4 does not reach 8x: each group of 32 weights also stores a float32 scale, 1 bit per weight, so
-# 5 bits replace 32 and 6.4x is the ceiling (the cell prints the measured ratio, a little under it: the
-# biases stay in float32). int8 costs almost nothing in perplexity; int4 a little more, which is why real int4 schemes (GPTQ,
+# 5 bits replace 32 and 6.4x is the ceiling. The cell prints the measured ratio, a little under it: the
+# biases stay in float32. int8 costs almost nothing in perplexity; int4 a little more, which is why real int4 schemes (GPTQ,
 # AWQ) choose the rounding with calibration data. The embedding (tied to the output layer) stays in
 # float here; in big models the blocks dominate. On a GPU the win is speed as well as memory:
 # decoding is limited by reading the weights, and int4 weights are about 6x fewer bytes to read (the
@@ -514,14 +514,16 @@ plt.title("throughput vs concurrency"); plt.legend(); plt.tight_layout(); plt.sh
 # weights are read once per step, not once per request. At one client the engine is slower than the
 # plain cache: at every step and layer it writes the new key and value into their block and reads the
 # blocks through index lists (two `embedding_bag` calls, a masked softmax, two index
-# selections), where the plain cache makes one attention call on one contiguous tensor; for a model this
+# selections). The plain cache makes one attention call on one contiguous tensor. For a model this
 # small those extra operations cost about as much as the layer's matrix products. A compiled
-# paged-attention kernel (vLLM's) does the same reading in one call. `benchmarks/bench_serve.py`
+# paged-attention kernel (vLLM's) does the same reading in one call.
+#
+# `benchmarks/bench_serve.py`
 # measures the same against static batching with the sizes of a real course model, with time to first
 # token beside it. `benchmarks/bench_decode_attention.py` builds such a kernel for the CPU in C++
-# (`benchmarks/paged_decode.cpp`) and puts it in the engine: at 16 clients it made the engine 1.16x faster
-# in bf16 (the README's serving row, idle 2-core machine), while skipping attention altogether made it
-# 1.74x faster, so at that size a decoding step mostly waits on reading the cache.
+# (`benchmarks/paged_decode.cpp`) and puts it in the engine. At 16 clients on a 2-core CPU it made the
+# engine 1.16x faster in bf16 (`benchmarks/RESULTS.md`), while skipping attention altogether made it
+# 1.74x faster: at that size a decoding step mostly waits on reading the cache.
 #
 # **The server.** `tformer serve --run RUN` (or `--hf DIR`, or `--demo`) puts the engine behind an
 # OpenAI-compatible HTTP API (`/v1/completions`, `/v1/chat/completions` with streaming, `/v1/models`,

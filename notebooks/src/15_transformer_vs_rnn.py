@@ -232,13 +232,17 @@ for name in ("Transformer", "LSTM"):
 # %% [markdown]
 # What the CPU shows, and why. A ratio below 1 means the Transformer processes fewer tokens per
 # second than the LSTM, its step taking 1/ratio times as long. Timings move with the machine's load, so
-# no cell asserts them; on a laptop CPU the ratio is typically below 1 and falls as $T$ grows. Small mode runs tiny models (width 64, the sizes printed at the top) on one thread, and
-# full mode on a CPU has only the machine's few cores: there is little parallel hardware for the
+# no cell asserts them; on a laptop CPU the ratio is typically below 1 and falls as $T$ grows.
+#
+# Small mode runs tiny models (width 64, the sizes printed at the top) on one thread, and
+# full mode on a CPU has only the machine's few cores. There is little parallel hardware for the
 # Transformer's one large computation to fill, so what counts is arithmetic per token, and attention's
 # grows with $T$ ($O(T^2)$ per sequence). PyTorch's LSTM runs its $T$ dependent steps in a compiled
 # loop with little overhead per step. Its work per token does not depend on $T$, yet its tokens/s
 # can rise with $T$ (this run's factor is printed above): a step also has fixed costs (the optimizer update over every weight, kernel launches, Python), and
-# a longer sequence spreads them over more tokens. None of that is claim 2: a CPU with one thread or a
+# a longer sequence spreads them over more tokens.
+#
+# None of that is claim 2: a CPU with one thread or a
 # few cores cannot show what the parallel form buys. A GPU can: this chapter in full mode measures it
 # there, and so does `python benchmarks/gpu_check.py --only rnn-vs-transformer`.
 #
