@@ -194,8 +194,8 @@ check("ch01.attention", my_attention)
 # `scaled_dot_product_attention`, with the same fully-masked-row rule (the input checks first name what
 # they expected when a shape is wrong). `tformer.MultiHeadAttention` runs it when the weights are wanted;
 # otherwise it calls PyTorch's fused kernel, `F.scaled_dot_product_attention`, which the tests check
-# against this reference. On a CPU, training with dropout or short sequences in bf16 runs this reference
-# too, because there it is the faster (chapter 9 measures it).
+# against this reference. On a CPU, training with dropout or short sequences in bf16 (bfloat16: 16-bit floats with float32's
+# range and fewer digits, which chapter 10 trains in) runs this reference too, because there it is the faster (chapter 9 measures it).
 
 # %%
 print(inspect.getsource(tformer.scaled_dot_product_attention))

@@ -108,7 +108,8 @@ assert counts[8][0] == 4 * d_model * d_model + 4 * d_model      # W_q, W_k, W_v,
 # ## 3. Heads learn different patterns (a trained model)
 #
 # Random heads attend almost uniformly. To see heads *specialize* we train a one-layer, four-head GPT
-# (`tformer.models.GPT`) on a task that needs two different lookups at once: the input is a random
+# (`tformer.models.GPT`: a stack of causal self-attention blocks that predicts the next token; chapter
+# 11 builds it in full) on a task that needs two different lookups at once: the input is a random
 # sequence over 8 symbols and the target at position $t$ is the *pair* $(x_{t-1}, x_{t-3})$, one of 64
 # classes. One head has one attention pattern per query: to read both tokens it must spread its weight
 # over two positions and *average* their values into one vector. Several heads can each fetch one token
@@ -133,7 +134,8 @@ def head_patterns(model: GPT, x: torch.Tensor) -> torch.Tensor:
     return weights[0].mean(0), logits
 
 # %% [markdown]
-# The training loop: AdamW on fresh random batches, the same seed and steps for any head count.
+# The training loop: AdamW (the Adam optimizer with weight decay applied to the weights directly;
+# Loshchilov and Hutter, 2019) on fresh random batches, the same seed and steps for any head count.
 
 # %%
 steps = 160 if tformer.SMALL else 1000

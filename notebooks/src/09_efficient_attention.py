@@ -11,8 +11,8 @@
 #    key-lookup task we compare every method's accuracy with exact attention.
 # 3. **Hardware-aware exact attention**: FlashAttention computes the *same* softmax attention in tiles
 #    with an online softmax, never storing the $n \times n$ matrix. We build it in PyTorch, prove it
-#    exact against `F.scaled_dot_product_attention`, measure its memory, look at which SDPA backend
-#    PyTorch runs, and list the published FlashAttention-2/3/4 figures.
+#    exact against `F.scaled_dot_product_attention`, measure its memory, look at which backend of SDPA
+#    (scaled dot-product attention, PyTorch's `F.scaled_dot_product_attention`) runs, and list the published FlashAttention-2/3/4 figures.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it. Exercises: the strided pattern, one online-softmax step.

@@ -181,6 +181,8 @@ assert ends and distinct_n([pen_out[max(ends)]], 2) > distinct_n([greedy], 2)
 # $M$ of positions where `loss_mask` is True.
 #
 # ## Exercise: the SFT loss
+# `logits (B, T, V)`, `targets (B, T)` token ids (long), `loss_mask (B, T)` bool, True on the answer
+# tokens: return the mean cross-entropy over the masked positions, a scalar.
 
 # %%
 def my_sft_loss(logits, targets, loss_mask):
@@ -266,6 +268,8 @@ for chat in test_chats[:4]:
 # $W$ and inference costs nothing extra.
 #
 # ## Exercise: the LoRA forward pass
+# `x (..., in)`, the frozen `weight (out, in)` and `bias (out,)` or `None`, `A (r, in)`, `B (out, r)`,
+# `alpha` a number: return $y$ `(..., out)` as in the formula above, with $r$ read from `A`.
 
 # %%
 def my_lora_forward(x, weight, bias, A, B, alpha):

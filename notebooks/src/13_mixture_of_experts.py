@@ -149,7 +149,8 @@ plt.show()
 # ### Qwen3-235B-A22B from its published configuration
 #
 # 94 layers, hidden size 4096, 64 query and 4 key/value heads of size 128, 128 experts per layer with 8
-# active, each expert a SwiGLU FFN of width 1536, vocabulary 151,936, untied input and output embeddings.
+# active, each expert a SwiGLU FFN of width 1536 (a gated feed-forward layer,
+# $W_2(\mathrm{SiLU}(W_1 x) \odot W_3 x)$), vocabulary 151,936, untied input and output embeddings.
 # `moe_lm_param_counts` adds up embeddings, attention, norms, routers and experts (the test suite checks
 # it against Hugging Face's `Qwen3MoeForCausalLM` built from a small configuration).
 
@@ -187,7 +188,7 @@ assert round(mixtral["total"] / 1e9, 1) == 46.7 and round(mixtral["active"] / 1e
 
 # %% [markdown]
 # `tformer.moe.deepseek_v3_param_counts` adds it up: every layer has MLA (`mla_params`: query down/norm/up,
-# joint key-value down with the shared RoPE key, norm, up, output) and two RMSNorms; the first 3 a dense
+# joint key-value down with the shared RoPE key, norm, up, output) and two RMSNorms (LayerNorm without the mean: divide by the root mean square, then scale); the first 3 a dense
 # FFN, the other 58 a router, the shared expert and 256 routed experts; plus untied input and output
 # embeddings. It also counts the MTP module.
 

@@ -379,7 +379,8 @@ plt.legend(); plt.title("next-token distribution"); plt.tight_layout(); plt.show
 # full batch, pad, run it to its longest member) leaves a slot idle from the moment its request
 # finishes. **Continuous batching** (Orca, then vLLM, SGLang, TGI) changes the batch at every step:
 #
-# 1. **admit**: while the head of the queue fits in the free blocks of the paged cache, prefill it;
+# 1. **admit**: while the head of the queue fits in the free blocks of the paged cache, prefill it (run its
+#    whole prompt through the model in one pass, filling its cache);
 # 2. **decode**: one forward pass gives every running sequence its next token, whatever its length
 #    (each reads its own blocks through its block table);
 # 3. **retire**: a sequence that produced a stop token or reached `max_tokens` returns its blocks now.
