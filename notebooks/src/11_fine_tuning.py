@@ -12,6 +12,11 @@
 # reinforcement learning with rewards a program checks (GRPO), and retrieval (RAG). Everything is built
 # on the GPT of the first notebook (`11_llms`), offline, on generated data.
 #
+# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
+# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
+#
+# **How long.** In small mode this notebook runs in about a minute on a 2-core laptop CPU.
+#
 # **Where the code lives.**
 # * `tformer/inference/decode.py: sample_next, top_k_filter, top_p_filter, apply_repetition_penalty`; `tformer/training/metrics.py: distinct_n`
 # * `tformer/training/sft.py: render, encode_chats, sft_loss, exact_match, sequence_logprob, instruction_set` (chat template, SFT)
@@ -21,9 +26,6 @@
 # * `tformer/training/sft_start.py: notebook_recipe, pretrain, training_chats, sft_batches, save_sft_start` (the chapter's
 #   SFT start, shared with the next notebook and the GRPO capstone; its data holds the two tasks with checkable
 #   answers, from `tformer/training/grpo.py`, that the next notebook rewards)
-#
-# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
-# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
 
 # %%
 import copy

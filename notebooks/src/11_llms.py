@@ -18,15 +18,17 @@
 # The chapter's next notebooks turn a pretrained GPT into an assistant: `11_fine_tuning` (decoding,
 # instruction tuning, LoRA), then `11_preference_rl` (DPO, GRPO with verifiable rewards, retrieval).
 #
+# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
+# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
+#
+# **How long.** In small mode this notebook runs in about a minute on a 2-core laptop CPU.
+#
 # **Where the code lives.**
 # * `tformer/data/bpe.py: merge, train_bpe, BytePairEncoding` (BPE from scratch)
 # * `tformer/data/text.py: offline_text, train_tokenizer, encode, LMBatches, lm_loss` (BPE through `tokenizers`, batches)
 # * `tformer/training/losses.py: causal_lm_loss, masked_lm_loss`, `tformer/data/text.py: apply_mlm_masking, mask_tokens`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (with `GPT.generate`, `GPT.from_hf_gpt2`); `tformer/models/bert.py: BERT, BertClassifier`
 # * `tformer/data/pretrained.py: load_pretrained` (real GPT-2 weights when online; offline it says what to do)
-#
-# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
-# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
 
 # %%
 import inspect

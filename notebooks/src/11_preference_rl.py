@@ -11,6 +11,11 @@
 # The notebook runs on its own: it starts from the previous notebook's SFT model when that notebook's
 # run folder exists, and otherwise trains the same model with the same recipe.
 #
+# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
+# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
+#
+# **How long.** In small mode this notebook runs in about a minute on a 2-core laptop CPU.
+#
 # **Where the code lives.**
 # * `tformer/training/sft.py: encode_chats, exact_match, sequence_logprob, instruction_set, prompt_ids`
 # * `tformer/training/sft_start.py: notebook_recipe, load_sft_start, train_sft_start` (the SFT start: the previous
@@ -18,9 +23,6 @@
 # * `tformer/training/dpo.py: dpo_loss, preference_pairs`
 # * `tformer/training/grpo.py: group_advantages, grpo_loss, k3_kl, start_from, grpo_step, sample_answers, problems, pass_at_k`
 # * `tformer/inference/rag.py: TfidfRetriever`; `tformer/training/trainer.py: Trainer, train_steps`
-#
-# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
-# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
 
 # %%
 import copy

@@ -14,6 +14,14 @@
 # * **VLM** = vision encoder + projector + language model: the data flow, then the projector and a small
 #   LM trained on the digits' captions.
 #
+# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
+# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
+#
+# Small mode (`TFORMER_SMALL=1`) trains briefly on the CPU; full mode trains the capstones fully, and on
+# a GPU also on CIFAR-10 and Flickr8k and (online) runs real CLIP weights.
+#
+# **How long.** In small mode this notebook runs in about a minute on a 2-core laptop CPU.
+#
 # **Where the code lives** (each piece is printed once you have written it):
 # * `tformer/models/vit.py: patchify, ViT, ViTConfig` (with `ViT.from_hf_vit`, `ViT.attention_maps`)
 # * `tformer/models/clip.py: clip_loss, CLIP, CLIPConfig` (with `CLIP.from_hf_clip`)
@@ -22,12 +30,6 @@
 # * `tformer/training/vision.py: train_classifier, train_clip, predict`
 # * `tformer/training/metrics.py: accuracy, recall_at_k, retrieval_recall`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (the language model of the VLM)
-#
-# **How to check an exercise.** Replace `raise NotImplementedError` with your code, run the cell, then
-# the `check(...)` cell below it: PASS, or the smallest failing input with a hint.
-#
-# Small mode (`TFORMER_SMALL=1`) trains briefly on the CPU; full mode trains the capstones fully, and on
-# a GPU also on CIFAR-10 and Flickr8k and (online) runs real CLIP weights.
 
 # %%
 import copy

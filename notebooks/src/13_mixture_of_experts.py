@@ -15,6 +15,16 @@
 # train a small MoE language model against a dense one with the same active parameters. On a CUDA GPU
 # the capstone runs attention through the flash kernel, forced, and reports tokens/s and MFU.
 #
+# **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
+# run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
+# hint (and the name of a common mistake when it recognizes one).
+#
+# Small mode (`TFORMER_SMALL=1`) trains for a few seconds on the CPU on Python's bundled documentation;
+# full mode trains on WikiText-103 through `datasets` (downloaded once, then cached) on a GPU. Offline,
+# full mode stops with a message: run with `TFORMER_SMALL=1`, or fetch the data once while online.
+#
+# **How long.** In small mode this notebook runs in about a minute on a 2-core laptop CPU.
+#
 # **Where the code lives** (its router and balancing loss are printed at the end, after you have
 # written them in the exercises):
 # * `tformer/moe.py: MoE, MoEConfig, top_k_route, make_plan, expert_capacity, load_balancing_loss, router_z_loss`
@@ -24,14 +34,6 @@
 #   MoE layers)
 # * `tformer/utils/flash.py: force_flash, run_with_flash, lm_throughput`
 # * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, train_tokenizer, encode`
-#
-# **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
-# run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
-# hint (and the name of a common mistake when it recognizes one).
-#
-# Small mode (`TFORMER_SMALL=1`) trains for a few seconds on the CPU on Python's bundled documentation;
-# full mode trains on WikiText-103 through `datasets` (downloaded once, then cached) on a GPU. Offline,
-# full mode stops with a message: run with `TFORMER_SMALL=1`, or fetch the data once while online.
 
 # %%
 import contextlib

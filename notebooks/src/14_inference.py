@@ -17,6 +17,15 @@
 # the running batch at every step over the paged cache (continuous batching), behind an OpenAI-compatible
 # server that the official `openai` client talks to.
 #
+# **How to check an exercise.** Write the body of the function in an exercise cell, run it, then run
+# the cell below it: `check("ch14.kv_step", my_kv_step)` prints PASS, or the smallest input where your
+# function disagrees with the reference, with a hint.
+#
+# Set `TFORMER_SMALL=1` for the quick CPU version (a few minutes of training becomes a few seconds;
+# the numbers are then rougher). Timings on a shared machine are noisy: compare ratios, not seconds.
+#
+# **How long.** In small mode this notebook runs in about a minute on a 2-core laptop CPU.
+#
 # **Where the code lives** (the package runs what this chapter builds; its versions are printed at the end,
 # after the exercises):
 # * `tformer/inference/cache.py: KVCache, make_caches` (`KVCache.append`, `truncate`, `nbytes`)
@@ -28,13 +37,6 @@
 # * `tformer/serve/app.py: build_app, start_in_background` (`tformer serve`)
 # * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, train_tokenizer`,
 #   `tformer/utils/timing.py: time_fn`
-#
-# **How to check an exercise.** Write the body of the function in an exercise cell, run it, then run
-# the cell below it: `check("ch14.kv_step", my_kv_step)` prints PASS, or the smallest input where your
-# function disagrees with the reference, with a hint.
-#
-# Set `TFORMER_SMALL=1` for the quick CPU version (a few minutes of training becomes a few seconds;
-# the numbers are then rougher). Timings on a shared machine are noisy: compare ratios, not seconds.
 
 # %%
 import inspect
