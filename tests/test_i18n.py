@@ -28,6 +28,19 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN = re.compile(r"[A-Za-z]")
 
 
+YI = re.compile(r"(\d+(?:\.\d+)?)\s*亿")      # Chinese counts in 亿 (1e8): 3890 亿 is the English 389 B
+
+
+def _numbers_zh(text: str) -> set[str]:
+    """The numbers of a Chinese text, with N 亿 also read as the English N/10 billion."""
+    return set(NUMBER.findall(text)) | {f"{float(n) / 10:g}" for n in YI.findall(text)}
+
+
+# A multiple in Chinese is "是……的 N 倍": "多 N 倍" / "快了 N 倍" read as N+1 times, and "Nx" is not Chinese.
+N_PLUS_ONE = re.compile(r"(?:多|少|快了|慢了|高了|大了|增加了)\s*\d[\d.]*\s*倍")
+X_FOR_TIMES = re.compile(r"(?<![\w.])\d[\d.,]*(?:-\d[\d.]*)?x(?!\s*[A-Za-z0-9])")
+
+
 def _prose(text: str) -> str:
     """The text without its formulas and inline code (what the typography rules apply to)."""
     return CODE.sub(" ", MATH.sub(" ", text))
@@ -76,8 +89,24 @@ def test_update_marks_a_changed_message_fuzzy_and_keeps_its_translation(tmp_path
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_every_number_of_the_english_appears_in_the_chinese(stem):
     for e in _entries(stem):
-        missing = set(NUMBER.findall(e.msgid)) - set(NUMBER.findall(e.msgstr))
+        missing = set(NUMBER.findall(e.msgid)) - _numbers_zh(e.msgstr)
         assert not missing, f"{stem}: {sorted(missing)} missing from the translation of {e.msgid[:70]!r}"
+
+
+@pytest.mark.parametrize("stem", CHAPTERS + ["README", "index"])
+def test_multiples_read_as_times(stem):
+    """1.71x is "是……的 1.71 倍", never "多 1.71 倍" (which reads as 2.71x) nor "1.71x" in Chinese prose."""
+    bad = [(m.group(0), e.msgid[:50]) for e in _entries(stem) for pattern in (N_PLUS_ONE, X_FOR_TIMES)
+           for m in pattern.finditer(_prose(e.msgstr))]
+    assert not bad, f"{stem}: multiples written as N+1 or with 'x' in Chinese prose: {bad}"
+
+
+def test_the_multiple_patterns_catch_what_they_mean_to():
+    assert N_PLUS_ONE.search("步数多 1.71 倍") and N_PLUS_ONE.search("快了 1.16 倍")
+    assert X_FOR_TIMES.search("用时是它的 4.4x，") and X_FOR_TIMES.search("快 2-4x；")
+    for fine in ("是它的 1.71 倍", "16 x 16 个位置", "224x224x3 的图像", "MoE 8x top-2", "6 x 激活参数"):
+        assert not N_PLUS_ONE.search(fine) and not X_FOR_TIMES.search(fine), fine
+    assert _numbers_zh("共 3890 亿个参数，激活 520 亿个") >= {"389", "52"}
 
 
 def test_the_zh_notebooks_are_in_sync_and_the_checker_catalog_compiled():
