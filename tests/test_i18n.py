@@ -223,7 +223,15 @@ def test_every_checker_message_has_a_chinese_text():
 def test_zh_passed(zh, capsys):
     r = check("ch01.softmax", lambda x: _softmax(x))
     assert r.passed and "全部" in r.message and "个用例通过" in r.message
-    assert "[通过] ch01.softmax" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[通过] ch01.softmax" in out and "在最后一维上数值稳定的 softmax" in out, out   # the title in Chinese too
+
+
+def test_every_exercise_title_has_a_chinese_text():
+    """The check line names the exercise by its title: every registered title is in the checker's catalog."""
+    zh = {e.msgid: e.msgstr for e in polib.pofile(str(i18n.GRADING_PO)) if not e.obsolete and e.msgstr}
+    missing = [name for name, ex in sorted(REGISTRY.items()) if not name.startswith("test.") and ex.title not in zh]
+    assert not missing, f"exercise titles without a Chinese text (run `python -m tools.i18n update`): {missing}"
 
 
 def test_zh_not_attempted(zh):

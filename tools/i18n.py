@@ -202,7 +202,7 @@ def grading_messages() -> list[tuple[str, str]]:
     for name, ex in sorted(core.REGISTRY.items()):
         if name in names:
             where = f"tformer/grading/exercises/{name.split('.')[0]}.py:{name}"
-            found += [(ex.hint, where)] if ex.hint else []
+            found += [(ex.title, where)] + ([(ex.hint, where)] if ex.hint else [])
             found += [(m, where) for m in ex.mistakes]
     return found
 

@@ -537,7 +537,7 @@ def check(name: str, fn: Callable) -> Result:
     cases = _cases(ex)
     result = judge(ex, cases, run_learner(ex, fn, cases))
     mark = _("PASS") if result.passed else (_("TODO") if result.status == "not attempted" else _("FAIL"))
-    print(f"[{mark}] {ex.name} ({ex.title}): {result.message} [{time.perf_counter() - t0:.1f}s]")
+    print(f"[{mark}] {ex.name} ({_(ex.title)}): {result.message} [{time.perf_counter() - t0:.1f}s]")
     mode = get_mode()
     if mode == "strict" and not result.passed:
         raise AssertionError(f"{name}: {result.message}")
