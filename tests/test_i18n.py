@@ -429,3 +429,18 @@ def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
     assert "练习" in printed and "本章合计" in printed and "总计 2/5 分" in printed, printed
     rows = json.loads(out.read_text())["notebooks"][0]["exercises"]
     assert [r["status"] for r in rows] == ["passed", "not attempted"], rows
+
+
+# Terms of the seed text (../shared/seed, the course's Chinese source) that a chapter's Chinese must use where it
+# discusses them, and the words the seed does not use for the same ideas.
+SEED_TERMS = {"08_long_sequences": ["外推", "稀疏注意力"], "11_llms": ["自回归", "适配"],
+              "15_transformer_vs_rnn": ["循环神经网络", "召回"], "07_parallelism": ["腾讯混元"]}
+NOT_THE_SEEDS = ["毕业项目", "回忆", "腾讯的 Hunyuan"]
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_the_seed_texts_terms(stem):
+    text = "\n".join(e.msgstr for e in _entries(stem))
+    missing = [t for t in SEED_TERMS.get(stem, []) if t not in text]
+    other = [t for t in NOT_THE_SEEDS if t in text]
+    assert not missing and not other, f"{stem}: seed terms missing {missing}; words the seed does not use {other}"
