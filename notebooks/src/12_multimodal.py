@@ -197,7 +197,7 @@ plt.show()
 # good as the class token once the learning rate is tuned). It writes
 # the mean test accuracy to `runs/capstone-vit/result.json`; it resumes after a kill, and `--threads 1` is faster
 # on a machine other jobs keep busy. The cell shows that run when this machine has one, else the run
-# committed in `data/capstones/vit`, labelled with the command, commit, machine and date that made it.
+# committed in `data/capstones/vit`, labelled with the command, machine and date that made it.
 
 # %%
 from tformer.capstones import show
