@@ -224,3 +224,18 @@ def test_decode_attention_is_the_engines_to_choose():
     reqs = eng.generate(prompts, SamplingParams(max_tokens=9))
     assert [r.output for r in reqs] == [alone(model, p, 9)[0] for p in prompts]
     assert len(calls) == model.cfg.n_layers * 8 and calls[0] == len(prompts)    # 8 decoding steps after the prefills
+
+
+@pytest.mark.parametrize("preset", ["llama", "qwen3"])
+def test_a_llama_and_a_qwen3_style_model_serve_their_own_tokens(preset):
+    """RMSNorm, SwiGLU, GQA, RoPE, an untied head (Qwen3: QK-norm and a head size of its own): every
+    request's tokens equal the model's own generate, as for the GPT-2-style model."""
+    torch.manual_seed(5)
+    sizes = dict(vocab_size=61, context_length=96, n_layers=2, n_heads=4, n_kv_heads=2, d_model=32)
+    cfg = GPTConfig.llama(**sizes) if preset == "llama" else GPTConfig.qwen3(**sizes, head_dim=16)
+    model = context_init_(GPT(cfg)).double().eval()
+    rng = random.Random(5)
+    prompts = [[rng.randrange(61) for _ in range(rng.randint(1, 30))] for _ in range(5)]
+    eng = Engine(model, n_blocks=40, block_size=8)
+    reqs = eng.generate(prompts, SamplingParams(max_tokens=10))
+    assert [r.output for r in reqs] == [alone(model, p, 10)[0] for p in prompts]

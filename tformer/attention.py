@@ -117,7 +117,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: h heads of size d_model / h, self- or cross-attention.
+    """Multi-head attention: h heads of size d_model / h (or an explicit `head_dim`), self- or cross-attention.
 
     n_kv_heads < n_heads shares each key/value head among n_heads / n_kv_heads query heads:
     grouped-query attention (GQA); n_kv_heads = 1 is multi-query attention (MQA). The KV cache then
@@ -125,24 +125,29 @@ class MultiHeadAttention(nn.Module):
 
     The query, key and value projections live in one matrix `qkv` (one matmul for self-attention; the
     rows are sliced for cross-attention), the layout of `torch.nn.MultiheadAttention` and GPT-2.
+    qk_norm=True normalizes each query and key head with its own RMSNorm before RoPE (Qwen3).
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0,
-                 bias: bool = True, fast: bool = True):
+                 bias: bool = True, fast: bool = True, head_dim: int | None = None, qk_norm: bool = False,
+                 eps: float = 1e-6):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if d_model % n_heads:
-            raise ValueError(f"MultiHeadAttention: n_heads={n_heads} must divide d_model={d_model}")
+        if head_dim is None and d_model % n_heads:
+            raise ValueError(f"MultiHeadAttention: n_heads={n_heads} must divide d_model={d_model} "
+                             "(or give head_dim)")
         if n_heads % n_kv_heads:
             raise ValueError(f"MultiHeadAttention: n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim
         self.dropout = dropout
         self.fast = fast  # False: always use the reference path (it also returns the weights)
         self._captured: list | None = None  # set by `capture_attention`: append each call's weights here
-        kv_dim = n_kv_heads * self.head_dim
-        self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)  # [W_q; W_k; W_v]
-        self.out = nn.Linear(d_model, d_model, bias=bias)               # W_o
+        q_dim, kv_dim = n_heads * self.head_dim, n_kv_heads * self.head_dim
+        self.qkv = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)    # [W_q; W_k; W_v]
+        self.out = nn.Linear(q_dim, d_model, bias=bias)                 # W_o
+        self.q_norm = nn.RMSNorm(self.head_dim, eps=eps) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim, eps=eps) if qk_norm else None
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 *, is_causal: bool = False, rope=None, cache: KVCache | None = None,
@@ -161,6 +166,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self.qkv(x).split(self._sizes, dim=-1)           # project: (B, T, d), (B, T, d_kv) x 2
             q = split_heads(q, self.n_heads)                           # split heads: (B, H, T, hd)
             k, v = split_heads(k, self.n_kv_heads), split_heads(v, self.n_kv_heads)  # (B, H_kv, T, hd)
+            if self.q_norm is not None:                                # QK-norm: each head to unit RMS
+                q, k = self.q_norm(q), self.k_norm(k)
             if rope is not None:                                       # RoPE: rotate by absolute position
                 q, k = rope(q, offset=past), rope(k, offset=past)
             if cache is not None:                                      # KV cache: prepend the earlier tokens
@@ -186,12 +193,12 @@ class MultiHeadAttention(nn.Module):
     @property
     def _sizes(self) -> list[int]:
         kv_dim = self.n_kv_heads * self.head_dim
-        return [self.d_model, kv_dim, kv_dim]                          # rows of qkv: [W_q; W_k; W_v]
+        return [self.n_heads * self.head_dim, kv_dim, kv_dim]          # rows of qkv: [W_q; W_k; W_v]
 
     def cross_qkv(self, x: torch.Tensor, context: torch.Tensor, cache: KVCache | None):
         """Queries from x with the W_q rows of `qkv`; keys and values from context with the W_k, W_v rows,
         computed once and then reused from `cache` (the encoder output does not change while decoding)."""
-        d, w, b = self.d_model, self.qkv.weight, self.qkv.bias
+        d, w, b = self._sizes[0], self.qkv.weight, self.qkv.bias
         q = split_heads(F.linear(x, w[:d], None if b is None else b[:d]), self.n_heads)
         if cache is not None and cache.length:
             return (q, *cache.get())

@@ -62,6 +62,16 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(h))
 
 
+def make_norm(kind: str, d: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
+    """The normalization of a block: "layernorm" (the paper, GPT-2, BERT) or "rmsnorm" (Llama, Qwen):
+    x / sqrt(mean(x^2) + eps) * g, LayerNorm without the mean and the bias (Zhang and Sennrich, 2019)."""
+    if kind == "layernorm":
+        return nn.LayerNorm(d, eps=eps, bias=bias)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(d, eps=eps)
+    raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {kind!r}")
+
+
 def _inner_dropout(dropout: float, attn: float | None, ffn: float | None) -> tuple[float, float]:
     """Dropout on attention weights and inside the FFN; None = the residual `dropout` (nn.Transformer's
     choice). The paper drops only sub-layer outputs and embeddings, i.e. both 0 (fairseq's defaults)."""
@@ -80,7 +90,10 @@ class BlockConfig:
     activation: str = "relu"           # see ACTIVATIONS, or "swiglu"
     n_kv_heads: int | None = None      # None = n_heads; fewer for GQA/MQA
     bias: bool = True                  # biases in Linear and LayerNorm
-    eps: float = 1e-5                  # LayerNorm epsilon
+    eps: float = 1e-5                  # the norm's epsilon
+    norm: str = "layernorm"            # "layernorm" or "rmsnorm" (Llama, Qwen)
+    head_dim: int | None = None        # None = d_model // n_heads
+    qk_norm: bool = False              # RMSNorm on each query and key head before RoPE (Qwen3)
     attn_dropout: float | None = None  # on attention weights; None = dropout
     ffn_dropout: float | None = None   # on the FFN's hidden units; None = dropout
     moe: MoEConfig | None = None       # a mixture of experts instead of the dense FFN (chapter 13; self-attention
@@ -104,13 +117,14 @@ class TransformerBlock(nn.Module):
         self.cfg = cfg
         self.norm_first = cfg.norm_first
         attn_p, ffn_p = _inner_dropout(cfg.dropout, cfg.attn_dropout, cfg.ffn_dropout)
-        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=cfg.bias)
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=cfg.bias,
+                                       head_dim=cfg.head_dim, qk_norm=cfg.qk_norm, eps=cfg.eps)
         if ffn is None and cfg.moe is not None:
             from .moe import MoE                                     # moe.py builds on this module's ACTIVATIONS
             ffn = MoE(cfg.d_model, cfg.moe, d_ff=cfg.d_ff, activation=cfg.activation, bias=cfg.bias, dropout=ffn_p)
         self.ffn = ffn if ffn is not None else FeedForward(cfg.d_model, cfg.d_ff, ffn_p, cfg.activation, cfg.bias)
-        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
-        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
+        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.eps, cfg.bias)
+        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.eps, cfg.bias)
         self.drop1, self.drop2 = Dropout(cfg.dropout), Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
@@ -140,7 +154,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(d, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=bias)
         self.cross_attn = MultiHeadAttention(d, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=bias)
         self.ffn = FeedForward(d, cfg.d_ff, ffn_p, cfg.activation, bias)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d, eps=cfg.eps, bias=bias) for _ in range(3))
+        self.norm1, self.norm2, self.norm3 = (make_norm(cfg.norm, d, cfg.eps, bias) for _ in range(3))
         self.drop1, self.drop2, self.drop3 = (Dropout(cfg.dropout) for _ in range(3))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,

@@ -476,3 +476,11 @@ else:
             torch.testing.assert_close(gpt2(p).cpu(), hf_gpt2(input_ids=p.cpu()).logits, atol=1e-3, rtol=1e-3)
         out = gpt2.generate(p, 40, temperature=0.8, top_k=40, generator=torch.Generator(device=dev).manual_seed(0))
         print(gpt2_tok.decode(out[0].tolist()))
+
+# %% [markdown]
+# **Today's open models are the same class.** Llama and Qwen3 change a few switches of GPT-2's recipe,
+# and `GPTConfig.llama(...)` / `GPTConfig.qwen3(...)` set them: RoPE (chapter 4), a SwiGLU FFN (a gated
+# feed-forward layer), RMSNorm (LayerNorm without the mean), grouped-query attention (chapter 14), no
+# biases and an output head of its own; Qwen3 adds an RMSNorm on each query and key head. `GPT.from_hf_llama`
+# and `GPT.from_hf_qwen3` load Hugging Face's `LlamaForCausalLM` and `Qwen3ForCausalLM`, and
+# `tests/test_llama.py` checks that the logits and the greedy tokens equal theirs.

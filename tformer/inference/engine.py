@@ -504,6 +504,8 @@ class Engine:
             attn = blk.attn
             q, k, v = attn.qkv(blk.norm1(x)).split(attn._sizes, dim=-1)
             q, k, v = split_heads(q, attn.n_heads), split_heads(k, attn.n_kv_heads), split_heads(v, attn.n_kv_heads)
+            if attn.q_norm is not None:                                       # QK-norm (Qwen3)
+                q, k = attn.q_norm(q), attn.k_norm(k)
             if cos is not None:
                 q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             write_kv(pool, layer, w_blk, w_off, k[:, :, :n_real].transpose(1, 2), v[:, :, :n_real].transpose(1, 2))

@@ -1,8 +1,11 @@
-"""A decoder-only language model in the style of GPT-2 (chapters 11, 13, 14).
+"""A decoder-only language model in the style of GPT-2, or of Llama and Qwen3 (chapters 11, 13, 14).
 
     idx (B, T) -> token + position embeddings -> N x pre-LN block (causal) -> LayerNorm -> logits (B, T, V)
 
-The output projection `head` is the token embedding matrix `tok_embed` (tied). With `moe=MoEConfig(...)`
+The output projection `head` is the token embedding matrix `tok_embed` (tied) unless
+`tie_embeddings=False`. `GPTConfig.llama(...)` and `GPTConfig.qwen3(...)` switch on the modern recipe:
+RoPE, SwiGLU, RMSNorm, no biases, GQA, an untied head (and Qwen3's RMSNorm on queries and keys);
+`GPT.from_hf_llama` / `GPT.from_hf_qwen3` load Hugging Face's `LlamaForCausalLM` / `Qwen3ForCausalLM`. With `moe=MoEConfig(...)`
 the FFN of the chosen blocks (`MoEConfig.layers`) is a mixture of experts (`tformer.moe.MoE`, chapter 13);
 after each forward `model.aux_loss` holds their load-balancing + z losses to add to the LM loss, and
 `num_params(active=True)` counts the parameters one token uses. `GPT.from_hf_gpt2` loads weights named as
@@ -18,7 +21,7 @@ import torch.nn as nn
 
 from ..dropout import Dropout
 from ..utils.checks import check_tokens
-from ..blocks import BlockConfig, TransformerBlock
+from ..blocks import BlockConfig, TransformerBlock, make_norm
 from ..inference.cache import KVCache, make_caches
 from ..inference.decode import sample_next  # noqa: F401  (decoding lives in tformer.inference.decode)
 from ..moe import Experts, MoE, MoEConfig, collect_aux_loss
@@ -37,16 +40,35 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True                  # biases in Linear and LayerNorm (GPT-2: True)
     activation: str = "gelu_tanh"      # GPT-2's GELU; "swiglu" for the Llama-style FFN
-    eps: float = 1e-5                  # LayerNorm epsilon
+    eps: float = 1e-5                  # the norm's epsilon
+    norm: str = "layernorm"            # "layernorm" (GPT-2) or "rmsnorm" (Llama, Qwen)
+    head_dim: int | None = None        # attention head size; None = d_model // n_heads (Qwen3: 128 at any width)
+    qk_norm: bool = False              # RMSNorm on each query and key head (Qwen3)
+    tie_embeddings: bool = True        # the LM head is the token embedding matrix (GPT-2); False: its own
     positional: str = "learned"        # "learned" (GPT-2) or "rope"
     rope_base: float = 10000.0
     rope_scaling: str | None = None    # None, "linear", "ntk", "yarn" (chapter 8)
     rope_factor: float = 1.0
     moe: MoEConfig | None = None       # mixture of experts (chapter 13); None keeps every FFN dense
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def __post_init__(self):
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"GPTConfig: n_heads={self.n_heads} must divide d_model={self.d_model} "
+                                 "(or give head_dim)")
+            self.head_dim = self.d_model // self.n_heads
+
+    @classmethod
+    def llama(cls, **sizes) -> "GPTConfig":
+        """A Llama-style model: RoPE, SwiGLU, RMSNorm (eps 1e-6), no biases, an untied head; GQA where
+        `n_kv_heads` < `n_heads`. `sizes` are GPTConfig's own fields (and may override any of these)."""
+        return cls(**{**dict(positional="rope", activation="swiglu", norm="rmsnorm", eps=1e-6, bias=False,
+                             tie_embeddings=False), **sizes})
+
+    @classmethod
+    def qwen3(cls, **sizes) -> "GPTConfig":
+        """A Qwen3-style model: Llama's recipe with RMSNorm on queries and keys and RoPE base 10^6."""
+        return cls.llama(**{**dict(qk_norm=True, rope_base=1e6), **sizes})
 
     def moe_layer_ids(self) -> list[int]:
         """Indices of the blocks whose FFN is a mixture of experts (none without `moe`)."""
@@ -61,7 +83,8 @@ class GPTConfig:
         """Block i's config: pre-LN, this model's sizes, and `moe` where block i is an MoE layer."""
         return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff or 4 * self.d_model,
                            dropout=self.dropout, norm_first=True, activation=self.activation,
-                           n_kv_heads=self.n_kv_heads, bias=self.bias, eps=self.eps,
+                           n_kv_heads=self.n_kv_heads, bias=self.bias, eps=self.eps, norm=self.norm,
+                           head_dim=self.head_dim, qk_norm=self.qk_norm,
                            moe=self.moe if i in self.moe_layer_ids() else None)
 
 
@@ -80,9 +103,10 @@ class GPT(nn.Module):
             raise ValueError(f"GPTConfig.positional must be 'learned' or 'rope', got {cfg.positional!r}")
         self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(cfg.block(i)) for i in range(cfg.n_layers))
-        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.eps, bias=cfg.bias)
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.eps, cfg.bias)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.head.weight = self.tok_embed.weight                       # weight tying
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_embed.weight                   # weight tying
         self.apply(self._init)
         for name, p in self.named_parameters():                      # GPT-2: scale residual projections
             if name.endswith(("attn.out.weight", "ffn.fc2.weight", "ffn.experts.fc2")):
@@ -216,3 +240,50 @@ class GPT(nn.Module):
         if missing or unexpected:
             raise ValueError(f"GPT.from_hf_gpt2: missing {missing}, unexpected {unexpected}")
         return model
+
+    @classmethod
+    def from_hf_llama(cls, model) -> "GPT":
+        """Build a GPT from a Hugging Face `LlamaForCausalLM` (RoPE without scaling, SiLU, no biases)."""
+        return cls._from_hf_llama_like(model, "from_hf_llama", qk_norm=False)
+
+    @classmethod
+    def from_hf_qwen3(cls, model) -> "GPT":
+        """Build a GPT from a Hugging Face `Qwen3ForCausalLM` (Llama's layout plus q_norm / k_norm)."""
+        return cls._from_hf_llama_like(model, "from_hf_qwen3", qk_norm=True)
+
+    @classmethod
+    def _from_hf_llama_like(cls, model, who: str, qk_norm: bool) -> "GPT":
+        c = model.config
+        # RoPE's settings: `rope_parameters` in transformers 5, `rope_theta` / `rope_scaling` before
+        rope = dict(getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {})
+        rope.setdefault("rope_theta", getattr(c, "rope_theta", 10000.0))
+        unsupported = [f"{k}={getattr(c, k, None)!r}" for k, ok in (
+            ("hidden_act", getattr(c, "hidden_act", "silu") == "silu"),
+            ("rope_scaling", rope.get("rope_type", "default") == "default"),
+            ("attention_bias", not getattr(c, "attention_bias", False)),
+            ("mlp_bias", not getattr(c, "mlp_bias", False))) if not ok]
+        if unsupported:
+            raise ValueError(f"GPT.{who}: this model uses what GPTConfig does not: {', '.join(unsupported)}")
+        cfg = GPTConfig.llama(vocab_size=c.vocab_size, context_length=c.max_position_embeddings,
+                              n_layers=c.num_hidden_layers, n_heads=c.num_attention_heads,
+                              n_kv_heads=c.num_key_value_heads, d_model=c.hidden_size, d_ff=c.intermediate_size,
+                              head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+                              eps=c.rms_norm_eps, rope_base=rope["rope_theta"], qk_norm=qk_norm,
+                              tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)))
+        sd = model.state_dict()
+        ours = {"tok_embed.weight": sd["model.embed_tokens.weight"], "final_norm.weight": sd["model.norm.weight"],
+                "head.weight": sd.get("lm_head.weight", sd["model.embed_tokens.weight"])}
+        for i in range(cfg.n_layers):
+            hf, me = f"model.layers.{i}.", f"blocks.{i}."
+            ours[me + "attn.qkv.weight"] = torch.cat([sd[hf + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+            names = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "self_attn.o_proj": "attn.out",
+                     "mlp.gate_proj": "ffn.fc1", "mlp.up_proj": "ffn.gate", "mlp.down_proj": "ffn.fc2"}
+            if qk_norm:
+                names.update({"self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"})
+            for theirs, mine in names.items():
+                ours[me + mine + ".weight"] = sd[hf + theirs + ".weight"]
+        gpt = cls(cfg)
+        missing, unexpected = gpt.load_state_dict(ours, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"GPT.{who}: missing {missing}, unexpected {unexpected}")
+        return gpt
