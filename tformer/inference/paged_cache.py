@@ -50,7 +50,7 @@ class PagedConfig:
     def for_model(cls, model, **kw) -> "PagedConfig":
         """The sizes of a `tformer.models.GPT` (n_layers, n_kv_heads or n_heads, head_dim)."""
         c = model.cfg
-        return cls(n_layers=c.n_layers, n_kv_heads=c.n_kv_heads or c.n_heads, head_dim=c.d_model // c.n_heads, **kw)
+        return cls(n_layers=c.n_layers, n_kv_heads=c.n_kv_heads or c.n_heads, head_dim=c.head_dim, **kw)
 
 
 class BlockPool:
