@@ -37,9 +37,10 @@ sys.path.insert(0, str(HERE))
 
 from bench_serve import Workload, model_for, read_bandwidth, run_continuous  # noqa: E402
 
+from tformer.inference.engine import BLOCK_SIZE  # noqa: E402
 from tformer.inference.paged_cache import DecodeIndex, paged_decode_attention  # noqa: E402
 
-HEADS, HEAD_DIM, BLOCK = 6, 64, 32          # bench_serve's model and the engine's default block size
+HEADS, HEAD_DIM, BLOCK = 6, 64, BLOCK_SIZE  # bench_serve's model and the engine's block size
 
 
 def build_kernel():

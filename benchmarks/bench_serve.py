@@ -50,7 +50,7 @@ import time
 import torch
 
 from tformer.inference.cache import make_caches
-from tformer.inference.engine import Engine, SamplingParams
+from tformer.inference.engine import BLOCK_SIZE, Engine, SamplingParams
 from tformer.inference.paged_cache import PagedConfig, paged_decode_attention
 from tformer.models.gpt import GPT, GPTConfig
 
@@ -124,7 +124,7 @@ def run_static(model, work, clients, rounds):
 
 
 @torch.no_grad()
-def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size=32, sustained=True,
+def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size=BLOCK_SIZE, sustained=True,
                    attention=paged_decode_attention):
     """Continuous batching; each client sends its next request when its last one is done.
 
@@ -236,7 +236,7 @@ def main(argv=None):
     ap.add_argument("--drain", action="store_true",
                     help="continuous: each client sends --rounds requests and the run drains (default: a steady load, "
                          "timed until clients x rounds requests are done)")
-    ap.add_argument("--block-size", type=int, default=32, help="continuous: tokens per cache block")
+    ap.add_argument("--block-size", type=int, default=BLOCK_SIZE, help="continuous: tokens per cache block")
     ap.add_argument("--quick", action="store_true", help="a 2-layer, d=192 model, for a smoke run")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",

@@ -226,13 +226,18 @@ class PrefixBlocks:
                     self.pool.release([b])
 
 
+# Tokens per KV block for the engine, `tformer serve` and the serving benchmarks: 32 rather than vLLM's 16
+# (`PagedConfig`'s default, which chapter 14 keeps). On a CPU a key row of a block (one feature of
+# block_size keys, see `paged_decode_attention`) is then 64 bytes in bf16, one cache line, and
+# `benchmarks/bench_serve.py` decodes faster (16: half a line per row).
+BLOCK_SIZE = 32
+
+
 class Engine:
     """Continuous batching for a `tformer.models.GPT` over a paged cache; see the module docstring.
 
-    n_blocks, block_size: the pool (it must hold one full-context sequence). block_size 32 rather than
-    vLLM's 16: on a CPU a key row of a block (one feature of block_size keys, see `paged_decode_attention`)
-    is then 64 bytes in bf16, one cache line, and `benchmarks/bench_serve.py` decodes faster (16: half a
-    line per row). max_running: sequences
+    n_blocks, block_size: the pool (it must hold one full-context sequence; block_size: see BLOCK_SIZE).
+    max_running: sequences
     decoded together at most. max_waiting: queue length beyond which `add_request` raises `QueueFull`.
     watermark: free blocks kept back at admission for running sequences to grow into. prefill_bucket: a
     prompt's new tokens are padded to a multiple of it, so prefills reuse a few matrix shapes (see
@@ -240,7 +245,7 @@ class Engine:
     `paged_decode_attention`'s signature (a fused kernel, as `benchmarks/bench_decode_attention.py` builds).
     """
 
-    def __init__(self, model, n_blocks: int | None = None, block_size: int = 32, max_running: int = 64,
+    def __init__(self, model, n_blocks: int | None = None, block_size: int = BLOCK_SIZE, max_running: int = 64,
                  max_waiting: int = 256, prefix_sharing: bool = True, watermark: int = 1, seed: int = 0,
                  prefill_bucket: int = 32, decode_attention=paged_decode_attention):
         cfg = model.cfg
@@ -536,5 +541,5 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-__all__ = ["Engine", "SamplingParams", "Request", "QueueFull", "PrefixBlocks", "can_admit", "blocks_needed",
+__all__ = ["BLOCK_SIZE", "Engine", "SamplingParams", "Request", "QueueFull", "PrefixBlocks", "can_admit", "blocks_needed",
            "plan_admission"]
