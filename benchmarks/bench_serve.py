@@ -49,7 +49,7 @@ import time
 
 import torch
 
-from tformer.inference.cache import make_caches
+from tformer.cache import make_caches
 from tformer.inference.engine import Engine, SamplingParams
 from tformer.inference.paged_cache import PagedConfig, paged_decode_attention
 from tformer.models.gpt import GPT, GPTConfig

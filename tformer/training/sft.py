@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .losses import IGNORE, causal_lm_loss
+from ..data.text import IGNORE
+from .losses import causal_lm_loss
 
 USER, ASSISTANT, END = "User: ", "\nAssistant: ", "<|endoftext|>"
 
