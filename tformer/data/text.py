@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 import torch
 
 from .sources import DataUnavailableError, load_hub_dataset  # one error type for every loader
+from .tokenizer import train_byte_bpe
 from ..utils.checks import check_tokens
 
 IGNORE = -100  # label of positions that carry no loss (F.cross_entropy's ignore_index): MLM, SFT
@@ -82,8 +83,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
     """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` (never meets an unknown character):
     `tformer.data.tokenizer.train_byte_bpe` with GPT-2's conventions (<|endoftext|>, no prefix space,
     every merge kept). Long texts are fed in pieces of lines, which `tokenizers` processes in parallel."""
-    from .tokenizer import train_byte_bpe
-
     if vocab_size < 257:
         raise ValueError(f"train_tokenizer: vocab_size must be >= 257 (256 bytes + <|endoftext|>), got {vocab_size}")
     return train_byte_bpe((piece for t in texts for piece in _chunks(t)), vocab_size, ["<|endoftext|>"],
