@@ -36,7 +36,7 @@ from tformer import MultiHeadAttention, causal_mask
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
 from tformer.positional import sinusoidal_table
 from tformer.training import fusable
-from tformer.utils.timing import time_interleaved
+from tformer.measure.timing import time_interleaved
 
 
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import tformer.utils.runtime
 from tformer.attention import CPU_LOWP_MATH_MAX, cpu_prefers_math, scaled_dot_product_attention
-from tformer.utils.timing import format_table, time_interleaved
+from tformer.measure.timing import format_table, time_interleaved
 
 SHAPES = [(100, 4, 16, 16), (64, 4, 32, 32), (16, 4, 128, 128), (8, 6, 192, 192), (8, 6, 256, 256),
           (6, 6, 384, 384), (16, 6, 1, 512)]          # (B, H, T_q, T_k): sentences ... a decoding step

@@ -36,35 +36,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_serve import Workload, model_for, read_bandwidth, run_continuous  # noqa: E402
+from paged_decode import build_kernel, fused  # noqa: E402
 
 from tformer.inference.engine import BLOCK_SIZE  # noqa: E402
 from tformer.inference.paged_cache import DecodeIndex, paged_decode_attention  # noqa: E402
 
 HEADS, HEAD_DIM, BLOCK = 6, 64, BLOCK_SIZE  # bench_serve's model and the engine's block size
-
-
-def build_kernel():
-    """Compile benchmarks/paged_decode.cpp for this CPU's vector width (PyTorch's AVX2/AVX512 builds)."""
-    from torch.utils.cpp_extension import load
-    cap = torch.backends.cpu.get_cpu_capability()
-    if cap not in ("AVX2", "AVX512"):
-        raise SystemExit(f"bench_decode_attention: the kernel is written for x86 AVX2 or AVX512; this CPU has {cap}")
-    flags = ["-O3", "-march=native", "-fopenmp", f"-DCPU_CAPABILITY_{cap}", f"-DCPU_CAPABILITY={cap}"]
-    try:
-        return load(f"tformer_paged_decode_{cap.lower()}", [str(HERE / "paged_decode.cpp")], extra_cflags=flags,
-                    extra_ldflags=["-fopenmp"])
-    except (RuntimeError, OSError) as e:      # no compiler, no ninja, or a compile error: one line, not a traceback
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SystemExit(f"bench_decode_attention: could not build benchmarks/paged_decode.cpp (it needs a C++ "
-                         f"compiler with OpenMP and ninja): {first}")
-
-
-def fused(ext):
-    """The kernel with `paged_decode_attention`'s signature: q (B, H, 1, hd) -> (B, H, 1, hd)."""
-    def attention(q, k_layer, v_layer, idx: DecodeIndex):
-        b, h, _, hd = q.shape
-        return ext.paged_decode(q.reshape(b, h, hd), k_layer, v_layer, idx.table, idx.lengths).view(b, h, 1, hd)
-    return attention
 
 
 def skipped(q, k_layer, v_layer, idx):

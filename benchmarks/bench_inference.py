@@ -29,7 +29,7 @@ import tformer.utils.runtime  # noqa: E402
 from tformer.models import GPT  # noqa: E402
 from tformer.inference.paged_cache import BlockPool, PagedConfig, generate_paged  # noqa: E402
 from tformer.inference.quantize import QuantLinear  # noqa: E402
-from tformer.utils.timing import time_interleaved  # noqa: E402
+from tformer.measure.timing import time_interleaved  # noqa: E402
 
 
 

@@ -10,7 +10,7 @@
 All bidirectional (no causal mask), one batch of B=1, H heads of d=64, float32. Time: median of
 `--repeat` runs after a warm-up. Peak memory: bytes allocated above what was live before the call, in
 a separate run: `torch.cuda.max_memory_allocated` on a GPU; on a CPU, the allocation/free events of
-PyTorch's CPU allocator recorded by `torch.profiler(profile_memory=True)` (tformer.utils.timing.peak_memory).
+PyTorch's CPU allocator recorded by `torch.profiler(profile_memory=True)` (tformer.measure.timing.peak_memory).
 Inputs (q, k, v) are allocated before, so they are not counted; the output is.
 
     python benchmarks/bench_long_attention.py                 # T = 512 ... 8192
@@ -31,7 +31,7 @@ import tformer.utils.runtime
 from tformer.attention import scaled_dot_product_attention
 from tformer.efficient import orthogonal_gaussian, performer_attention, tiled_attention
 from tformer.sparse import sliding_window_attention
-from tformer.utils.timing import format_table, peak_memory, time_fn
+from tformer.measure.timing import format_table, peak_memory, time_fn
 
 
 def methods(t: int, d: int, k_rows: int, n_features: int, window: int, block: int, device):

@@ -11,7 +11,7 @@ Rows (CPU):
     time / tformer's time, and what `auto` picks now against what it picked before (target: <= 1.05).
   * language-model training step (forward, loss + aux, backward, AdamW): MoE GPT (8 experts, top-2,
     expert width 2d) vs a dense GPT with the same active parameters (FFN width 4d): tokens/s.
-On a GPU (--gpu): the same LM pair at a larger size through `tformer.utils.flash.lm_throughput` (bf16
+On a GPU (--gpu): the same LM pair at a larger size through `tformer.measure.flash.lm_throughput` (bf16
 autocast, flash attention forced and checked), tokens/s and MFU; grouped vs padded dispatch.
 
 Pairs run interleaved after a warm-up so they see the same machine load; medians are reported.
@@ -23,9 +23,9 @@ import argparse
 import torch
 
 import tformer.utils.runtime
-from tformer.utils.flash import lm_throughput
+from tformer.measure.flash import lm_throughput
 from tformer.models import GPT, GPTConfig
-from tformer.utils.timing import time_interleaved
+from tformer.measure.timing import time_interleaved
 from tformer.moe import GROUP_ALIGN, MoE, MoEConfig, compute_dtype, grouped_mm_available, make_plan
 
 

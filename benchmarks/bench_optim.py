@@ -20,7 +20,7 @@ import torch
 import tformer.utils.runtime
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig
 from tformer.training import fusable
-from tformer.utils.timing import format_table, time_interleaved
+from tformer.measure.timing import format_table, time_interleaved
 
 
 def models():

@@ -23,7 +23,7 @@ the number of clients):
              clients keep sending and the clock stops when clients x rounds requests are done (a steady
              load; `--drain` instead lets each client stop after `--rounds` and times the drained end,
              where fewer clients are left and the batch runs part empty); `--attention fused` reads the
-             blocks through the fused C++ kernel of benchmarks/paged_decode.cpp (bench_decode_attention.py)
+             blocks through the fused C++ kernel of benchmarks/paged_decode.cpp (paged_decode.py)
 
 Reported: generated tokens/s (only each request's own tokens), time to first token p50/p99 (from the
 moment the client sent the request), and the ratios continuous/one and continuous/static. Beside them a
@@ -49,7 +49,7 @@ import time
 
 import torch
 
-from tformer.inference.cache import make_caches
+from tformer.cache import make_caches
 from tformer.inference.engine import BLOCK_SIZE, Engine, SamplingParams
 from tformer.inference.paged_cache import PagedConfig, paged_decode_attention
 from tformer.models.gpt import GPT, GPTConfig
@@ -251,8 +251,8 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     attention = paged_decode_attention
     if args.attention == "fused":                 # the engine reads the blocks through the kernel instead
-        import bench_decode_attention as fused_kernel
-        attention = fused_kernel.fused(fused_kernel.build_kernel())
+        from paged_decode import build_kernel, fused
+        attention = fused(build_kernel())
     model = model_for(args.quick, getattr(torch, args.dtype))
     work = Workload(0)
     rows, mem, summary = [], [], []

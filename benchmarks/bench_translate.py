@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import tformer.utils.runtime
-from tformer.utils.timing import time_interleaved
+from tformer.measure.timing import time_interleaved
 from tformer.translate.pipeline import Seq2SeqLoss, build_model
 from tformer.translate.presets import get_preset
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import tformer.utils.runtime
 from tformer.models import ViT
-from tformer.utils.timing import time_interleaved
+from tformer.measure.timing import time_interleaved
 
 CONFIGS = {
     "digits": dict(image_size=8, patch_size=2, num_channels=1, hidden_size=64, num_hidden_layers=2,

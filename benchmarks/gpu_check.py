@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))           # the peers of bench_core
 
 from tformer.utils import gpu  # noqa: E402
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig  # noqa: E402
-from tformer.utils.timing import synchronize, time_interleaved  # noqa: E402
+from tformer.measure.timing import synchronize, time_interleaved  # noqa: E402
 
 PARTS = ("tests", "attention", "transformer-base", "moe", "gpt2-vs-hf", "seq2seq-vs-torch", "rnn-vs-transformer",
          "translate", "vit")
@@ -196,7 +196,7 @@ def transformer_rows(dev, dtype, vocab, batch, src_len, tgt_len, steps, **cfg_kw
 
 def moe_rows(dev, dtype, sizes, vocab, steps) -> list[dict]:
     from tformer.moe import MoEConfig
-    from tformer.utils.flash import lm_throughput
+    from tformer.measure.flash import lm_throughput
 
     rows = []
     for width, layers, heads, block, batch in sizes:
@@ -234,7 +234,7 @@ def moe_rows(dev, dtype, sizes, vocab, steps) -> list[dict]:
 def gpt2_rows(dev, dtype, hf_kw, batch, block, steps, compile: bool) -> list[dict]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from tformer.utils.flash import lm_flops_per_token, lm_throughput
+    from tformer.measure.flash import lm_flops_per_token, lm_throughput
     torch.manual_seed(0)
     cfg = GPT2Config(n_positions=block, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **hf_kw)
     cfg._attn_implementation = "sdpa"                           # F.scaled_dot_product_attention, as tformer
@@ -327,7 +327,7 @@ def seq2seq_rows(dev, dtype, vocab, batch, length, steps, **cfg_kw) -> list[dict
 
 def rnn_rows(dev, width, layers, lengths, batch, vocab, steps) -> list[dict]:
     from tformer.models import LSTMConfig, LSTMLM
-    from tformer.utils.timing import step_time_vs_length
+    from tformer.measure.timing import step_time_vs_length
 
     models = {"LSTM": lambda: LSTMLM(LSTMConfig(vocab_size=vocab, d_model=width, n_layers=layers)),
               "GPT": lambda: GPT(GPTConfig(vocab_size=vocab, context_length=max(lengths), n_layers=layers,

@@ -37,6 +37,9 @@ def test_the_old_names_are_gone():
     for old in ("vision", "train", "lm", "lm_data", "gpu", "runtime", "_compat", "images", "decode"):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(f"tformer.{old}")
+    for old in ("utils.timing", "utils.flash", "utils.doctor", "inference.cache"):   # moved, not aliased
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"tformer.{old}")
 
 
 def test_capture_attention_collects_weights_in_call_order_and_restores_the_fast_path():
@@ -67,8 +70,7 @@ def test_capture_attention_collects_weights_in_call_order_and_restores_the_fast_
 # -- one loss, one loop, one schedule family, one timer -------------------------------------------------
 def test_causal_lm_loss_is_the_one_next_token_loss():
     import torch.nn.functional as F
-    from tformer.training.losses import causal_lm_loss
-    from tformer.data.text import lm_loss
+    from tformer.training.losses import causal_lm_loss, lm_loss
     g = torch.Generator().manual_seed(0)
     logits, idx = torch.randn(2, 5, 7, generator=g, dtype=torch.float64), torch.randint(0, 7, (2, 5), generator=g)
     ref = F.cross_entropy(logits[:, :-1].reshape(-1, 7), idx[:, 1:].reshape(-1))

@@ -3,7 +3,8 @@ objective; a few-step pretrain + fine-tune smoke test."""
 import pytest
 import torch
 
-from tformer.training.losses import IGNORE, causal_lm_loss, masked_lm_loss
+from tformer.data.text import IGNORE
+from tformer.training.losses import causal_lm_loss, masked_lm_loss
 from tformer.data.text import apply_mlm_masking, mask_tokens
 from tformer.models import BERT, BertClassifier, BertConfig
 

@@ -1,10 +1,10 @@
-"""Sampling filters of tformer.inference.decode against transformers' logits processors, and distinct-n."""
+"""Sampling filters of tformer.sampling against transformers' logits processors, and distinct-n."""
 import pytest
 import torch
 from transformers.generation.logits_process import (RepetitionPenaltyLogitsProcessor, TopKLogitsWarper,
                                                     TopPLogitsWarper)
 
-from tformer.inference.decode import apply_repetition_penalty, sample_next, top_k_filter, top_p_filter
+from tformer.sampling import apply_repetition_penalty, sample_next, top_k_filter, top_p_filter
 from tformer.training.metrics import distinct_n
 from tformer.models import GPT, GPTConfig
 

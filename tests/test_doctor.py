@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tformer.utils import doctor
+from tformer import doctor
 from tformer.utils.device import choose
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from tformer.efficient import (LinformerAttention, PerformerAttention, TiledAtte
                                online_softmax_step, orthogonal_gaussian, performer_attention, tiled_attention)
 from tformer.masks import causal_mask
 from tformer.models import GPT, GPTConfig
-from tformer.utils.timing import peak_memory
+from tformer.measure.timing import peak_memory
 
 
 @pytest.mark.parametrize("t_q,t_k,block,causal", [

@@ -4,7 +4,7 @@ import random
 import pytest
 import torch
 
-from tformer.inference.cache import make_caches
+from tformer.cache import make_caches
 from tformer.inference.engine import Engine, QueueFull, SamplingParams, blocks_needed, can_admit
 from tformer.inference.paged_cache import read_kv
 from tformer.models.gpt import GPT, GPTConfig

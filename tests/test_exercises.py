@@ -118,7 +118,7 @@ def test_balance_edge_cases_have_the_textbook_values():
 def test_kv_step_reference_matches_cached_multi_head_attention():
     """The kv_step reference equals a model's cached decoding: one layer of MultiHeadAttention."""
     from tformer import MultiHeadAttention
-    from tformer.inference.cache import KVCache
+    from tformer.cache import KVCache
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 2).eval()
     x = torch.randn(1, 7, 16)

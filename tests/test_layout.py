@@ -1,4 +1,5 @@
-"""The repository's map of itself stays true: the module map in tformer/__init__.py names every module,
+"""The repository's map of itself stays true: the module map in tformer/__init__.py names every module (and
+each folder's line every module of the folder), the README's "How the package is laid out" is that map,
 data/ has a README per dataset, and downloads are cached in data/cache/ (ignored by git) by default."""
 import importlib
 import pkgutil
@@ -11,19 +12,56 @@ from tformer.data import cache_dir
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def package_map() -> list[str]:
+    """The map in tformer/__init__.py's docstring: its indented lines, without the indent."""
+    return [line[4:] for line in tformer.__doc__.splitlines() if line.startswith("    ")]
+
+
+def map_entries() -> dict[str, str]:
+    """Each entry of the map (`attention`, `models/`) and its text, continuation lines included."""
+    entries, name = {}, None
+    for line in package_map():
+        if not line.startswith(" "):
+            name = line.split()[0]
+            entries[name] = ""
+        entries[name] += " " + line.strip()
+    return entries
+
+
+def mentions(text: str, name: str) -> bool:
+    return any(w in text for w in (f" {name} ", f" {name},", f", {name} ", f"{name}/", f" {name};", f" {name})", f"({name} "))
+
+
 def test_module_map_names_every_module_and_subpackage():
-    doc = tformer.__doc__
     names = [m.name for m in pkgutil.iter_modules(tformer.__path__) if not m.name.startswith("_")]
-    missing = [n for n in names if f"{n}/" not in doc and f" {n} " not in doc and f" {n}," not in doc
-               and f", {n} " not in doc]
-    assert not missing, f"tformer/__init__.py's module map does not mention: {missing}"
+    entries = map_entries()
+    listed = [n.rstrip("/") for n in entries]
+    assert sorted(listed) == sorted(names), (f"tformer/__init__.py's map lists {sorted(set(listed) - set(names))} "
+                                             f"that do not exist and lacks {sorted(set(names) - set(listed))}")
+    for m in pkgutil.iter_modules(tformer.__path__):
+        if not m.ispkg or m.name == "grading":
+            continue
+        pkg = importlib.import_module(f"tformer.{m.name}")
+        inner = [s.name for s in pkgutil.iter_modules(pkg.__path__) if not s.name.startswith("_")]
+        line = entries[f"{m.name}/"] + " "
+        unnamed = [s for s in inner if not mentions(line, s)]
+        assert not unnamed, f"the {m.name}/ line of tformer/__init__.py's map does not name: {unnamed}"
+
+
+def test_the_readme_shows_the_package_map():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## How the package is laid out", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```\n", 2)[1].rstrip("\n").splitlines()
+    want = "\n".join(package_map())
+    assert block == package_map(), ("README.md's \"How the package is laid out\" block must be the map of "
+                                    f"tformer/__init__.py, without its indent:\n{want}")
 
 
 def test_the_top_level_is_small_and_every_folder_lists_its_modules():
     top = [m.name for m in pkgutil.iter_modules(tformer.__path__) if not m.name.startswith("_")]
-    # what the chapters build (8), the package folders (models, training, inference, data, utils) and the
-    # commands learners and teachers type (capstones, translate, serve, grading, cli)
-    assert len(top) <= 18, f"tformer/ has {len(top)} entries at the top; group them into its folders: {top}"
+    # what the chapters build (11), the package folders (models, training, inference, measure, data, utils) and
+    # the commands learners and teachers type (capstones, translate, serve, grading, doctor, cli)
+    assert len(top) <= 23, f"tformer/ has {len(top)} entries at the top; group them into its folders: {top}"
     for m in pkgutil.iter_modules(tformer.__path__):
         if not m.ispkg or m.name == "grading":
             continue

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 
 from tformer.data.sources import DataUnavailableError
-from tformer.data.text import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.data.text import LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
+from tformer.training.losses import lm_loss
 from tformer.models import GPT, GPTConfig
 from tformer.moe import MoEConfig
 

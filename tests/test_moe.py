@@ -1,4 +1,4 @@
-"""Mixture of experts (tformer.moe, GPT's MoE layers) and the flash-attention path (tformer.utils.flash).
+"""Mixture of experts (tformer.moe, GPT's MoE layers) and the flash-attention path (tformer.measure.flash).
 
 References: the naive per-token loop, Hugging Face's Qwen3-MoE block and Mixtral balancing loss (random
 init, no download), hand-made routings with hand-computed answers, float64.
@@ -10,9 +10,9 @@ import torch
 
 from tformer.utils import gpu
 from tformer.attention import capture_attention
-from tformer.utils.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
+from tformer.measure.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
-from tformer.utils.timing import profiled
+from tformer.measure.timing import profiled
 from tformer.moe import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss,
                          deepseek_v3_param_counts, expert_capacity,
                          grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,

@@ -15,7 +15,8 @@ WORKER = textwrap.dedent("""
     import sys
     import torch
     torch.set_num_threads(1)
-    from tformer.data.text import LMBatches, lm_loss
+    from tformer.data.text import LMBatches
+    from tformer.training.losses import lm_loss
     from tformer.models import GPT, GPTConfig
     from tformer.moe import MoEConfig
     from tformer.training import Trainer, TrainConfig, setup_distributed

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from tformer.inference.cache import make_caches
+from tformer.cache import make_caches
 from tformer.models import GPT, GPTConfig
 import torch.nn.functional as F
 

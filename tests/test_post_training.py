@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from tformer.training.dpo import dpo_loss, preference_pairs
-from tformer.training.losses import IGNORE
+from tformer.data.text import IGNORE
 from tformer.data.text import offline_text, train_tokenizer
 from tformer.models import GPT, GPTConfig
 from tformer.inference.rag import TfidfRetriever

@@ -135,9 +135,9 @@ def test_ch11_train_bpe_merges_with_merge(monkeypatch):
 
 
 def test_ch11_sample_next_chains_the_filters(monkeypatch):
-    from tformer.inference import decode
-    spies = [Spy(monkeypatch, decode, n) for n in ("apply_repetition_penalty", "top_k_filter", "top_p_filter")]
-    decode.sample_next(torch.randn(2, 10), temperature=0.8, top_k=5, top_p=0.9, repetition_penalty=1.3,
+    from tformer import sampling
+    spies = [Spy(monkeypatch, sampling, n) for n in ("apply_repetition_penalty", "top_k_filter", "top_p_filter")]
+    sampling.sample_next(torch.randn(2, 10), temperature=0.8, top_k=5, top_p=0.9, repetition_penalty=1.3,
                        idx=torch.tensor([[1, 2], [3, 4]]), generator=torch.Generator().manual_seed(0))
     assert [s.calls for s in spies] == [1, 1, 1]
 
@@ -168,7 +168,7 @@ def test_ch12_clip_loss_is_what_clip_loss_method_calls(monkeypatch):
 
 # -- chapter 14 -----------------------------------------------------------------------------------------
 def test_ch14_the_kv_cache_append_runs_in_cached_generation(monkeypatch):
-    from tformer.inference.cache import KVCache
+    from tformer.cache import KVCache
     spy = Spy(monkeypatch, KVCache, "append")
     tiny_gpt().generate(torch.tensor([[1, 2, 3]]), 3, temperature=0.0)
     assert spy.calls >= 3

@@ -1,10 +1,10 @@
-"""tformer.utils.timing: peak memory counts what was allocated; fits recover known exponents; a step trains."""
+"""tformer.measure.timing: peak memory counts what was allocated; fits recover known exponents; a step trains."""
 import copy
 
 import torch
 
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
-from tformer.utils.timing import count_ops, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
+from tformer.measure.timing import count_ops, format_table, peak_memory, step_time_vs_length, time_fn, train_step_time
 
 
 def test_peak_memory_sees_temporaries_and_frees():
@@ -57,8 +57,8 @@ def test_count_ops_counts_matmuls():
 
 def test_the_timers_share_one_step_body(monkeypatch):
     """train_step_time (and step_time_vs_length through it) and flash.lm_throughput time `training_step`."""
-    import tformer.utils.flash as flash
-    import tformer.utils.timing as timing
+    import tformer.measure.flash as flash
+    import tformer.measure.timing as timing
     made = []
 
     def spy(*args, **kwargs):

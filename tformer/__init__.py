@@ -1,42 +1,55 @@
 """tformer: the package behind the course. Hand-written by topic; notebooks import it.
 
-What the chapters build sits flat at the top; the rest is grouped by what it holds. Each folder's
-`__init__.py` lists its modules; tests/test_layout.py checks that this map names every entry:
+The map of the package, one line per entry, bottom layer first (the ground: utils, data; the core: masks
+to moe; models; training and inference; measure; the commands): a module imports only from its own layer
+and the layers before it (tests/test_layers.py; `python tests/test_layers.py` prints them). What the
+chapters build sits flat at the top; the rest is grouped in folders named for what they hold, and each
+folder's `__init__.py` describes its modules. The README's "How the package is laid out" is a copy of
+this map; tests/test_layout.py keeps the three in agreement.
 
-    masks        causal, padding, sliding-window masks and combining them (bool, True = may attend)  ch. 6
-    attention    scaled_dot_product_attention (reference), MultiHeadAttention (MHA/GQA/MQA, KV cache),
+    utils/       runtime (SMALL, seeds, threads), device (the device and dtype policy, device()), gpu,
+                 plot, checks, errors (UserError, JobFailed, MissingExtra)
+    data/        every loader and tokenizer: sources, corpus, tokenizer (shared BPE), batching, text (LM
+                 text, MLM masking, IGNORE), bpe (from scratch), images, captions, augment, pretrained
+    masks        causal, padding, sliding-window masks and combining them (True = may attend)      ch. 6
+    attention    scaled_dot_product_attention (reference), MultiHeadAttention (MHA/GQA/MQA),
                  split_heads / merge_heads, capture_attention                                    ch. 1-3
-    positional   sinusoidal, learned, RoPE (+ position interpolation, NTK, YaRN)                   ch. 4, 8
+    positional   sinusoidal, learned, RoPE (+ position interpolation, NTK, YaRN)                ch. 4, 8
+    activations  the feed-forward activations by name (relu, gelu, gelu_tanh, quick_gelu, silu)    ch. 5
     blocks       FeedForward, TransformerBlock, DecoderLayer (post-LN and pre-LN)                  ch. 5
     dropout      Dropout / dropout: F.dropout with one random draw per four elements on a CPU     ch. 10
-    sparse       sliding-window, strided, Longformer and BigBird patterns                           ch. 8-9
+    sparse       sliding-window, strided, Longformer and BigBird patterns                        ch. 8-9
     efficient    tiled online-softmax attention, Linformer, Performer                              ch. 9
-    moe          top-k router, expert FFNs, load-balancing loss                                     ch. 13
+    cache        KVCache: one attention layer's keys and values while decoding; make_caches   ch. 10, 14
+    sampling     sample_next: repetition penalty, temperature, top-k, top-p, then a draw          ch. 11
+    moe          top-k router, expert FFNs, load-balancing loss                                   ch. 13
     models/      transformer (encoder-decoder), gpt, bert, vit, clip, rnn (LSTM baselines)
-    training/    schedules, losses, checkpoint (atomic save, run lock, RNG state), distributed, trainer;
-                 metrics; the recipes sft, lora, dpo and vision (ViT / CLIP)                   ch. 10-13
-    inference/   decode (sampling, greedy, beam), cache (KV), paged_cache, engine (continuous batching),
-                 quantize, speculative, rag                                                     ch. 10-14
-    serve/       `tformer serve` (an OpenAI-compatible server), run folders, `tformer export --to hf`  ch. 14
-    data/        every loader and tokenizer: translation corpora (sources, corpus), tokenizer (shared BPE),
-                 batching, text (LM text and MLM masking), bpe (from scratch), images, captions, augment
-    utils/       runtime (SMALL, device(), seeds), gpu, flash (tokens/s, MFU), timing, plot, checks
-    translate/   the translation capstone: presets, pipeline, `tformer translate`                  ch. 10
-    capstones/   `tformer capstone NAME`: one run folder for vit, clip, translate, moe; show()   ch. 10-13
+    training/    schedules, losses, checkpoint (atomic save, run lock, RNG state), distributed, trainer,
+                 metrics; sft, lora, dpo, grpo; the recipes sft_start and vision (ViT / CLIP)  ch. 10-13
+    inference/   decode (greedy, beam), paged_cache, engine (continuous batching), quantize,
+                 speculative, rag                                                              ch. 10-14
+    measure/     timing (step time, peak memory, op counts), flash (the flash kernel, tokens/s, MFU)
+    translate/   the translation capstone: presets, pipeline, peer, cli (`tformer translate`)      ch. 10
+    capstones/   `tformer capstone NAME`: runfolder, vision (vit, clip), translate, moe, grpo; show,
+                 cli                                                                           ch. 10-13
+    serve/       `tformer serve` (an OpenAI-compatible server): runs, app, export (`tformer export
+                 --to hf`), cli                                                                   ch. 14
     grading/     check("chNN.name", fn) and `tformer grade`
+    doctor       `tformer doctor`: the environment, backend parity, what to expect here
     cli          the `tformer` command
 """
 from .attention import (MultiHeadAttention, capture_attention, fast_attention, merge_heads,
                         scaled_dot_product_attention, split_heads)
 from .blocks import BlockConfig, DecoderLayer, FeedForward, TransformerBlock
-from .inference.cache import KVCache
+from .cache import KVCache
 from .masks import causal_mask, combine_masks, lengths_mask, padding_mask, sliding_window_mask
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding, rope_frequencies,
                          sinusoidal_shift_matrix, sinusoidal_table)
 from .moe import MoE, MoEConfig
 from .inference.paged_cache import BlockPool, PagedConfig, PagedKVCache
 from .inference.quantize import QuantLinear, quantize_model
-from .utils.runtime import SMALL, device, seed_everything
+from .utils.device import device
+from .utils.runtime import SMALL, seed_everything
 from .inference.speculative import speculative_generate
 
 __version__ = "0.1.0"

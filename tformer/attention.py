@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from .dropout import dropout
 from .utils.checks import check_dim, check_float, check_mask, check_rank
-from .inference.cache import KVCache
+from .cache import KVCache
 from .masks import causal_mask, combine_masks
 
 _TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])

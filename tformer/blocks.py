@@ -10,32 +10,16 @@ post-LN needs the warmup the paper uses (chapter 10 shows both).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .activations import ACTIVATIONS
 from .attention import MultiHeadAttention
+from .cache import KVCache
 from .dropout import Dropout
-from .inference.cache import KVCache
-
-if TYPE_CHECKING:
-    from .moe import MoEConfig
-
-
-def quick_gelu(x: torch.Tensor) -> torch.Tensor:
-    """CLIP's GELU approximation x * sigmoid(1.702 x)."""
-    return x * torch.sigmoid(1.702 * x)
-
-
-ACTIVATIONS = {
-    "relu": F.relu,                                              # the paper
-    "gelu": F.gelu,                                              # BERT, ViT
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),        # GPT-2
-    "quick_gelu": quick_gelu,                                    # CLIP
-    "silu": F.silu,
-}
+from .moe import MoE, MoEConfig
 
 
 class FeedForward(nn.Module):
@@ -120,7 +104,6 @@ class TransformerBlock(nn.Module):
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, dropout=attn_p, bias=cfg.bias,
                                        head_dim=cfg.head_dim, qk_norm=cfg.qk_norm, eps=cfg.eps)
         if ffn is None and cfg.moe is not None:
-            from .moe import MoE                                     # moe.py builds on this module's ACTIVATIONS
             ffn = MoE(cfg.d_model, cfg.moe, d_ff=cfg.d_ff, activation=cfg.activation, bias=cfg.bias, dropout=ffn_p)
         self.ffn = ffn if ffn is not None else FeedForward(cfg.d_model, cfg.d_ff, ffn_p, cfg.activation, cfg.bias)
         self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.eps, cfg.bias)

@@ -3,7 +3,7 @@
 A module listed in COMMANDS defines `add_cli(subparsers)`, which adds a subparser and sets
 `func=handler` (handler(args) -> exit code).
 
-Errors, the same for every subcommand (`tformer.errors`). A handler raises `UserError("what was wrong;
+Errors, the same for every subcommand (`tformer.utils.errors`). A handler raises `UserError("what was wrong;
 what to do")` for bad input; `main` prints it as one line on stderr and exits with status 2. A missing
 optional dependency is one line naming the extra that installs it. A job that started and then
 failed (disk full while saving, ...) exits with status 1. Nobody sees a traceback, unless they ask with
@@ -22,7 +22,7 @@ import traceback
 COMMANDS = [
     "tformer.grading.cli",        # tformer grade PATH
     "tformer.translate.cli",      # tformer translate ...
-    "tformer.utils.doctor",       # tformer doctor [--json]
+    "tformer.doctor",       # tformer doctor [--json]
     "tformer.serve.cli",          # tformer serve, tformer export
     "tformer.capstones.cli",      # tformer capstone NAME
 ]

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from .utils import gpu
 from .utils.checks import check_dim, check_float, check_rank
-from .blocks import ACTIVATIONS
+from .activations import ACTIVATIONS
 from .dropout import Dropout
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)

@@ -11,7 +11,7 @@
 # 2. show that a Transformer's outputs for all positions, computed at once, equal the outputs computed
 #    one position at a time (nothing waits for anything);
 # 3. time a training step of an LSTM language model and of a Transformer (GPT) of the same width and
-#    depth as the sequence grows (`tformer.utils.timing`), on a GPU when there is one;
+#    depth as the sequence grows (`tformer.measure.timing`), on a GPU when there is one;
 # 4. put the paper's training cost (41.8 BLEU on WMT14 EN-FR, 3.5 days on 8 P100) in FLOPs and GPU-days
 #    and compare it with the recurrent and convolutional models of its Table 2. BLEU scores a translation
 #    from 0 to 100 by the word sequences it shares with a human one; chapter 10 computes it.
@@ -21,7 +21,7 @@
 #
 # **The tformer code it uses**: `tformer/models/rnn.py: LSTMLM, lstm_reference`,
 # `tformer/models/gpt.py: GPT`, `tformer/blocks.py: TransformerBlock`,
-# `tformer/utils/timing.py: count_ops, step_time_vs_length, training_flops`.
+# `tformer/measure/timing.py: count_ops, step_time_vs_length, training_flops`.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in the exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
@@ -39,7 +39,7 @@ import tformer
 from tformer.grading import check
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
 from tformer.models.rnn import lstm_reference
-from tformer.utils.timing import count_ops, format_table, step_time_vs_length, training_flops
+from tformer.measure.timing import count_ops, format_table, step_time_vs_length, training_flops
 
 tformer.seed_everything(0)
 device = tformer.device()
@@ -50,7 +50,7 @@ print("small mode:", tformer.SMALL, "| device:", device)
 #
 # `lstm_reference` writes the LSTM equations out, one loop iteration per time step, with the weights
 # of an `nn.LSTM`. First we check that it *is* the LSTM, then we count the matrix products each model
-# runs (`tformer.utils.timing.count_ops` runs a function under `torch.profiler` and counts them) and how many
+# runs (`tformer.measure.timing.count_ops` runs a function under `torch.profiler` and counts them) and how many
 # of them must wait for the previous one.
 
 # %%

@@ -15,7 +15,7 @@
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint. Exercises here: a sliding-window mask, and NTK-scaled RoPE frequencies.
 #
-# **The tformer code it uses**: `tformer/utils/timing.py: time_fn, peak_memory`,
+# **The tformer code it uses**: `tformer/measure/timing.py: time_fn, peak_memory`,
 # `tformer/training/metrics.py: fit_power_law`,
 # `tformer/sparse.py: sliding_window_attention`, `tformer/masks.py: sliding_window_mask`,
 # `tformer/efficient.py: performer_attention, orthogonal_gaussian`,
@@ -39,7 +39,7 @@ from tformer.models import GPT, GPTConfig
 from tformer.positional import RotaryEmbedding, rope_frequencies, rotate_half
 from tformer.sparse import sliding_window_attention
 from tformer.training.metrics import fit_power_law
-from tformer.utils.timing import format_table, peak_memory, time_fn
+from tformer.measure.timing import format_table, peak_memory, time_fn
 
 tformer.seed_everything(0)
 device = tformer.device()
@@ -50,7 +50,7 @@ print("small mode:", tformer.SMALL, "| device:", device)
 #
 # Explicit attention, $\mathrm{softmax}(QK^\top/\sqrt d)V$ (`tformer.scaled_dot_product_attention`),
 # materialises the $n \times n$ weights. We time it and measure its peak memory
-# (`tformer.utils.timing.peak_memory`: on a GPU `torch.cuda.max_memory_allocated`, on a CPU the allocation
+# (`tformer.measure.timing.peak_memory`: on a GPU `torch.cuda.max_memory_allocated`, on a CPU the allocation
 # events of PyTorch's allocator recorded by `torch.profiler`), then fit $y = c\,n^p$ in log-log space.
 
 # %%

@@ -19,8 +19,8 @@
 #
 # **The tformer code it uses**: `tformer/sparse.py: strided_pattern, fixed_pattern, longformer_mask,
 # bigbird_mask, count_pairs, PatternAttention`, `tformer/efficient.py: LinformerAttention,
-# PerformerAttention, online_softmax_step, tiled_attention`, `tformer/utils/flash.py: sdpa_backends_used`,
-# `tformer/blocks.py: TransformerBlock`, `tformer/utils/timing.py: peak_memory`,
+# PerformerAttention, online_softmax_step, tiled_attention`, `tformer/measure/flash.py: sdpa_backends_used`,
+# `tformer/blocks.py: TransformerBlock`, `tformer/measure/timing.py: peak_memory`,
 # `tformer/training/metrics.py: fit_power_law`.
 
 # %%
@@ -36,12 +36,12 @@ from tqdm import trange
 
 import tformer
 from tformer.efficient import LinformerAttention, PerformerAttention, online_softmax_step, tiled_attention
-from tformer.utils.flash import sdpa_backends_used
+from tformer.measure.flash import sdpa_backends_used
 from tformer.grading import check
 from tformer.sparse import (PatternAttention, bigbird_mask, count_pairs, fixed_pattern, longformer_mask,
                             strided_pattern)
 from tformer.training.metrics import fit_power_law
-from tformer.utils.timing import format_table, peak_memory
+from tformer.measure.timing import format_table, peak_memory
 
 tformer.seed_everything(0)
 device = tformer.device()
@@ -339,7 +339,7 @@ assert mem["tiled (block 128)"][-1] * 4 < mem["explicit"][-1]
 # `F.scaled_dot_product_attention` dispatches to one of several kernels: FLASH_ATTENTION (also on CPU),
 # EFFICIENT_ATTENTION (memory-efficient, xFormers-style; CUDA), CUDNN_ATTENTION (CUDA) and MATH (the
 # explicit reference). `sdpa_kernel([...])` restricts the choice; a backend that cannot take the input
-# raises. `tformer.utils.flash.sdpa_backends_used` runs a call under the profiler and reports the kernel.
+# raises. `tformer.measure.flash.sdpa_backends_used` runs a call under the profiler and reports the kernel.
 
 # %%
 q, k, v = torch.randn(3, 1, 4, 256, 64, device=device)

@@ -53,7 +53,7 @@ from tformer.training import Trainer, TrainConfig, label_smoothed_cross_entropy,
 from tformer.translate import load_run, score_lines, train_run
 from tformer.translate.pipeline import Seq2SeqLoss
 from tformer.utils.device import amp_dtype
-from tformer.utils.timing import time_interleaved
+from tformer.measure.timing import time_interleaved
 
 tformer.seed_everything(0)
 device = tformer.device()

@@ -18,7 +18,7 @@
 # **How long.** In small mode this notebook runs in about a minute on a 2-core laptop CPU.
 #
 # **Where the code lives.**
-# * `tformer/inference/decode.py: sample_next, top_k_filter, top_p_filter, apply_repetition_penalty`; `tformer/training/metrics.py: distinct_n`
+# * `tformer/sampling.py: sample_next, top_k_filter, top_p_filter, apply_repetition_penalty`; `tformer/training/metrics.py: distinct_n`
 # * `tformer/training/sft.py: render, encode_chats, sft_loss, exact_match, sequence_logprob, instruction_set` (chat template, SFT)
 # * `tformer/training/losses.py: causal_lm_loss` (the SFT loss is this loss with the prompt's labels ignored)
 # * `tformer/training/lora.py: lora_forward, LoRALinear, add_lora, merge_lora, trainable_params`
@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 import tformer
-from tformer.inference import decode
+from tformer import sampling
 from tformer.grading import check
 from tformer.data.text import offline_text, train_tokenizer
 from tformer.training.lora import LoRALinear, add_lora, merge_lora, trainable_params
@@ -102,7 +102,7 @@ check("ch11.top_p_filter", my_top_p_filter)
 # The package's `sample_next` chains the filters: penalty, temperature, top-k, top-p, then a draw.
 
 # %%
-print(inspect.getsource(decode.sample_next))
+print(inspect.getsource(sampling.sample_next))
 
 # %% [markdown]
 # **Greedy decoding loops.** Always taking the most likely token, a small model soon falls into a cycle

@@ -25,8 +25,8 @@
 #
 # **Where the code lives.**
 # * `tformer/data/bpe.py: merge, train_bpe, BytePairEncoding` (BPE from scratch)
-# * `tformer/data/text.py: offline_text, train_tokenizer, encode, LMBatches, lm_loss` (BPE through `tokenizers`, batches)
-# * `tformer/training/losses.py: causal_lm_loss, masked_lm_loss`, `tformer/data/text.py: apply_mlm_masking, mask_tokens`
+# * `tformer/data/text.py: offline_text, train_tokenizer, encode, LMBatches` (BPE through `tokenizers`, batches)
+# * `tformer/training/losses.py: causal_lm_loss, lm_loss, masked_lm_loss`, `tformer/data/text.py: apply_mlm_masking, mask_tokens`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (with `GPT.generate`, `GPT.from_hf_gpt2`); `tformer/models/bert.py: BERT, BertClassifier`
 # * `tformer/data/pretrained.py: load_pretrained` (real GPT-2 weights when online; offline it says what to do)
 
@@ -42,10 +42,10 @@ from tqdm import tqdm
 
 import tformer
 from tformer.grading import check
-from tformer.training.losses import IGNORE, causal_lm_loss, masked_lm_loss
+from tformer.training.losses import causal_lm_loss, lm_loss, masked_lm_loss
 from tformer.data.text import mask_tokens
 from tformer.data.bpe import tokenizers_merges, train_bpe
-from tformer.data.text import (DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream,
+from tformer.data.text import (IGNORE, DataUnavailableError, LMBatches, encode, hf_text, offline_text, split_stream,
                              train_tokenizer)
 from tformer.data.pretrained import load_pretrained
 from tformer.models import BERT, GPT, BertClassifier, BertConfig, GPTConfig

@@ -32,7 +32,7 @@
 #   and `mla_params` (parameter counts of published models)
 # * `tformer/models/gpt.py: GPT, GPTConfig` (`moe=MoEConfig(n_experts=..., top_k=..., d_ff=...)` makes its FFNs
 #   MoE layers)
-# * `tformer/utils/flash.py: force_flash, run_with_flash, lm_throughput`
+# * `tformer/measure/flash.py: force_flash, run_with_flash, lm_throughput`
 # * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, train_tokenizer, encode`
 
 # %%
@@ -47,16 +47,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import tformer
 from tformer.utils import gpu
-from tformer.utils.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
+from tformer.measure.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.grading import check
-from tformer.data.text import LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.data.text import LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
 from tformer.moe import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, deepseek_v3_param_counts,
                          expert_capacity, grouped_mm_available, load_balancing_loss, make_plan, mla_params,
                          moe_lm_param_counts, top_k_route)
 from tformer.utils.plot import curves, heatmap
-from tformer.utils.timing import time_fn
+from tformer.measure.timing import time_fn
 from tformer.training import TrainConfig, Trainer
+from tformer.training.losses import lm_loss
 
 SMALL = tformer.SMALL
 tformer.seed_everything(0)
@@ -453,7 +454,7 @@ if moe_capstone:
 # ## 6. Flash attention on the GPU: forced, checked, measured
 #
 # `F.scaled_dot_product_attention` chooses a kernel by itself and quietly falls back to a slower one
-# when the fast one cannot take the input. `tformer.utils.flash.force_flash()` allows only the flash kernel
+# when the fast one cannot take the input. `tformer.measure.flash.force_flash()` allows only the flash kernel
 # (anything it cannot run raises an error), and `run_with_flash(fn)` profiles fn and raises unless a
 # flash kernel actually ran. On a CUDA GPU the capstone trains under `force_flash()` in bf16.
 #

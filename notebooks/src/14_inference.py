@@ -28,7 +28,7 @@
 #
 # **Where the code lives** (the package runs what this chapter builds; its versions are printed at the end,
 # after the exercises):
-# * `tformer/inference/cache.py: KVCache, make_caches` (`KVCache.append`, `truncate`, `nbytes`)
+# * `tformer/cache.py: KVCache, make_caches` (`KVCache.append`, `truncate`, `nbytes`)
 # * `tformer/models/gpt.py: GPT, GPTConfig` (`n_kv_heads` for GQA/MQA; `GPT.generate`)
 # * `tformer/inference/paged_cache.py: PagedConfig, BlockPool, BlockTable, generate_paged, kv_memory`
 # * `tformer/inference/quantize.py: quantize_int8, quantize_int4, QuantLinear, quantize_model, model_bytes`
@@ -36,7 +36,7 @@
 # * `tformer/inference/engine.py: Engine, SamplingParams, plan_admission` (continuous batching)
 # * `tformer/serve/app.py: build_app, start_in_background` (`tformer serve`)
 # * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, train_tokenizer`,
-#   `tformer/utils/timing.py: time_fn`
+#   `tformer/measure/timing.py: time_fn`
 
 # %%
 import inspect
@@ -48,9 +48,9 @@ import torch
 import torch.nn.functional as F
 
 import tformer
-from tformer.inference.cache import KVCache, make_caches
+from tformer.cache import KVCache, make_caches
 from tformer.grading import check
-from tformer.data.text import DataUnavailableError, LMBatches, encode, hf_text, lm_loss, offline_text, split_stream, train_tokenizer
+from tformer.data.text import DataUnavailableError, LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
 from tformer.training.metrics import perplexity
 from tformer.models import GPT, GPTConfig
 from tformer.inference.paged_cache import (BlockPool, DecodeIndex, PagedConfig, generate_paged, kv_memory,
@@ -58,8 +58,9 @@ from tformer.inference.paged_cache import (BlockPool, DecodeIndex, PagedConfig, 
 from tformer.inference.quantize import QuantLinear, model_bytes, quantize_int4, quantize_int8, quantize_model
 from tformer.inference.speculative import speculative_accept, speculative_generate
 from tformer.inference.engine import Engine, SamplingParams, plan_admission
-from tformer.utils.timing import time_fn
+from tformer.measure.timing import time_fn
 from tformer.training import TrainConfig, Trainer
+from tformer.training.losses import lm_loss
 
 tformer.seed_everything(0)
 dev = tformer.device()

@@ -20,7 +20,7 @@
 #
 # **Where the code lives:**
 # * `tformer/models/gpt.py: GPT, GPTConfig`, `tformer/models/rnn.py: LSTMLM, LSTMConfig`
-# * `tformer/utils/timing.py: step_time_vs_length, format_table`
+# * `tformer/measure/timing.py: step_time_vs_length, format_table`
 # * `tformer/training/trainer.py: Trainer, TrainConfig`, `tformer/data/text.py: LMBatches, offline_text, split_stream`
 # * `tformer/training/metrics.py: fit_power_law, compute_optimal` (each printed after you have written it
 #   in its exercise)
@@ -41,11 +41,12 @@ from tqdm import tqdm
 
 import tformer
 from tformer.grading import check
-from tformer.data.text import LMBatches, lm_loss, offline_text, split_stream
+from tformer.data.text import LMBatches, offline_text, split_stream
 from tformer.training.metrics import compute_optimal, fit_power_law
 from tformer.models import GPT, GPTConfig, LSTMConfig, LSTMLM
-from tformer.utils.timing import format_table, step_time_vs_length
+from tformer.measure.timing import format_table, step_time_vs_length
 from tformer.training import TrainConfig, Trainer
+from tformer.training.losses import lm_loss
 
 tformer.seed_everything(0)
 dev = tformer.device()
@@ -202,7 +203,7 @@ assert g_lstm[far].mean() / g_lstm[near].mean() < 1e-3                # the LSTM
 #
 # ## 2. Parallelism: training-step time vs sequence length
 # Same batch, growing T, a full training step (forward, loss, backward, AdamW) through
-# `tformer.utils.timing.step_time_vs_length`.
+# `tformer.measure.timing.step_time_vs_length`.
 
 # %%
 # Figure: Training tokens/s against sequence length, Transformer and LSTM.

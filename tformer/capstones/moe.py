@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-from ..data.text import LMBatches, encode, lm_loss, train_tokenizer
+from ..data.text import LMBatches, encode, train_tokenizer
 from ..models.gpt import GPT, GPTConfig
 from ..moe import MoE, MoEConfig
 from ..training.checkpoint import atomic_save, load_checkpoint
+from ..training.losses import lm_loss
 from ..training.trainer import Trainer, TrainConfig, adamw
 from .runfolder import CapstoneRun, Options
 

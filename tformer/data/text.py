@@ -6,7 +6,7 @@ a byte-level BPE tokenizer, and re-iterable batches of (input, next-token target
     ids = encode(tok, text)                     # LongTensor (n,)
     train, val = split_stream(ids, 0.9)
     batches = LMBatches(train, batch_size=16, context_length=64, batches_per_epoch=100)
-    Trainer(model, lm_loss, batches, cfg, val_data=LMBatches(val, 16, 64, 8, shuffle=False)).fit()
+    Trainer(model, lm_loss, batches, cfg, val_data=LMBatches(val, 16, 64, 8, shuffle=False)).fit()   # lm_loss: tformer.training.losses
 
 With a network connection, `hf_text("wikitext")` (or any `datasets` text corpus) gives more text; it is
 cached by `datasets`. Offline it raises `DataUnavailableError` saying what to do.
@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
-import torch.nn as nn
 
 from .sources import DataUnavailableError, load_hub_dataset  # one error type for every loader
-from ..training.losses import IGNORE, causal_lm_loss
+from .tokenizer import train_byte_bpe
 from ..utils.checks import check_tokens
+
+IGNORE = -100  # label of positions that carry no loss (F.cross_entropy's ignore_index): MLM, SFT
 
 # name -> (datasets path, config, text column)
 CORPORA = {
@@ -82,8 +83,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
     """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` (never meets an unknown character):
     `tformer.data.tokenizer.train_byte_bpe` with GPT-2's conventions (<|endoftext|>, no prefix space,
     every merge kept). Long texts are fed in pieces of lines, which `tokenizers` processes in parallel."""
-    from .tokenizer import train_byte_bpe
-
     if vocab_size < 257:
         raise ValueError(f"train_tokenizer: vocab_size must be >= 257 (256 bytes + <|endoftext|>), got {vocab_size}")
     return train_byte_bpe((piece for t in texts for piece in _chunks(t)), vocab_size, ["<|endoftext|>"],
@@ -146,21 +145,6 @@ class LMBatches:
             row = row[self.rank * per_rank:(self.rank + 1) * per_rank]
             win = self.ids[row[:, None] + offsets]                     # (B, T + 1)
             yield win[:, :-1], win[:, 1:]
-
-
-def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
-    """The Trainer's loss_fn for (x, y) batches: (sum of `lm.causal_lm_loss` over the tokens, token count);
-    in training mode plus the model's auxiliary loss (MoE load balancing, z-loss) weighted per token.
-    Validation reports pure cross-entropy."""
-    from ..moe import collect_aux_loss
-
-    x, y = batch
-    logits = model(x)                                                  # (B, T, V)
-    loss = causal_lm_loss(logits.float(), targets=y, reduction="sum")
-    n = y.numel()
-    if model.training:
-        loss = loss + collect_aux_loss(model) * n
-    return loss, n
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Generating text fast (chapters 10, 11 and 14).
 
-    decode       sample_next and its filters; greedy and beam search for the encoder-decoder
-    cache        KVCache: one layer's keys and values while decoding
+    decode       greedy and beam search for the encoder-decoder (sampling is tformer.sampling, the KV
+                 cache tformer.cache)
     paged_cache  a paged KV cache (blocks of `block_size` tokens, block tables), vLLM's vocabulary
     engine       continuous batching over the paged cache: admission, preemption, prefix sharing
     quantize     int8 / int4 weights (QuantLinear, quantize_model)

@@ -25,7 +25,7 @@ same physical block, counted once and computed once. Each block has a reference 
 user finishes it is kept, evictable, under its key (a later request with that prefix still finds it)
 and is reused for new tokens only when the free list runs dry (least recently used first).
 
-Sampling is per request (greedy, temperature, top-k, top-p through `tformer.inference.decode`), each
+Sampling is per request (greedy, temperature, top-k, top-p through `tformer.sampling`), each
 request with its own `torch.Generator` seeded from its `seed`. A shared generator would hand out draws in
 the order the batch happens to be in, so a request's tokens would depend on who else is running; a
 private generator advances only with that request's own draws, so a seeded request gives the same
@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import _SDPA_HAS_GQA, merge_heads, split_heads
-from .decode import sample_next
+from ..sampling import sample_next
 from .paged_cache import BlockPool, DecodeIndex, PagedConfig, paged_decode_attention, read_kv, write_kv
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..sampling import sample_next
 from ..utils.checks import check_float, check_rank
 
 
@@ -186,7 +187,7 @@ class PagedKVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Beam search would make rows share blocks (copy-on-write, as vLLM does); not built here."""
         raise NotImplementedError("PagedKVCache.reorder: beam search over a paged cache needs shared blocks with "
-                                  "copy-on-write; use the contiguous KVCache (tformer.inference.cache) for beam search")
+                                  "copy-on-write; use the contiguous KVCache (tformer.cache) for beam search")
 
     def nbytes(self) -> int:
         """Bytes of this layer's blocks held by the table (whole blocks: the unfilled tail counts)."""
@@ -307,7 +308,6 @@ def generate_paged(model, prompts: list[torch.Tensor], max_new_tokens: list[int]
     A request takes blocks as it grows and returns them when done, so short requests make room for
     long ones. Returns (outputs: prompt + new tokens per request, stats: peak blocks/bytes in use).
     """
-    from .decode import sample_next
     if isinstance(max_new_tokens, int):
         max_new_tokens = [max_new_tokens] * len(prompts)
     if len(max_new_tokens) != len(prompts):

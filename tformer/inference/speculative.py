@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..utils.checks import check_rank, check_tokens
-from .cache import make_caches
+from ..cache import make_caches
 
 
 def speculative_accept(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, u: torch.Tensor

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ..dropout import Dropout
 from ..utils.checks import check_tokens
-from ..blocks import ACTIVATIONS, BlockConfig, TransformerBlock
+from ..activations import ACTIVATIONS
+from ..blocks import BlockConfig, TransformerBlock
 from ..masks import padding_mask
 from ..positional import LearnedPositionalEmbedding
 

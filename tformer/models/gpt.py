@@ -22,10 +22,10 @@ import torch.nn as nn
 from ..dropout import Dropout
 from ..utils.checks import check_tokens
 from ..blocks import BlockConfig, TransformerBlock, make_norm
-from ..inference.cache import KVCache, make_caches
-from ..inference.decode import sample_next  # noqa: F401  (decoding lives in tformer.inference.decode)
+from ..cache import KVCache, make_caches
 from ..moe import Experts, MoE, MoEConfig, collect_aux_loss
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
+from ..sampling import sample_next
 
 
 @dataclass
@@ -182,7 +182,7 @@ class GPT(nn.Module):
                  repetition_penalty: float = 1.0) -> torch.Tensor:
         """Append `max_new_tokens` tokens to idx (B, T); returns (B, T + max_new_tokens).
 
-        temperature=0 is greedy decoding; top_k, top_p and repetition_penalty as in `tformer.inference.decode.sample_next`.
+        temperature=0 is greedy decoding; top_k, top_p and repetition_penalty as in `tformer.sampling.sample_next`.
         With the cache each step feeds only the newest token; once the sequence outgrows context_length the
         model slides a window over the last context_length tokens (no cache), the same as use_cache=False.
         """

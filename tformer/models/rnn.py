@@ -5,7 +5,7 @@
 An LSTM reads a sequence one step at a time: h_t = f(h_{t-1}, x_t), so step t cannot start before
 step t-1 has finished, however many cores there are. A Transformer layer computes every position at
 once. `LSTMLM` has the call shape of `tformer.models.GPT` (`logits = model(idx)`), so the same
-training loop, loss and timing helper (`tformer.utils.timing`) run either model.
+training loop, loss and timing helper (`tformer.measure.timing`) run either model.
 
 `LSTMEncoder` is the sequence encoder on its own: embeddings (B, T, d) in, hidden states out, optionally
 bidirectional (the encoder of an RNN seq2seq model).
@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..dropout import Dropout
+from ..sampling import sample_next
 from ..utils.checks import check_dim, check_rank, check_tokens
 
 
@@ -104,7 +105,6 @@ class LSTMLM(nn.Module):
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Append `max_new_tokens` tokens to idx (B, T); the state carries the whole past (no window)."""
-        from ..inference.decode import sample_next
 
         check_tokens(idx, "idx")
         was_training = self.training

@@ -18,7 +18,7 @@ import torch.nn as nn
 from ..dropout import Dropout
 from ..utils.checks import check_tokens
 from ..blocks import BlockConfig, DecoderLayer, TransformerBlock
-from ..inference.cache import KVCache
+from ..cache import KVCache
 from ..masks import padding_mask
 from ..positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 

@@ -1,12 +1,13 @@
 """Losses: label-smoothed cross-entropy (chapter 10) and the language-model objectives (chapter 11)."""
 from __future__ import annotations
 
-
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
+from ..data.text import IGNORE
+from ..moe import collect_aux_loss
 from ..utils.checks import check_rank, check_tokens
-
 
 
 def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1,
@@ -41,7 +42,6 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smo
     return loss.sum() / keep.sum().clamp(min=1)
 
 
-IGNORE = -100  # label of positions that carry no loss (F.cross_entropy's ignore_index)
 
 
 def causal_lm_loss(logits: torch.Tensor, idx: torch.Tensor | None = None, *, targets: torch.Tensor | None = None,
@@ -65,6 +65,19 @@ def causal_lm_loss(logits: torch.Tensor, idx: torch.Tensor | None = None, *, tar
         raise ValueError(f"causal_lm_loss: logits {tuple(logits.shape)} and targets {tuple(targets.shape)} need the same (B, T)")
     v = logits.shape[-1]
     return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
+
+
+def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
+    """The Trainer's loss_fn for (x, y) batches: (sum of `causal_lm_loss` over the tokens, token count);
+    in training mode plus the model's auxiliary loss (MoE load balancing, z-loss) weighted per token.
+    Validation reports pure cross-entropy."""
+    x, y = batch
+    logits = model(x)                                                  # (B, T, V)
+    loss = causal_lm_loss(logits.float(), targets=y, reduction="sum")
+    n = y.numel()
+    if model.training:
+        loss = loss + collect_aux_loss(model) * n
+    return loss, n
 
 
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

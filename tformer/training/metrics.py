@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
+from ..data.captions import caption_ids
 from ..utils.checks import check_rank
 
 
@@ -161,8 +162,6 @@ def retrieval_recall(model: nn.Module, data, ks: tuple[int, ...] = (1, 5, 10),
     """The standard image-caption retrieval protocol on `data` (a `tformer.data.images.ImageCaptions`): every
     image against every caption of the set. image->text R@k: one of the image's own captions is in its
     top k; text->image R@k: the caption's image is in its top k. Returns {"i2t@k": ..., "t2i@k": ...}."""
-    from ..data.captions import caption_ids
-
     was = model.training
     model.eval()
     dev = next(model.parameters()).device

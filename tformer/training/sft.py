@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .losses import IGNORE, causal_lm_loss
+from ..data.text import IGNORE
+from ..models.gpt import GPT, GPTConfig
+from .checkpoint import atomic_save, atomic_write_text, load_checkpoint
+from .losses import causal_lm_loss
 
 USER, ASSISTANT, END = "User: ", "\nAssistant: ", "<|endoftext|>"
 
@@ -158,8 +162,6 @@ RUNS = Path(__file__).resolve().parents[2] / "runs"
 def save_run(folder: str | Path, model, tok, meta: dict) -> Path:
     """Write folder/model.pt (weights and GPTConfig fields), folder/tokenizer.json and folder/meta.json
     (what the run was: the mode, the recipe), so that a later notebook can start from this model."""
-    from .checkpoint import atomic_save, atomic_write_text
-    from dataclasses import asdict
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_save({"model": model.state_dict(), "config": asdict(model.cfg)}, folder / "model.pt")
@@ -172,9 +174,6 @@ def load_run(folder: str | Path, meta: dict, device=None):
     """(model, tokenizer) saved by `save_run` with exactly this `meta`, else None (no run there, or a run
     of another mode or recipe)."""
     from tokenizers import Tokenizer
-
-    from ..models.gpt import GPT, GPTConfig
-    from .checkpoint import load_checkpoint
     folder = Path(folder)
     try:
         have = json.loads((folder / "meta.json").read_text(encoding="utf-8"))

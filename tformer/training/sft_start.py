@@ -30,11 +30,12 @@ from pathlib import Path
 
 import torch
 
-from ..data.text import LMBatches, encode, lm_loss, split_stream
+from ..data.text import LMBatches, encode, split_stream
 from ..models.gpt import GPT, GPTConfig
 from ..utils.runtime import seed_everything
 from . import grpo
 from .sft import KINDS, RUNS, Turn, encode_chats, instruction_set, load_run, save_run, sft_step_loss
+from .losses import lm_loss
 from .trainer import train_steps
 
 RUN_FOLDER = RUNS / "11_fine_tuning"          # where notebook 11_fine_tuning leaves its SFT model

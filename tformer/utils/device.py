@@ -36,6 +36,8 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend
 
+from . import runtime
+
 ENV = "TFORMER_DEVICE"
 KINDS = ("cpu", "cuda", "mps")
 SM80 = (8, 0)   # Ampere: bf16 tensor cores and FlashAttention-2
@@ -84,7 +86,7 @@ def capability(device: torch.device | str | None = None) -> tuple[int, int] | No
 
 # -- bf16 on MPS: what `tformer doctor` found, per torch version --------------------------------------------
 def mps_bf16_path() -> Path:
-    from ..data.sources import cache_dir
+    from ..data.sources import cache_dir          # lazily: importing tformer does not load the data loaders
     return cache_dir() / "doctor" / f"mps-bf16-torch-{torch.__version__}.json"
 
 
@@ -155,7 +157,7 @@ def choose(*, capstone: bool = False, small: bool | None = None, env: str | None
     commands that train for real (they ignore small mode), `small` (TFORMER_SMALL), `env` (TFORMER_DEVICE),
     `cuda`/`mps` (which accelerators exist), `capability` (the CUDA GPU's), `mps_bf16` (doctor's finding)."""
     if small is None:
-        from .runtime import SMALL as small
+        small = runtime.SMALL
     env = os.environ.get(ENV, "") if env is None else env
     has_cuda = cuda_available() if cuda is None else cuda
     has_mps = mps_available() if mps is None else mps

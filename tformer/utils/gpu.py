@@ -24,7 +24,7 @@ import torch
 
 # the policy's half (capability, dtype, kernel) lives in tformer.utils.device; the names stay importable here
 from .device import SM80, _cap, amp_dtype, attention_backend, capability, flash_available  # noqa: F401
-from .device import resolve as _resolve
+from .device import choose, resolve as _resolve
 
 
 def grad_scaler(dtype: torch.dtype | None, device: torch.device | str = "cuda") -> torch.amp.GradScaler:
@@ -83,7 +83,6 @@ def dist_plan(device: torch.device | str | None, local_rank: int, local_world: i
 
 def _policy_device(n_gpus: int) -> torch.device:
     """The policy's device for a distributed run: MPS is left out (no process-group backend runs on it)."""
-    from .device import choose
     return choose(capstone=True, cuda=n_gpus > 0, mps=False).device
 
 

@@ -66,13 +66,6 @@ if SMALL:
     set_threads(SMALL_THREADS)
 
 
-def device() -> torch.device:
-    """The notebooks' device, from the policy (tformer.utils.device): CUDA, else MPS, else the CPU; the CPU in
-    small mode; TFORMER_DEVICE=cpu|cuda|mps overrides."""
-    from .device import device as policy_device
-    return policy_device()
-
-
 def seed_everything(seed: int = 0) -> None:
     """Seed Python, and torch (CPU and CUDA)."""
     random.seed(seed)

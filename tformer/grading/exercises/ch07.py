@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 from ...models import rnn
-from ...utils import timing
+from ...measure import timing
 from ..core import Case, Exercise, register
 
 P100, V100, A100, H100 = 9.5e12, 15.7e12, 312e12, 989e12        # sustained FP32 (P100, V100) / dense bf16 FLOP/s

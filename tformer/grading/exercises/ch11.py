@@ -6,11 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from ...data import bpe
-from ...inference import decode
+from ... import sampling as decode
 from ...training import dpo, grpo, lora, sft
 from ...data import text
 from ...training import losses
-from ...training.losses import IGNORE, causal_lm_loss
+from ...data.text import IGNORE
+from ...training.losses import causal_lm_loss
 from ...data.text import apply_mlm_masking
 from ..core import Case, Exercise, register
 

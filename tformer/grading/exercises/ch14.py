@@ -7,7 +7,7 @@ import torch
 from ... import attention
 from ...inference import quantize, speculative
 from ...attention import scaled_dot_product_attention
-from ...inference.cache import KVCache
+from ...cache import KVCache
 from ...masks import causal_mask
 from ...inference import engine
 from ...inference.engine import plan_admission

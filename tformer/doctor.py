@@ -37,9 +37,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import device as policy
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .cli import add_debug
+from .data.sources import cache_dir
+from .grading.core import _flatten, compare
+from .measure.flash import lm_throughput
+from .models.gpt import GPT, GPTConfig
+from .moe import MoE, MoEConfig
+from .training.losses import causal_lm_loss, label_smoothed_cross_entropy
+from .training.trainer import fusable
+from .translate.presets import PRESETS
+from .utils import device as policy
+from .utils.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]           # the repository checkout, when tformer runs from one
+ROOT = Path(__file__).resolve().parents[1]           # the repository checkout, when tformer runs from one
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 
 # tolerances, float32 (or the autocast dtype) on the chosen device against float64 on the CPU
@@ -77,14 +88,11 @@ class Outcome:
 
 
 def _tensors(x) -> list[torch.Tensor]:
-    from ..grading.core import _flatten
     return [t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu() for t in _flatten(x)]
 
 
 def run_check(check: Check, dev: torch.device) -> Outcome:
     """Run one check on `dev` and judge it against float64 on the CPU with the grader's comparison."""
-    from ..grading.core import compare
-    from ..grading.core import _flatten
     dtype, name, atol, rtol = check.dtype or torch.float32, check.name, check.atol, check.rtol
     try:
         raw = check.candidate(dev, dtype)
@@ -136,7 +144,6 @@ def _causal_reference():
 def attention_check(kernel: Callable | None = None, name: str = "attention (tformer reference)") -> Check:
     """Causal attention through `kernel(q, k, v, mask) -> out` (default: tformer's reference attention)
     against the formula softmax(QK^T / sqrt(d_k)) V in float64."""
-    from ..attention import scaled_dot_product_attention
 
     def kern(q, k, v, mask):
         return scaled_dot_product_attention(q, k, v, mask)[0]
@@ -187,7 +194,6 @@ def _weighted(out):      # a loss whose gradient differs per element
 
 
 def mha_check() -> Check:
-    from ..attention import MultiHeadAttention
     torch.manual_seed(0)
     mha = MultiHeadAttention(64, 4)
     return Check("multi-head attention fwd+bwd", _fwd_bwd(
@@ -204,7 +210,6 @@ def layernorm_check() -> Check:
 
 
 def cross_entropy_check() -> Check:
-    from ..training.losses import label_smoothed_cross_entropy
 
     def run(dev, dtype):
         logits = _leaf(64, 500, seed=3, dev=dev, dtype=dtype)
@@ -216,14 +221,12 @@ def cross_entropy_check() -> Check:
 
 
 def _tiny_gpt(**kw):
-    from ..models.gpt import GPT, GPTConfig
     torch.manual_seed(0)
     cfg = dict(vocab_size=97, context_length=32, n_layers=2, n_heads=4, d_model=64, dropout=0.0)
     return GPT(GPTConfig(**{**cfg, **kw}))
 
 
 def gpt_step_check() -> Check:
-    from ..training.losses import causal_lm_loss
     gpt = _tiny_gpt()
 
     def run(dev, dtype):
@@ -236,7 +239,6 @@ def gpt_step_check() -> Check:
 
 
 def adamw_check() -> Check:
-    from ..training.trainer import fusable
 
     def run(dev, dtype):
         params = [_randn(33, 17, seed=6).to(dev, dtype).requires_grad_(), _randn(17, seed=7).to(dev, dtype).requires_grad_()]
@@ -252,7 +254,6 @@ def adamw_check() -> Check:
 
 
 def moe_check() -> Check:
-    from ..moe import MoE, MoEConfig
     torch.manual_seed(0)
     moe = MoE(32, MoEConfig(d_ff=64, n_experts=4, top_k=2))
 
@@ -267,7 +268,6 @@ def moe_check() -> Check:
 
 def autocast_check(amp: torch.dtype | None) -> Check:
     """GPT forward and loss under autocast in the policy's dtype (float32 where it does not autocast)."""
-    from ..training.losses import causal_lm_loss
     gpt = _tiny_gpt()
 
     def run(dev, dtype):
@@ -375,7 +375,6 @@ def hub_status(timeout: float = 2.0) -> str:
 
 
 def environment(p: policy.Policy) -> dict[str, Any]:
-    from ..data.sources import cache_dir
     build = ("CUDA " + torch.version.cuda) if torch.version.cuda else (
         "MPS" if policy.mps_available() else ("ROCm " + torch.version.hip) if getattr(torch.version, "hip", None)
         else "CPU")
@@ -420,7 +419,6 @@ TIER_STEPS = {"tiny": (300, "its max_steps"),
 def translate_flops_per_step(name: str) -> float:
     """Training FLOPs of one step of a translation preset: 6 x weights touched per token x tokens, both
     sides (encoder weights for source tokens, decoder weights and the output layer for target tokens)."""
-    from ..translate.presets import PRESETS
     p = PRESETS[name]
     d, ff, L = p.d_model, p.d_ff, p.n_layers
     enc = L * (4 * d * d + 2 * d * ff)
@@ -430,8 +428,6 @@ def translate_flops_per_step(name: str) -> float:
 
 def measure(p: policy.Policy, seconds: float = 6.0) -> dict[str, Any]:
     """A GPT training step (forward, loss, backward, AdamW) in the policy's dtype: tokens/s and FLOP/s."""
-    from ..models.gpt import GPT, GPTConfig
-    from .flash import lm_throughput
     big = p.device.type != "cpu"
     cfg = GPTConfig(vocab_size=8192, context_length=256, n_layers=4 if not big else 8, n_heads=4 if not big else 8,
                     d_model=256 if not big else 512, dropout=0.0)
@@ -512,7 +508,6 @@ def _handler(args) -> int:
     try:
         rep = report(measure_speed=not args.no_speed)
     except policy.DeviceError as e:
-        from .errors import UserError
         raise UserError(str(e)) from None
     if args.json:
         print(json.dumps(rep, indent=2, default=str))
@@ -522,7 +517,6 @@ def _handler(args) -> int:
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
-    from ..cli import add_debug
     d = sub.add_parser("doctor", help="check this machine: environment, backend parity, expected speed",
                        description=__doc__.split("\n\n")[0])
     d.add_argument("--json", action="store_true", help="print the report as JSON (attach it to a bug report)")

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from .gpu import amp_dtype, grad_scaler
+from ..utils.gpu import amp_dtype, grad_scaler
 from ..training.losses import causal_lm_loss
 from ..training.trainer import fusable
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, peak_flops
+from ..utils.gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, peak_flops
 from ..moe import collect_aux_loss
 from ..training.losses import causal_lm_loss
 from ..training.trainer import fusable
@@ -111,7 +111,7 @@ def lm_throughput(model: nn.Module, batch_size: int, seq_len: int, steps: int = 
         loss = causal_lm_loss(step_model(x).float(), targets=y)
         return loss + collect_aux_loss(model)                          # the MoE layers' losses (0 if none)
 
-    step = training_step(loss_of, opt, device, dtype)                    # the one step body of tformer.utils.timing
+    step = training_step(loss_of, opt, device, dtype)                    # the one step body of tformer.measure.timing
 
     if flash:
         _, backends = run_with_flash(step)
