@@ -2,7 +2,7 @@
 
 `MultiHeadAttention.attend` takes `F.scaled_dot_product_attention` by default. On a CPU in bf16 its
 backward is slower than the math for short sequences (the translation capstone's sentences, a ViT's
-patches), so a bf16 training step with at most `tformer.attention.CPU_LOWP_MATH_MAX` query-key pairs
+patches), so a bf16 training step with at most `tformer.kernels.CPU_LOWP_MATH_MAX` query-key pairs
 takes the math (`scaled_dot_product_attention`, the teaching reference). This script measures both on
 your CPU, interleaved in one process, and prints which one `attend` picks, so the constant can be checked.
 
@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 import tformer.utils.runtime
-from tformer.attention import CPU_LOWP_MATH_MAX, cpu_prefers_math, scaled_dot_product_attention
+from tformer.attention import scaled_dot_product_attention
+from tformer.kernels import CPU_LOWP_MATH_MAX, cpu_prefers_math
 from tformer.measure.timing import format_table, time_interleaved
 
 SHAPES = [(100, 4, 16, 16), (64, 4, 32, 32), (16, 4, 128, 128), (8, 6, 192, 192), (8, 6, 256, 256),

@@ -21,7 +21,7 @@ PACKAGE = ROOT / "tformer"
 LAYERS = [
     ("ground", ["tformer.utils", "tformer.data"],
      "run-time switches, the device policy, errors, checks, plots; every loader and tokenizer"),
-    ("core", ["tformer.masks", "tformer.attention", "tformer.positional", "tformer.activations", "tformer.blocks",
+    ("core", ["tformer.masks", "tformer.kernels", "tformer.attention", "tformer.positional", "tformer.activations", "tformer.blocks",
               "tformer.dropout", "tformer.sparse", "tformer.efficient", "tformer.cache", "tformer.sampling",
               "tformer.moe"],
      "what the chapters build: attention and what surrounds it, the KV cache, sampling, mixture of experts"),

@@ -14,6 +14,7 @@ this map; tests/test_layout.py keeps the three in agreement.
     masks        causal, padding, sliding-window masks and combining them (True = may attend)      ch. 6
     attention    scaled_dot_product_attention (reference), MultiHeadAttention (MHA/GQA/MQA),
                  split_heads / merge_heads, capture_attention                                    ch. 1-3
+    kernels      which attention kernel runs: fast_attention (fused SDPA), use_fused (the rule)   ch. 9
     positional   sinusoidal, learned, RoPE (+ position interpolation, NTK, YaRN)                ch. 4, 8
     activations  the feed-forward activations by name (relu, gelu, gelu_tanh, quick_gelu, silu)    ch. 5
     blocks       FeedForward, TransformerBlock, DecoderLayer (post-LN and pre-LN)                  ch. 5
@@ -38,8 +39,9 @@ this map; tests/test_layout.py keeps the three in agreement.
     doctor       `tformer doctor`: the environment, backend parity, what to expect here
     cli          the `tformer` command
 """
-from .attention import (MultiHeadAttention, capture_attention, fast_attention, merge_heads,
+from .attention import (MultiHeadAttention, capture_attention, merge_heads,
                         scaled_dot_product_attention, split_heads)
+from .kernels import fast_attention
 from .blocks import BlockConfig, DecoderLayer, FeedForward, TransformerBlock
 from .cache import KVCache
 from .masks import causal_mask, combine_masks, lengths_mask, padding_mask, sliding_window_mask

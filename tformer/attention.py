@@ -5,7 +5,8 @@
 `scaled_dot_product_attention` is the teaching reference: every step is visible and it returns the
 attention weights. `MultiHeadAttention` runs the same function through PyTorch's fused
 `F.scaled_dot_product_attention` (the fast path: flash / memory-efficient kernels where available)
-unless you ask for the weights; tests prove the two paths agree.
+unless you ask for the weights; `tformer.kernels` holds the fused path and the rule that picks between
+the two. Tests prove the two paths agree.
 
 Mask convention: bool, True = may attend, broadcastable to (..., T_q, T_k). A query whose keys are
 *all* masked gets zero weights and a zero output (not NaN): "attend to nothing" contributes nothing.
@@ -23,16 +24,8 @@ import torch.nn.functional as F
 from .dropout import dropout
 from .utils.checks import check_dim, check_float, check_mask, check_rank
 from .cache import KVCache
+from .kernels import fast_attention, use_fused
 from .masks import causal_mask, combine_masks
-
-_TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-_SDPA_HAS_GQA = _TORCH_VERSION >= (2, 5)  # F.scaled_dot_product_attention(enable_gqa=...)
-# On a CPU in bf16/fp16, the fused kernel's backward is slower than the plain math for short sequences:
-# forward + backward on one thread, fused / math = 4.4 at 16 x 16 positions, 3.1 at 32 x 32, 1.8 at
-# 128 x 128, 1.0 at 192 x 192, 0.76 at 256 x 256 (its forward alone is always the faster; in float32 it
-# always wins). `python benchmarks/bench_cpu_attention.py` measures the crossover on your CPU.
-CPU_LOWP_MATH_MAX = 160 * 160             # T_q * T_k up to which training in bf16 on a CPU takes the math
-
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -69,32 +62,6 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return weights @ v, weights
-
-
-def fast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                   is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
-    """Same function as the reference through `F.scaled_dot_product_attention` (fused kernels).
-
-    q (B, H, T_q, d), k/v (B, H_kv, T_k, d) with H a multiple of H_kv (grouped-query attention).
-    `is_causal` (with no explicit mask) lets PyTorch pick the flash kernel.
-    """
-    h, h_kv = q.shape[1], k.shape[1]
-    kw = {}
-    if h != h_kv:
-        if _SDPA_HAS_GQA:
-            kw["enable_gqa"] = True
-        else:
-            k, v = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
-    row_ok = None
-    if mask is not None:
-        row_ok = mask.any(dim=-1, keepdim=True)
-        if bool(row_ok.all()):
-            row_ok = None
-        else:
-            mask = mask | ~row_ok          # give empty rows something finite to attend, zeroed below
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                         is_causal=is_causal and mask is None, **kw)
-    return out if row_ok is None else out.masked_fill(~row_ok, 0.0)
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -215,13 +182,13 @@ class MultiHeadAttention(nn.Module):
         The reference path (it returns the weights) when they are wanted, inside `capture_attention`, with
         fast=False, for dropout on a CPU (where the fused kernel falls back to the same math and draws
         its mask element by element: `tformer.dropout`), or for a short bf16/fp16 training step on a CPU
-        (`CPU_LOWP_MATH_MAX`); otherwise the fused kernel (`fast_attention`, which handles GQA itself).
+        (`tformer.kernels.use_fused` decides); otherwise the fused kernel (`fast_attention`, GQA included).
         """
         t_q, t_k = q.shape[2], k.shape[2]
         if mask is not None:
             check_mask(mask, t_q, t_k)
         dropout_p = self.dropout if self.training else 0.0
-        if not (need_weights or self._captured is not None or not self.fast or cpu_prefers_math(q, t_k, dropout_p)):
+        if use_fused(q, t_k, dropout_p, need_weights or self._captured is not None or not self.fast):
             if causal and mask is None and t_q == t_k:                 # lets PyTorch pick the flash kernel
                 return fast_attention(q, k, v, None, is_causal=True, dropout_p=dropout_p), None
             return fast_attention(q, k, v, self._full_mask(mask, causal, t_q, t_k, q.device), dropout_p=dropout_p), None
@@ -234,15 +201,6 @@ class MultiHeadAttention(nn.Module):
     @staticmethod
     def _full_mask(mask, causal: bool, t_q: int, t_k: int, device) -> torch.Tensor | None:
         return combine_masks(mask, causal_mask(t_q, t_k, device=device) if causal else None)
-
-
-def cpu_prefers_math(q: torch.Tensor, t_k: int, dropout_p: float = 0.0) -> bool:
-    """Whether attention on q (B, H, T_q, d) over t_k keys runs faster as the math than fused, on a CPU:
-    with dropout, or in a bf16/fp16 step whose backward will run over at most CPU_LOWP_MATH_MAX pairs."""
-    if q.device.type != "cpu":
-        return False
-    return dropout_p > 0.0 or (q.dtype in (torch.bfloat16, torch.float16) and q.shape[-2] * t_k <= CPU_LOWP_MATH_MAX
-                               and torch.is_grad_enabled() and q.requires_grad)
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:

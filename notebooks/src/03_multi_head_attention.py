@@ -286,8 +286,9 @@ print(inspect.getsource(tformer.split_heads))
 print(inspect.getsource(tformer.merge_heads))
 
 # %% [markdown]
-# and the forward pass of `MultiHeadAttention` (with the KV cache, RoPE and grouped-query attention of
-# chapters 8 and 14 as extra steps around the same project / split / attend / merge / project):
+# and the forward pass of `MultiHeadAttention` (with the KV cache, RoPE, Qwen3's QK-norm and grouped-query
+# attention of chapters 8, 11 and 14 as extra steps around the same project / split / attend / merge /
+# project; which kernel attends is `tformer/kernels.py`'s choice):
 
 # %%
 print(inspect.getsource(tformer.MultiHeadAttention.forward))

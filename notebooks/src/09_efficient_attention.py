@@ -368,7 +368,7 @@ print(format_table(rows))
 # Multi30k batch), 3.1x at 32 x 32 and 1.8x at 128 x 128. The two were even at 192 x 192, and fused won
 # from 256 x 256; its forward alone always won. That is one run on one thread of the course's 2-core
 # machine (`python benchmarks/bench_cpu_attention.py`). So on a CPU, `MultiHeadAttention` trains short
-# bf16 steps through the math (`tformer.attention.CPU_LOWP_MATH_MAX`).
+# bf16 steps through the math (`tformer.kernels.CPU_LOWP_MATH_MAX`).
 #
 # ## 6. FlashAttention 1 to 4: the published figures
 #

@@ -61,7 +61,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..attention import _SDPA_HAS_GQA, merge_heads, split_heads
+from ..attention import merge_heads, split_heads
+from ..kernels import SDPA_HAS_GQA
 from ..sampling import sample_next
 from .paged_cache import BlockPool, DecodeIndex, PagedConfig, paged_decode_attention, read_kv, write_kv
 
@@ -530,7 +531,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     """Scaled dot-product attention; mask None means causal over k (a fresh prefill). Every query row of
     the engine's masks sees at least its own key, so no empty-row guard (fast_attention's) is needed."""
     if q.shape[1] != k.shape[1]:
-        if _SDPA_HAS_GQA:
+        if SDPA_HAS_GQA:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
         k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // k.shape[1], 1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
