@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from tformer import MultiHeadAttention, KVCache, causal_mask, combine_masks, padding_mask, scaled_dot_product_attention
-from tformer.attention import fast_attention
+from tformer.kernels import fast_attention
 
 
 def explicit64(q, k, v, mask=None):
