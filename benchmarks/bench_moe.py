@@ -26,7 +26,8 @@ import tformer.utils.runtime
 from tformer.measure.flash import lm_throughput
 from tformer.models import GPT, GPTConfig
 from tformer.measure.timing import time_interleaved
-from tformer.moe import GROUP_ALIGN, MoE, MoEConfig, compute_dtype, grouped_mm_available, make_plan
+from tformer.moe import MoE, MoEConfig
+from tformer.moe.dispatch import GROUP_ALIGN, compute_dtype, grouped_mm_available, make_plan
 
 
 class OldMoE(MoE):

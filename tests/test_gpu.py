@@ -39,7 +39,8 @@ def test_grouped_matmul_counts_as_one_kernel_only_on_sm90_and_sm100(cap, fast):
 
 
 def test_moe_auto_dispatch_pads_where_grouped_matmul_would_loop_with_a_sync(monkeypatch):
-    from tformer.moe import MoE, MoEConfig, grouped_mm_available
+    from tformer.moe import MoE, MoEConfig
+    from tformer.moe.dispatch import grouped_mm_available
     m = MoE(16, MoEConfig(d_ff=32, n_experts=4, top_k=2))
     x = torch.randn(8, 16)
     if not grouped_mm_available(x, 16, 32):

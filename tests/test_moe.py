@@ -13,10 +13,10 @@ from tformer.attention import capture_attention
 from tformer.measure.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.models import GPT, GPTConfig
 from tformer.measure.timing import profiled
-from tformer.moe import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, collect_aux_loss,
-                         deepseek_v3_param_counts, expert_capacity,
-                         grouped_mm_available, load_balancing_loss, make_plan, moe_lm_param_counts, router_z_loss,
-                         top_k_route)
+from tformer.moe import MoE, MoEConfig, collect_aux_loss, load_balancing_loss, router_z_loss, top_k_route
+from tformer.moe.dispatch import expert_capacity, grouped_mm_available, make_plan
+from tformer.moe.params import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, deepseek_v3_param_counts,
+                                moe_lm_param_counts)
 
 
 

@@ -23,7 +23,8 @@ this map; tests/test_layout.py keeps the three in agreement.
     efficient    tiled online-softmax attention, Linformer, Performer                              ch. 9
     cache        KVCache: one attention layer's keys and values while decoding; make_caches   ch. 10, 14
     sampling     sample_next: repetition penalty, temperature, top-k, top-p, then a draw          ch. 11
-    moe          top-k router, expert FFNs, load-balancing loss                                   ch. 13
+    moe/         the router, top-k routing, the balancing loss, MoE; dispatch (the fast paths),
+                 params (published models' counts)                                  ch. 13
     models/      transformer (encoder-decoder), gpt, bert, vit, clip, rnn (LSTM baselines)
     training/    schedules, losses, checkpoint (atomic save, run lock, RNG state), distributed, trainer,
                  metrics; sft, lora, dpo, grpo; the recipes sft_start and vision (ViT / CLIP)  ch. 10-13

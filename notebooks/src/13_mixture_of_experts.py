@@ -27,8 +27,9 @@
 #
 # **Where the code lives** (its router and balancing loss are printed at the end, after you have
 # written them in the exercises):
-# * `tformer/moe.py: MoE, MoEConfig, top_k_route, make_plan, expert_capacity, load_balancing_loss, router_z_loss`
-# * `tformer/moe.py: moe_lm_param_counts, QWEN3_235B_A22B, MIXTRAL_8X7B, deepseek_v3_param_counts, DEEPSEEK_V3`
+# * `tformer/moe/__init__.py: MoE, MoEConfig, top_k_route, load_balancing_loss, router_z_loss` (the idea)
+# * `tformer/moe/dispatch.py: make_plan, expert_capacity, Experts` (the fast dispatch)
+# * `tformer/moe/params.py: moe_lm_param_counts, QWEN3_235B_A22B, MIXTRAL_8X7B, deepseek_v3_param_counts, DEEPSEEK_V3`
 #   and `mla_params` (parameter counts of published models)
 # * `tformer/models/gpt.py: GPT, GPTConfig` (`moe=MoEConfig(n_experts=..., top_k=..., d_ff=...)` makes its FFNs
 #   MoE layers)
@@ -51,9 +52,10 @@ from tformer.measure.flash import force_flash, lm_throughput, run_with_flash, sd
 from tformer.grading import check
 from tformer.data.text import LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
 from tformer.models import GPT, GPTConfig
-from tformer.moe import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, MoE, MoEConfig, deepseek_v3_param_counts,
-                         expert_capacity, grouped_mm_available, load_balancing_loss, make_plan, mla_params,
-                         moe_lm_param_counts, top_k_route)
+from tformer.moe import MoE, MoEConfig, load_balancing_loss, top_k_route
+from tformer.moe.dispatch import expert_capacity, grouped_mm_available, make_plan
+from tformer.moe.params import (DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_235B_A22B, deepseek_v3_param_counts, mla_params,
+                                moe_lm_param_counts)
 from tformer.utils.plot import curves, heatmap
 from tformer.measure.timing import time_fn
 from tformer.training import TrainConfig, Trainer
@@ -190,7 +192,7 @@ assert round(mixtral["total"] / 1e9, 1) == 46.7 and round(mixtral["active"] / 1e
 # trained by gradient (Hugging Face keeps them as buffers); at 256 numbers a layer they change nothing.
 
 # %% [markdown]
-# `tformer.moe.deepseek_v3_param_counts` adds it up: every layer has MLA (`mla_params`: query down/norm/up,
+# `tformer.moe.params.deepseek_v3_param_counts` adds it up: every layer has MLA (`mla_params`: query down/norm/up,
 # joint key-value down with the shared RoPE key, norm, up, output) and two RMSNorms (LayerNorm without the mean: divide by the root mean square, then scale); the first 3 a dense
 # FFN, the other 58 a router, the shared expert and 256 routed experts; plus untied input and output
 # embeddings. It also counts the MTP module.

@@ -23,7 +23,8 @@ from ..dropout import Dropout
 from ..utils.checks import check_tokens
 from ..blocks import BlockConfig, TransformerBlock, make_norm
 from ..cache import KVCache, make_caches
-from ..moe import Experts, MoE, MoEConfig, collect_aux_loss
+from ..moe import MoE, MoEConfig, collect_aux_loss
+from ..moe.dispatch import Experts
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding
 from ..sampling import sample_next
 
