@@ -15,8 +15,8 @@
 # **What you will do.** Write the schedule and the label-smoothed loss yourself (two exercises). Watch
 # warmup keep a post-LN model training, and label smoothing lower a model's confidence. Teach the
 # translation pipeline to reverse rows of digits, and check its output at a glance. Then train and
-# score a translation model, and check that beam search finds more probable translations than greedy
-# decoding.
+# score a translation model, and check that beam search finds translations at least as probable as
+# greedy decoding's.
 #
 # **How long it runs.** Small mode (`TFORMER_SMALL=1`) runs the whole chapter on a 2-core CPU in about
 # a minute and a half, with the built-in English-German corpus and tiny models. Full mode (a CUDA GPU)
@@ -379,8 +379,8 @@ for margin in (2.0, 4.0, 8.0, 30.0):
 # %% [markdown]
 # **Measured.** Two tiny translation models (`tformer.translate.train_run`, the library form of
 # `tformer translate train --preset tiny`) train on the built-in English -> German corpus. They are
-# identical except for $\epsilon_{ls}$. On held-out sentences, the mean probability each gives its own top choice and
-# the probability it gives the right token.
+# identical except for $\epsilon_{ls}$. On held-out sentences: the mean probability each gives its own
+# top choice, and the probability it gives the right token.
 
 # %%
 from tformer.data import DataUnavailableError, read_parallel  # noqa: E402
@@ -420,8 +420,8 @@ assert conf[0.1][0] < conf[0.0][0], "label smoothing should make the model less 
 # Transformer) learns a task whose answer you can see: write a row of digits backwards. The data goes in
 # the same layout as Multi30k, line-aligned files `train.digits` and `train.reversed`, so `train_run`
 # reads it like any language pair. Two settings differ from the preset: batches of 600 tokens instead
-# of 1,200, so that 200 steps take seconds, and no dropout, since a task without noise
-# needs no regulariser.
+# of 1,200, so that 200 steps take seconds, and no dropout, since a task without noise needs no
+# regulariser.
 
 # %%
 def reversal_pairs(n: int, seed: int, unseen=()) -> tuple[list[str], list[str]]:
@@ -464,11 +464,11 @@ print(f"exact match: {exact:.1%} of {len(rows)} test rows; sacreBLEU {rev['bleu'
 assert exact > 0.8, "the tiny model should reverse most rows exactly"   # seeds 0-4: 84.5-98%
 
 # %% [markdown]
-# **What this shows.** The tiny Transformer reverses most rows it has never seen, after a few seconds
-# of training. To write the $i$-th output digit, the decoder's cross-attention must find the $i$-th
-# digit from the end of the source, so the model has learned to read positions, not only words. Its
-# mistakes are near misses, a digit dropped or repeated, which is why sacreBLEU stays high where the
-# exact match falls short. The same code now trains on sentences.
+# **What this shows.** The tiny Transformer reverses most rows it has never seen, after 200 steps that
+# take seconds on a CPU. To write the $i$-th output digit, the decoder's cross-attention must find the
+# $i$-th digit from the end of the source, so the model has learned to read positions, not only words.
+# Its mistakes are near misses, such as a digit dropped or two digits swapped, which is why sacreBLEU
+# stays high where the exact match falls short. The same code now trains on sentences.
 
 # %% [markdown]
 # ## 5. Capstone: train a translation model and score it with sacreBLEU
