@@ -447,8 +447,8 @@ last = train_run(root / "reverse", "tiny", data=digits, src="digits", tgt="rever
 print(f"{REV_STEPS} steps in {60 * last['minutes']:.0f} s, validation loss {last['val_loss']:.2f}")
 
 # %% [markdown]
-# The model decodes (greedy) 200 test rows that are not in its training data. Below: the first five
-# beside their references, then the first rows it got wrong, the share reversed exactly, and sacreBLEU.
+# Greedy decoding of 200 test rows, none of them in the training data. Below: the first five beside
+# their references, then the first rows the model got wrong, the share reversed exactly, and sacreBLEU.
 
 # %%
 rev_model, rev_bpe, _ = load_run(root / "reverse")
