@@ -51,6 +51,8 @@ class Row:
     passed: bool
     status: str        # passed / failed / not attempted / error / timeout / not run
     message: str = ""
+    seeds: list[int] = field(default_factory=list)    # the random cases' seeds (to repeat the check)
+    torch_seed: int | None = None                      # the global generators' seed while the function ran
 
 
 @dataclass
@@ -102,20 +104,53 @@ class _WorkerGone(Exception):
     pass
 
 
-class _Worker:
-    """One run of the notebook in a fresh process; speaks the frames of tformer/grading/worker.py."""
+class _CellStopped(Exception):
+    """A code cell ended the worker's process or ran past the per-cell limit (`cell`: its index among the
+    notebook's code cells, None when the process failed before its first cell)."""
 
-    def __init__(self, nb_path: Path, env: dict, cell_timeout: float):
+    def __init__(self, cell: int | None, why: str):
+        super().__init__(cell, why)
+        self.cell, self.why = cell, why
+
+
+class _Subprocess:
+    """A worker started as `python -m tformer.grading.worker` in its own session (killed as a group)."""
+
+    def __init__(self, cwd: Path, env: dict):
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.worker", str(nb_path.resolve())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     cwd=nb_path.parent.resolve(), env={**os.environ, **env}, start_new_session=True)
+                                     cwd=cwd, env={**os.environ, **env}, start_new_session=True)
+        self.rfd, self.wfile = self.proc.stdout.fileno(), self.proc.stdin
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything it started
+        self.proc.wait()
+        self.log.close()
+
+
+class _Worker:
+    """One run of a notebook's code cells in a worker process (a `_Subprocess`, or a process forked by
+    tformer/grading/sandbox.py); speaks the frames of tformer/grading/worker.py."""
+
+    def __init__(self, channel, cells: list[tuple[int, str]], cell_timeout: float):
+        self.channel = channel
         self.ready: list[str] = []
         self.cell_errors: list[str] = []
+        self.current: int | None = None               # the code cell running now
         try:
-            while True:                               # one frame per cell, then "ready"
-                msg = self.receive(cell_timeout)
-                if "ready" in msg:
+            self.send({"cells": cells})
+            while True:                               # "cell" and "collected" frames for each cell, then "ready"
+                try:
+                    msg = self.receive(cell_timeout)
+                except TimeoutError:
+                    raise _CellStopped(self.current, "timeout") from None
+                except _WorkerGone:
+                    raise _CellStopped(self.current, "exit") from None
+                if "cell" in msg:
+                    self.current = int(msg["cell"])
+                elif "ready" in msg:
                     self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
                     return
         except BaseException:
@@ -123,12 +158,15 @@ class _Worker:
             raise
 
     def _read(self, n: int, deadline: float) -> bytes:
-        fd, chunks = self.proc.stdout.fileno(), []
+        fd, chunks = self.channel.rfd, []
         while n:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise TimeoutError
-            chunk = os.read(fd, min(n, 1 << 20))
+            try:
+                chunk = os.read(fd, min(n, 1 << 20))
+            except OSError:
+                raise _WorkerGone from None
             if not chunk:
                 raise _WorkerGone
             chunks.append(chunk)
@@ -141,31 +179,120 @@ class _Worker:
         if n > MAX_FRAME:
             raise _WorkerGone
         # weights_only: tensors, numbers, strings and containers; nothing the worker sends can run code here
-        return torch.load(io.BytesIO(self._read(n, deadline)), weights_only=True)
+        try:
+            return torch.load(io.BytesIO(self._read(n, deadline)), weights_only=True)
+        except (TimeoutError, _WorkerGone):
+            raise
+        except Exception:
+            raise _WorkerGone from None
 
     def send(self, obj) -> None:
         try:
-            write_frame(self.proc.stdin, obj)
-        except (BrokenPipeError, OSError):
+            write_frame(self.channel.wfile, obj)
+        except (BrokenPipeError, OSError, ValueError):
             raise _WorkerGone from None
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything it started
-        self.proc.wait()
-        self.log.close()
+        self.channel.kill()
 
 
-def _request(worker: _Worker, ex, cases: list) -> Outcome:
+def _request(worker: _Worker, ex, cases: list, torch_seed: int) -> Outcome:
     """The learner's outputs for `cases`, or the reason there are none (the worker is killed if late)."""
-    worker.send({"exercise": ex.name, "time_limit": ex.time_limit, "cases": [(c.name, c.args, c.kwargs, c.seed) for c in cases]})
+    worker.send({"exercise": ex.name, "time_limit": ex.time_limit, "torch_seed": torch_seed,
+                 "cases": [(c.name, c.args, c.kwargs, c.seed) for c in cases]})
     msg = worker.receive(ex.time_limit + 10.0)        # the worker enforces the limit; this holds regardless
     return Outcome(list(msg["outputs"]), [tuple(a) for a in msg["inputs_after"]], str(msg["status"]),
                    str(msg["error"]), bool(msg["ignored_limit"]))
 
 
-def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> NotebookReport:
-    """Grade one notebook: run it in worker processes, judge the learner's outputs here."""
+def code_cells(nb_path: Path) -> list[str]:
+    """The sources of a notebook's code cells, in order (ValueError if it is not a readable notebook)."""
+    import nbformat
+    try:
+        nb = nbformat.read(str(nb_path), as_version=4)
+        return [c.source for c in nb.cells if c.cell_type == "code"]
+    except Exception as e:                            # not JSON, not a notebook, unreadable
+        raise ValueError(f"{type(e).__name__}: {e}".splitlines()[0][:200]) from None
+
+
+MAX_STOPPED_CELLS = 3      # cells left out after they ended or stalled the notebook; after that, the rest is not run
+NOT_RUN = N_("check(...) never ran for this exercise")
+
+
+def fresh_seeds(ex, rng=None) -> dict:
+    """Seeds for one check: one per random case (fresh, so answers cannot be looked up in advance) and one
+    for the global generators while the learner's function runs."""
+    rng = rng or random.SystemRandom()
+    return {"cases": [rng.randrange(1 << 30) for _ in range(ex.n_random)], "torch_seed": rng.randrange(1 << 30)}
+
+
+def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: float,
+                seeds: dict | None = None, owed: list[str] | None = None) -> NotebookReport:
+    """Grade one notebook's exercises: run `cells` ((index, source) of the code cells to run) in workers from
+    `launch()` and judge their outputs here. A cell that ends the worker's process or runs past `timeout` is
+    reported and left out of the next run, so the exercises collected before it (and those after) are graded.
+    `seeds` (exercise -> fresh_seeds(...)) repeats a recorded check; the seeds used are in each row."""
+    nb_path = Path(nb_path)
+    report = NotebookReport(str(nb_path), _chapter(nb_path))
+    owed = exercises_of(nb_path) if owed is None else owed
+    outcomes: dict[str, tuple[list, Outcome | None, str, dict]] = {}   # name -> (cases, outcome, crash, seeds)
+    t0 = time.perf_counter()
+    worker, todo, left_out, stop_errors = None, list(owed), [], []
+    while todo:
+        if worker is None:
+            try:
+                worker = _Worker(launch(), [c for c in cells if c[0] not in left_out], timeout)
+            except _CellStopped as e:
+                where = _("cell {n}").format(n=e.cell + 1) if e.cell is not None else _("the notebook")
+                if e.why == "timeout":
+                    msg = _("{where} ran longer than {seconds} s and was stopped").format(where=where, seconds=timeout)
+                else:
+                    msg = _("{where} ended the notebook's process").format(where=where)
+                if e.cell is None or e.cell in left_out or len(left_out) >= MAX_STOPPED_CELLS:
+                    stop_errors.append(msg + _("; exercises after it were not graded"))
+                    break
+                left_out.append(e.cell)
+                stop_errors.append(msg + _("; the notebook ran again without it"))
+                continue
+            report.cell_errors = stop_errors + worker.cell_errors
+        name = todo.pop(0)
+        ex = REGISTRY[name]
+        if name not in worker.ready:
+            outcomes[name] = ([], None, "", {})
+            continue
+        s = (seeds or {}).get(name) or fresh_seeds(ex)
+        cases = _cases(ex, s["cases"])
+        try:
+            outcomes[name] = (cases, _request(worker, ex, cases, s["torch_seed"]), "", s)
+        except TimeoutError:
+            outcomes[name] = (cases, Outcome(status="timeout", ignored_limit=True), "", s)
+            worker.kill()
+            worker = None
+        except Exception as e:                        # died, or sent what is not plain data (weights_only)
+            outcomes[name] = (cases, Outcome(status="error"), _(
+                "the notebook's process failed ({error}) while your function ran (did it exit the process?)").format(
+                error=type(e).__name__), s)
+            worker.kill()
+            worker = None
+    if worker is not None:
+        worker.kill()                                 # gone before any expected answer exists
+    if not report.cell_errors:
+        report.cell_errors = stop_errors
+    report.seconds = time.perf_counter() - t0
+    for name in owed:
+        ex = REGISTRY[name]
+        cases, outcome, crash, s = outcomes.get(name, ([], None, "", {}))
+        if outcome is None:
+            report.rows.append(Row(name, ex.points, False, "not run", _(NOT_RUN)))
+            continue
+        res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
+        report.rows.append(Row(name, ex.points, res.passed, res.status, res.message, s.get("cases", []),
+                               s.get("torch_seed")))
+    return report
+
+
+def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: dict | None = None) -> NotebookReport:
+    """Grade one notebook: run every code cell in worker processes, judge the learner's outputs here."""
     try:
         import IPython  # noqa: F401  (the worker runs cells in an IPython shell)
         import nbformat  # noqa: F401
@@ -173,53 +300,16 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> Noteb
         raise ValueError(f"tformer grade needs nbformat and ipykernel ({e}); install them with "
                          "`pip install -e '.[dev]'` (or `make install`)") from None
     nb_path = Path(nb_path)
-    report = NotebookReport(str(nb_path), _chapter(nb_path))
-    owed = exercises_of(nb_path)
     env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
            "TQDM_DISABLE": "1"}
-    rng = random.SystemRandom()                       # fresh seeds: answers cannot be looked up in advance
-    outcomes: dict[str, tuple[list, Outcome | None, str]] = {}   # name -> (cases, outcome, crash message)
-    t0 = time.perf_counter()
-    worker, todo = None, list(owed)
-    while todo:
-        if worker is None:
-            try:
-                worker = _Worker(nb_path, env, timeout)
-            except (TimeoutError, _WorkerGone) as e:
-                why = "a cell ran longer than --timeout" if isinstance(e, TimeoutError) else "the notebook's process exited"
-                report.cell_errors.append(f"{why}; exercises after it were not graded")
-                break
-            if not report.cell_errors:
-                report.cell_errors = worker.cell_errors
-        name = todo.pop(0)
-        ex = REGISTRY[name]
-        if name not in worker.ready:
-            outcomes[name] = ([], None, "")
-            continue
-        cases = _cases(ex, [rng.randrange(1 << 30) for _ in range(ex.n_random)])
-        try:
-            outcomes[name] = (cases, _request(worker, ex, cases), "")
-        except TimeoutError:
-            outcomes[name] = (cases, Outcome(status="timeout", ignored_limit=True), "")
-            worker.kill()
-            worker = None
-        except Exception as e:                        # died, or sent what is not plain data (weights_only)
-            outcomes[name] = (cases, Outcome(status="error"), f"the notebook's process failed ({type(e).__name__}) "
-                                                              "while your function ran (did it exit the process?)")
-            worker.kill()
-            worker = None
-    if worker is not None:
-        worker.kill()                                 # gone before any expected answer exists
-    report.seconds = time.perf_counter() - t0
-    for name in owed:
-        ex = REGISTRY[name]
-        cases, outcome, crash = outcomes.get(name, ([], None, ""))
-        if outcome is None:
-            report.rows.append(Row(name, ex.points, False, "not run", "check(...) never ran for this exercise"))
-            continue
-        res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
-        report.rows.append(Row(name, ex.points, res.passed, res.status, res.message))
-    return report
+    try:
+        cells = list(enumerate(code_cells(nb_path)))
+    except ValueError as e:
+        report = NotebookReport(str(nb_path), _chapter(nb_path))
+        report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
+        report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in exercises_of(nb_path)]
+        return report
+    return grade_cells(nb_path, cells, lambda: _Subprocess(nb_path.parent.resolve(), env), timeout, seeds)
 
 
 def _pad(text: str, width: int, right: bool = False) -> str:
