@@ -360,16 +360,41 @@ def _main(args: argparse.Namespace) -> int:
     """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
     notebook runs; --require-all with points missing is exit 1."""
     from ..utils.errors import UserError
+    from . import classroom
+    if args.lang:
+        os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
+    if args.out is not None:
+        if args.require_all:
+            raise UserError("--require-all grades one learner; a class's scores are in OUT/gradebook.csv")
+        memory = None
+        if args.memory is not None:
+            from .sandbox import parse_size
+            try:
+                memory = parse_size(args.memory)
+            except ValueError as e:
+                raise UserError(f"--memory {e}") from None
+        try:
+            classroom.read_class(Path(args.path))
+        except classroom.ClassError as e:
+            raise UserError(str(e)) from None
+        classroom.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or classroom.CLASS_TIMEOUT,
+                              workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell)
+        return 0
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
                         f"give another report path")
+    path = Path(args.path)
+    if path.is_dir() and classroom.has_student_folders(path):
+        try:
+            classroom.read_class(path)
+        except classroom.ClassError as e:
+            raise UserError(str(e)) from None
+        raise UserError(f"{path} holds student folders: grade a class with `tformer grade {path} --out OUT`")
     try:
-        find_notebooks(Path(args.path))
+        find_notebooks(path)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e).removeprefix("tformer grade: ")) from None
-    if args.lang:
-        os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
-    data = grade(args.path, args.json, args.timeout, small=not args.full)
+    data = grade(args.path, args.json, args.timeout or 600, small=not args.full)
     t = data["total"]
     if args.require_all and t["earned"] < t["possible"]:
         print(f"tformer grade: not every exercise passed ({t['earned']} of {t['possible']} points)", file=sys.stderr)
@@ -379,12 +404,25 @@ def _main(args: argparse.Namespace) -> int:
 
 def add_cli(sub) -> None:
     from ..cli import add_debug, positive_int
-    p = sub.add_parser("grade", help="run notebooks headless and score their exercises",
+    from .classroom import CLASS_TIMEOUT
+    p = sub.add_parser("grade", help="run notebooks headless and score their exercises (one learner or a class)",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("path", type=Path, help="a notebook, or a folder of NN_name.ipynb notebooks")
+    p.add_argument("path", type=Path, help="a notebook, a folder of NN_name.ipynb notebooks, or with --out a class: "
+                   "a folder with one subfolder of notebooks per student")
     p.add_argument("--json", type=Path, default=Path("grade-report.json"),
-                   help="where to write the JSON report (default: grade-report.json)")
-    p.add_argument("--timeout", type=positive_int, default=600, help="seconds allowed per cell (default 600)")
+                   help="one learner: where to write the JSON report (default: grade-report.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="grade a class into this folder: gradebook.csv, grades.json and journal.jsonl (an "
+                        "interrupted run continues where it stopped)")
+    p.add_argument("--timeout", type=positive_int, default=None,
+                   help=f"seconds allowed per cell (default: 600 for one learner, {CLASS_TIMEOUT} for a class)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="a class: notebooks graded at once (default: the number of cores)")
+    p.add_argument("--memory", default=None, metavar="SIZE",
+                   help="a class: address space per worker, e.g. 4G (default: the machine's memory shared among "
+                        "the workers); files a worker writes are limited to 1G or less")
+    p.add_argument("--every-cell", action="store_true",
+                   help="a class: run every cell (default: skip the released cells the exercises do not need)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
     p.add_argument("--require-all", action="store_true", help="exit 1 unless every exercise passed")
     p.add_argument("--lang", choices=("en", "zh"), help="the report's language (default: TFORMER_LANG, else en; "
