@@ -21,6 +21,7 @@ import argparse
 import json
 import random
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -56,25 +57,50 @@ def _inject(nb, name: str, mistake: str) -> bool:
     return True
 
 
-def _heavy_cell(stem: str, nb) -> int | None:
-    """The longest released cell of a notebook that the exercises do not need (the fast path skips it)."""
+def cell_times(sol_dir: Path, root: Path) -> dict[str, dict[int, float]]:
+    """Seconds each code cell of the solution notebooks takes (every cell run once, in the warm workers;
+    kept in ROOT/cell-times.json for the next run with the same --keep)."""
+    cached = root / "cell-times.json"
+    if cached.exists():
+        return {stem: {int(i): s for i, s in t.items()} for stem, t in json.loads(cached.read_text()).items()}
+    one = root / "timing" / "teacher"
+    one.mkdir(parents=True, exist_ok=True)
+    for nb in sol_dir.glob("*.ipynb"):
+        (one / nb.name).write_bytes(nb.read_bytes())
+    t0 = time.perf_counter()
+    classroom.grade_class(one.parent, root / "timing-out", skip=False, progress=False, log=lambda *a: None)
+    journal = classroom.Journal(root / "timing-out" / "journal.jsonl")
+    journal.close()
+    times = {stem: {int(i): s for i, s in rec["report"]["cell_seconds"].items()} for (_, stem), rec in journal.records.items()}
+    cached.write_text(json.dumps(times))
+    print(f"timed every cell of the solution notebooks in {time.perf_counter() - t0:.0f} s "
+          f"(the whole course, every cell, warm workers)")
+    return times
+
+
+def _heavy_cell(stem: str, nb, times: dict[int, float]) -> int | None:
+    """The slowest released cell of a notebook that the exercises do not need (the fast path skips it)."""
     sources = [c.source for c in _code(nb)]
     plan = cellplan.plan(sources, cellplan.released_cells().get(stem))
-    return max(plan.skipped, key=lambda i: len(sources[i]), default=None)
+    return max(plan.skipped, key=lambda i: (times.get(i, 0.0), len(sources[i])), default=None)
 
 
 def build_class(root: Path, students: int, realistic: bool) -> tuple[Path, dict]:
     sol_dir = root / "solutions"
-    build(sol_dir, solutions=True)
+    if not sol_dir.exists():
+        build(sol_dir, solutions=True)
     stems = sorted(p.stem for p in sol_dir.glob("*.ipynb"))
+    times = cell_times(sol_dir, root) if realistic else {}
     learner_dir = ROOT / "notebooks"
     cls = root / "class"
+    shutil.rmtree(cls, ignore_errors=True)
     kinds = {}
     for k in range(students):
         kind = ("solutions", "blank", "mistakes", "mixed")[k % 4]
         rng = random.Random(k)
         student = f"s{k:03d}"
         edited_stem = stems[(k // 5) % len(stems)] if realistic and k % 5 == 0 else None
+        note = ""
         for j, stem in enumerate(stems):
             pick = kind if kind != "mixed" else rng.choice(["solutions", "blank", "mistakes"])
             src = learner_dir if pick == "blank" else sol_dir
@@ -84,13 +110,16 @@ def build_class(root: Path, students: int, realistic: bool) -> tuple[Path, dict]
                     if REGISTRY[name].mistakes:
                         _inject(nb, name, rng.choice(sorted(REGISTRY[name].mistakes)))
             if stem == edited_stem:
-                i = _heavy_cell(stem, nb)
+                i = _heavy_cell(stem, nb, times.get(stem, {}))
                 if i is not None:
                     _code(nb)[i].source += "\n# my own note on this experiment\n"
+                    note = f" (cell {i + 1}, {times.get(stem, {}).get(i, 0.0):.1f} s with every cell run)"
             name = f"{stem} (1).ipynb" if (k + j) % 7 == 0 else f"{stem}.ipynb"     # a few LMS-style names
             (cls / student).mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, str(cls / student / name))
-        kinds[student] = kind + (f", edited {edited_stem}" if edited_stem else "")
+        kinds[student] = kind + (f", edited {edited_stem}{note}" if edited_stem else "")
+    if realistic:
+        print("edited heavy cells: " + "; ".join(f"{s} {k}" for s, k in kinds.items() if "edited" in k))
     return cls, kinds
 
 
@@ -111,6 +140,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         cls, kinds = build_class(root, args.students, args.realistic)
         print(f"built a class of {args.students} students in {time.perf_counter() - t0:.0f} s ({cls})")
+        shutil.rmtree(root / "out", ignore_errors=True)          # a fresh run, not a resumed one
         t0 = time.perf_counter()
         grades = classroom.grade_class(cls, root / "out", workers=args.workers)
         wall = time.perf_counter() - t0

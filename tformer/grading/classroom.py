@@ -48,7 +48,8 @@ from . import cells as cellplan
 from .cli import NOT_RUN, NotebookReport, Row, _chapter, code_cells, exercises_of, grade_cells
 from .core import REGISTRY, _
 
-CLASS_TIMEOUT = 60            # seconds per cell for a class (a learner's own folder: 600)
+CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
+                              # thread on a busy 2-core machine: 52 s (chapter 10)
 _CHAPTER_STEM = re.compile(r"(?<![0-9])(\d\d[a-z]?_[a-z0-9_]*[a-z0-9])")
 _DOWNLOAD_SUFFIX = re.compile(r"(\s*\(\d+\)|[-_ ]\d{1,3}|[-_ ]copy|\s+copy\s*\d*)+$", re.IGNORECASE)
 _SKIP_DIRS = {".ipynb_checkpoints", "__pycache__", "__MACOSX"}

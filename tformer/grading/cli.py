@@ -62,6 +62,7 @@ class NotebookReport:
     rows: list[Row] = field(default_factory=list)
     cell_errors: list[str] = field(default_factory=list)   # cells that raised (first line of each)
     seconds: float = 0.0
+    cell_seconds: dict[int, float] = field(default_factory=dict)   # code cell index -> seconds it ran (last run)
 
     @property
     def earned(self) -> int:
@@ -139,6 +140,8 @@ class _Worker:
         self.ready: list[str] = []
         self.cell_errors: list[str] = []
         self.current: int | None = None               # the code cell running now
+        self.cell_seconds: dict[int, float] = {}
+        started = time.perf_counter()
         try:
             self.send({"cells": cells})
             while True:                               # "cell" and "collected" frames for each cell, then "ready"
@@ -149,7 +152,9 @@ class _Worker:
                 except _WorkerGone:
                     raise _CellStopped(self.current, "exit") from None
                 if "cell" in msg:
-                    self.current = int(msg["cell"])
+                    self.current, started = int(msg["cell"]), time.perf_counter()
+                elif "collected" in msg and self.current is not None:
+                    self.cell_seconds[self.current] = round(time.perf_counter() - started, 3)
                 elif "ready" in msg:
                     self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
                     return
@@ -255,6 +260,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
                 stop_errors.append(msg + _("; the notebook ran again without it"))
                 continue
             report.cell_errors = stop_errors + worker.cell_errors
+            report.cell_seconds = worker.cell_seconds
         name = todo.pop(0)
         ex = REGISTRY[name]
         if name not in worker.ready:
