@@ -328,7 +328,8 @@ def summary(grades: dict, seconds: float | None = None) -> str:
 # --- the whole class ------------------------------------------------------------------------------------------
 
 def _preload_modules() -> list[str]:
-    """The torch, tformer, numpy and matplotlib modules the released notebooks import (the warm process loads them)."""
+    """The torch, tformer, numpy, matplotlib, transformers and tqdm modules the released notebooks import (the warm
+    process loads them once, so a notebook's import cell takes milliseconds)."""
     import ast
     mods = set()
     for cells in cellplan.released_cells().values():
@@ -340,7 +341,7 @@ def _preload_modules() -> list[str]:
             for node in ast.walk(tree):
                 names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                          else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
-                mods |= {n for n in names if n.split(".")[0] in ("tformer", "torch", "numpy", "matplotlib")}
+                mods |= {n for n in names if n.split(".")[0] in ("tformer", "torch", "numpy", "matplotlib", "transformers", "tqdm")}
     return sorted(mods)
 
 
