@@ -19,6 +19,7 @@ import nbformat
 import pytest
 
 from tformer.grading import REGISTRY, classroom, cells as cellplan
+from tformer.grading import exercises  # noqa: F401  (registers every chapter)
 from tformer.grading.cli import run_notebook
 from tools.notebooks import SRC, build_notebook
 
@@ -242,3 +243,42 @@ def test_cell_plan_rule():
              "def f(a):\n    return a * y", "check('ch01.softmax', f)", "print(x)"]
     plan = cellplan.plan(cells, released)
     assert plan.edited == [4, 6] and plan.run == [0, 1, 2, 4, 5, 6] and plan.skipped == [3]
+
+
+def test_every_exercise_on_the_fast_path(tmp_path):
+    """Every chapter through the class's fast path: the solution notebooks pass every exercise, the learner
+    notebooks read "not attempted", and each registered mistake injected into a notebook is named."""
+    from tformer.grading.cli import exercises_of
+    stems = sorted(p.stem for p in SRC.glob("[0-9][0-9]*_*.py"))
+    rounds = max(len(ex.mistakes) for ex in REGISTRY.values())
+    want: dict[tuple[str, str], tuple[str, str]] = {}
+    for stem in stems:
+        sol, blank = _cells(stem, True), _cells(stem, False)
+        _write(tmp_path / "class" / "solutions" / f"{stem}.ipynb", sol)
+        _write(tmp_path / "class" / "blank" / f"{stem}.ipynb", blank)
+        for name in exercises_of(Path(stem + ".ipynb")):
+            want[("solutions", name)] = ("passed", "")
+            want[("blank", name)] = ("not attempted", "")
+        for k in range(rounds):
+            cells = list(sol)
+            for name in exercises_of(Path(stem + ".ipynb")):
+                mistakes = sorted(REGISTRY[name].mistakes)
+                if not mistakes:
+                    continue
+                mistake = mistakes[k % len(mistakes)]
+                fn = next(c.split(",")[1].strip(" )\n") for c in cells if c.startswith(f'check("{name}"'))
+                i = next(i for i, c in enumerate(cells) if c.startswith(f"def {fn}("))
+                cells[i] = (f"from tformer.grading.core import REGISTRY as _R\n"
+                            f"{fn} = _R[{name!r}].mistakes[{mistake!r}]\n")
+                want[(f"mistakes{k}", name)] = ("failed", mistake)
+            _write(tmp_path / "class" / f"mistakes{k}" / f"{stem}.ipynb", cells)
+    grades = classroom.grade_class(tmp_path / "class", tmp_path / "out", progress=False)
+    got = {}
+    for s in grades["students"]:
+        for nb in s["notebooks"]:
+            assert nb["status"] == "graded", (s["student"], nb["notebook"], nb["cell_errors"])
+            for e in nb["exercises"]:
+                got[(s["student"], e["exercise"])] = (e["status"], _mistakes_named(e["message"]))
+    bad = {k: (got.get(k), v) for k, v in want.items()
+           if got.get(k) is None or got[k][0] != v[0] or v[1] not in got[k][1]}
+    assert not bad, bad
