@@ -282,3 +282,52 @@ def test_every_exercise_on_the_fast_path(tmp_path):
     bad = {k: (got.get(k), v) for k, v in want.items()
            if got.get(k) is None or got[k][0] != v[0] or v[1] not in got[k][1]}
     assert not bad, bad
+
+
+def test_feedback_pages_and_report(graded, monkeypatch):
+    from tformer.grading import feedback
+    _, out, grades = graded
+    pages = {p.stem: p.read_text() for p in (out / "feedback").glob("*.html")}
+    assert sorted(pages) == sorted(EXPECTED)
+    for text in pages.values():                                          # self-contained, offline
+        assert "<script" not in text and "src=" not in text and "<link" not in text
+    assert "ch01.attention" in pages["ace"] and "11 of 11 points" in pages["ace"]
+    assert "01_attention.ipynb" in pages["ace"]                          # the older file, listed
+    assert "missing 1/sqrt(d_k) scale" in pages["mistakes"] and "Notebooks not handed in: 02_self_attention" in pages["mistakes"]
+    assert "Cells that raised" in pages["broken"] and "ended the notebook&#x27;s process" in pages["broken"]
+    assert "could not be graded" in pages["broken"]
+    report = (out / "report.html").read_text()
+    assert "<svg" in report and "Score distribution" in report
+    assert "ch01.attention: 1 of 4, missing 1/sqrt(d_k) scale" in report, report
+    errored = report.split("Students whose notebooks errored or timed out")[1]
+    assert "broken" in errored and "ace" not in errored.split("</ul>")[0]
+    monkeypatch.setenv("TFORMER_LANG", "zh")
+    zh = feedback.feedback_page(next(s for s in grades["students"] if s["student"] == "ace"), grades["exercises"])
+    assert '<html lang="zh-CN">' in zh and "练习" in zh and "通过" in zh
+
+
+CANVAS_EXPORT = """Student,ID,SIS User ID,SIS Login ID,Section,Attention quiz (1017),Current Points,Final Points
+    Points Possible,,,,,10.00,(read only),(read only)
+"Lovelace, Ada",4101,S-001,ada@uni.edu,Transformers 101,8.00,8.00,8.00
+"Turing, Alan",4102,S-002,alan@uni.edu,Transformers 101,9.00,9.00,9.00
+"Student, Test",,,,,,,
+"""
+
+
+def test_canvas_download_roster_and_gradebook_import(tmp_path):
+    from tformer.grading import feedback
+    cls = tmp_path / "submissions"                                       # Canvas's bulk download: one flat folder
+    _write(cls / "lovelaceada_4101_99001_01_attention.ipynb", _cells("01_attention", True))
+    _write(cls / "turingalan_LATE_4102_99002_01_attention-1.ipynb", _cells("01_attention", False))
+    roster = tmp_path / "canvas-export.csv"
+    roster.write_text(CANVAS_EXPORT)
+    assert sorted(feedback.read_roster(roster)) == ["4101", "4102"]
+    grades = classroom.grade_class(cls, tmp_path / "out", progress=False, lms="canvas", roster=roster)
+    assert [(s["student"], s["canvas_id"], s["total"]) for s in grades["students"]] == [
+        ("lovelaceada_4101", "4101", 4), ("turingalan_4102", "4102", 0)]
+    rows = list(csv.reader((tmp_path / "out" / "canvas.csv").open()))
+    sample = list(csv.reader(CANVAS_EXPORT.splitlines()))
+    assert rows[0][:5] == sample[0][:5] and rows[0][5:] == ["tformer ch01"]   # Canvas's identifying columns
+    assert rows[1][0].strip() == sample[1][0].strip() == "Points Possible" and rows[1][5:] == ["4"]
+    assert rows[2] == ["Lovelace, Ada", "4101", "S-001", "ada@uni.edu", "Transformers 101", "4"]
+    assert rows[3] == ["Turing, Alan", "4102", "S-002", "alan@uni.edu", "Transformers 101", "0"]

@@ -25,7 +25,12 @@ run, Ctrl-C or kill -9, continues where it stopped when the same command runs ag
 sha256 graded by the same grader code is not graded again, and a changed checker regrades), `grades.json`
 (everything, with each notebook's sha256, the grader's hash and the seeds of every check) and
 `gradebook.csv` (one row per student: the points of each exercise in chapter order, the chapter totals,
-`total` and `possible`; an exercise never attempted or a notebook never handed in counts 0).
+`total` and `possible`; an exercise never attempted or a notebook never handed in counts 0), and the pages of
+tformer/grading/feedback.py: `feedback/<student>.html`, `report.html` and, with `--lms canvas`, `canvas.csv`.
+
+A Canvas bulk download (one flat folder of `name_userid_submissionid_original.ipynb`) is read too: its
+students are `name_userid`, and `--roster` (Canvas's gradebook export) gives canvas.csv their SIS ids and
+sections.
 """
 from __future__ import annotations
 
@@ -83,6 +88,11 @@ def notebook_stem(filename: str, known: list[str]) -> str | None:
     return m.group(1) if m and m.end() == len(stripped) else None
 
 
+# Canvas's bulk download of submissions: one flat folder of `name_userid_submissionid_original.ipynb`
+# (`name_LATE_userid_...` when late; the original name may carry `-1` for a resubmission)
+_CANVAS_NAME = re.compile(r"^(?P<name>[A-Za-z0-9]+?)(?:_late)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+\.ipynb)$", re.IGNORECASE)
+
+
 @dataclass
 class Submission:
     student: str
@@ -90,6 +100,7 @@ class Submission:
     notebooks: dict[str, Path] = field(default_factory=dict)          # stem -> the file graded
     ignored: dict[str, list[str]] = field(default_factory=dict)       # stem -> older files for the same notebook
     unrecognized: list[str] = field(default_factory=list)             # .ipynb files naming no chapter
+    canvas_id: str = ""                                               # Canvas's user id (a Canvas download)
 
 
 def _notebook_files(folder: Path, recursive: bool) -> list[Path]:
@@ -97,11 +108,12 @@ def _notebook_files(folder: Path, recursive: bool) -> list[Path]:
     return sorted(p for p in found if p.is_file() and not _SKIP_DIRS & set(p.relative_to(folder).parts[:-1]))
 
 
-def _submission(student: str, folder: Path, files: list[Path], known: list[str]) -> Submission:
-    sub = Submission(student, folder)
+def _submission(student: str, folder: Path, files: list[Path], known: list[str], canvas_id: str = "") -> Submission:
+    sub = Submission(student, folder, canvas_id=canvas_id)
     by_stem: dict[str, list[Path]] = {}
     for f in files:
-        stem = notebook_stem(f.name, known)
+        m = _CANVAS_NAME.match(f.name) if canvas_id else None
+        stem = notebook_stem(m.group("file") if m else f.name, known)
         if stem is None:
             sub.unrecognized.append(str(f.relative_to(folder)))
         else:
@@ -120,12 +132,22 @@ def read_class(path: Path) -> list[Submission]:
     if not path.is_dir():
         raise ClassError(f"{path} is not a folder" if path.exists() else f"{path} does not exist")
     known = known_stems()
-    direct = [p for p in _notebook_files(path, recursive=False) if notebook_stem(p.name, known)]
+    files = _notebook_files(path, recursive=False)
+    canvas = [p for p in files if _CANVAS_NAME.match(p.name)]
+    direct = [p for p in files if notebook_stem(p.name, known)]
     folders = sorted(d for d in path.iterdir() if d.is_dir() and d.name not in _SKIP_DIRS
                      and not d.name.startswith(".") and _notebook_files(d, recursive=True))
     if direct and folders:
         raise ClassError(f"{path} holds both chapter notebooks ({direct[0].name}, ...) and student folders "
                          f"({folders[0].name}/, ...): put each student's notebooks in their own folder")
+    if canvas and len(canvas) == len(direct):        # a Canvas bulk download: students by their Canvas id
+        by_id: dict[str, list[Path]] = {}
+        names: dict[str, str] = {}
+        for f in canvas:
+            m = _CANVAS_NAME.match(f.name)
+            by_id.setdefault(m.group("uid"), []).append(f)
+            names.setdefault(m.group("uid"), m.group("name").lower())
+        return [_submission(f"{names[uid]}_{uid}", path, fs, known, canvas_id=uid) for uid, fs in sorted(by_id.items())]
     if direct:
         return [_submission(path.resolve().name, path, direct, known)]
     if not folders:
@@ -211,9 +233,11 @@ class Journal:
                     continue                                                   # a line cut by kill -9
         self.file = open(path, "a", encoding="utf-8")
 
-    def done(self, student: str, stem: str, sha256: str, grader: str) -> dict | None:
+    def done(self, student: str, stem: str, sha256: str, grader: str, lang: str = "en") -> dict | None:
+        """The record of a notebook graded with this sha256, grader hash and language (messages), else None."""
         rec = self.records.get((student, stem))
-        return rec if rec and rec.get("sha256") == sha256 and rec.get("grader") == grader else None
+        ok = rec and rec.get("sha256") == sha256 and rec.get("grader") == grader and rec.get("lang", "en") == lang
+        return rec if ok else None
 
     def add(self, rec: dict) -> None:
         with self.lock:
@@ -232,7 +256,8 @@ def _earned(row: dict) -> int:
     return int(row["points"]) if row.get("passed") else 0
 
 
-def build_grades(subs: list[Submission], journal: Journal, exercises: list[str], settings: dict, grader: str) -> dict:
+def build_grades(subs: list[Submission], journal: Journal, exercises: list[str], settings: dict, grader: str,
+                 failures: dict | None = None) -> dict:
     """grades.json's content: every student, notebook and exercise, with hashes and seeds."""
     import torch
     import tformer
@@ -245,7 +270,13 @@ def build_grades(subs: list[Submission], journal: Journal, exercises: list[str],
         stems = sorted({n_stem for n_stem in sub.notebooks})
         for stem in stems:
             rec = journal.records.get((sub.student, stem))
-            if rec is None:
+            if rec is None or rec.get("grader") != grader:        # not graded by this grader: say so
+                why = (failures or {}).get((sub.student, stem), "not graded (the run was interrupted?)")
+                problems.append(stem)
+                notebooks.append({"notebook": stem, "file": os.path.relpath(sub.notebooks[stem], sub.folder),
+                                  "sha256": "", "status": "not graded", "ignored": sub.ignored.get(stem, []),
+                                  "seconds": 0.0, "cells": 0, "cells_run": [], "cells_edited": [],
+                                  "cell_errors": [why], "exercises": []})
                 continue
             rep = rec["report"]
             for row in rep["rows"]:
@@ -262,7 +293,7 @@ def build_grades(subs: list[Submission], journal: Journal, exercises: list[str],
         missing = sorted({stem for stem in settings["notebooks"]} - set(sub.notebooks))
         total = sum(earned.values())
         students.append({
-            "student": sub.student, "total": total, "possible": sum(REGISTRY[n].points for n in exercises),
+            "student": sub.student, "canvas_id": sub.canvas_id, "total": total, "possible": sum(REGISTRY[n].points for n in exercises),
             "chapters": {ch: sum(v for n, v in earned.items() if n.startswith(ch + ".")) for ch in chapters},
             "exercises": {n: {"earned": earned[n], "status": status[n]} for n in exercises},
             "notebooks": notebooks, "missing_notebooks": missing, "unrecognized_files": sub.unrecognized,
@@ -347,7 +378,7 @@ def _preload_modules() -> list[str]:
 
 def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
                 memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
-                log=print) -> dict:
+                log=print, lms: str | None = None, roster: Path | None = None) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades."""
     from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
     from .sandbox import WarmProcess, available_cores, machine_limits
@@ -365,12 +396,13 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     if skip and not cellplan.released_cells():
         log("tformer grade: no released notebooks found next to the package (notebooks/): every cell runs")
     journal = Journal(out / "journal.jsonl")
+    lang = "zh" if (os.environ.get("TFORMER_LANG") or "").lower().startswith("zh") else "en"
     tasks, left = [], {}
     for sub in subs:
         left[sub.student] = 0
         for stem, nb in sub.notebooks.items():
             sha = _sha256(nb)
-            if journal.done(sub.student, stem, sha, grader) is None:
+            if journal.done(sub.student, stem, sha, grader, lang) is None:
                 tasks.append((sub, stem, nb))
                 left[sub.student] += 1
     env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
@@ -383,10 +415,18 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     warm = WarmProcess(env, limits, _preload_modules()) if tasks else None
     lock = threading.Lock()
 
+    failures: dict[tuple[str, str], str] = {}
+
     def one(task):
         sub, stem, nb = task
-        rec = grade_notebook(nb, stem, lambda: warm.spawn(nb.parent.resolve()), timeout, skip)
-        journal.add({"student": sub.student, "notebook": stem, "grader": grader, **rec})
+        try:
+            rec = grade_notebook(nb, stem, lambda: warm.spawn(nb.parent.resolve()), timeout, skip)
+        except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
+            failures[(sub.student, stem)] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)]}")
+            rec = None
+        if rec is not None:
+            journal.add({"student": sub.student, "notebook": stem, "grader": grader, "lang": lang, **rec})
         with lock:
             left[sub.student] -= 1
             if left[sub.student] == 0 and bar is not None:
@@ -413,10 +453,16 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     if bar is not None:
         bar.close()
     journal.close()
-    grades = build_grades(subs, _reload(out / "journal.jsonl"), exercises_, settings, grader)
+    grades = build_grades(subs, _reload(out / "journal.jsonl"), exercises_, settings, grader, failures)
     write_outputs(out, grades)
+    from . import feedback
+    feedback.write_pages(out, grades)
+    written = ["gradebook.csv", "grades.json", "report.html", "feedback/"]
+    if lms == "canvas":
+        _write_atomic(out / "canvas.csv", feedback.canvas_csv(grades, feedback.read_roster(roster) if roster else None))
+        written.append("canvas.csv")
     log(summary(grades, time.perf_counter() - t0))
-    log(f"wrote {out / 'gradebook.csv'} and {out / 'grades.json'}")
+    log(f"wrote {', '.join(written)} in {out}")
     return grades
 
 

@@ -35,13 +35,22 @@ from pathlib import Path
 
 import torch
 
-from .core import REGISTRY, N_, Outcome, Result, _, _cases, judge
+from .core import REGISTRY, N_, Outcome, Result, _, _cases, _named_mistakes, judge
 from .worker import MAX_FRAME, write_frame
 
 _CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
 # the table's statuses in the report's language (TFORMER_LANG or --lang, through the checker's catalog);
 # the JSON keeps them in English
 _STATUSES = (N_("passed"), N_("failed"), N_("not attempted"), N_("error"), N_("timeout"), N_("not run"))
+# the labels of a class's feedback pages and report (tformer/grading/feedback.py), in the same catalog
+_FEEDBACK_LABELS = (N_("missing"), N_("Feedback for {student}"), N_("{earned} of {possible} points"),
+                    N_("notebook"), N_("verdict"), N_("message"), N_("Cells that raised"),
+                    N_("Notebooks not handed in: {names}"), N_("Also handed in, not graded (an older file): {files}"),
+                    N_("This notebook could not be graded: {why}"), N_("Class report"),
+                    N_("{n} students, mean score {mean} of {possible} points"), N_("Score distribution"),
+                    N_("Pass rate per exercise"), N_("pass rate"), N_("Named mistakes"),
+                    N_("{exercise}: {n} of {total}, {mistake}"), N_("Students whose notebooks errored or timed out"),
+                    N_("none"), N_("students"))
 
 
 @dataclass
@@ -53,6 +62,7 @@ class Row:
     message: str = ""
     seeds: list[int] = field(default_factory=list)    # the random cases' seeds (to repeat the check)
     torch_seed: int | None = None                      # the global generators' seed while the function ran
+    mistakes: list[str] = field(default_factory=list)  # the known mistakes it was named (English names)
 
 
 @dataclass
@@ -292,8 +302,9 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             report.rows.append(Row(name, ex.points, False, "not run", _(NOT_RUN)))
             continue
         res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
+        named = _named_mistakes(ex, cases, outcome.outputs) if res.status == "failed" and ex.mistakes else []
         report.rows.append(Row(name, ex.points, res.passed, res.status, res.message, s.get("cases", []),
-                               s.get("torch_seed")))
+                               s.get("torch_seed"), named))
     return report
 
 
@@ -383,8 +394,11 @@ def _main(args: argparse.Namespace) -> int:
             classroom.read_class(Path(args.path))
         except classroom.ClassError as e:
             raise UserError(str(e)) from None
+        if args.roster is not None and not Path(args.roster).is_file():
+            raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
         classroom.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or classroom.CLASS_TIMEOUT,
-                              workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell)
+                              workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
+                              lms=args.lms, roster=args.roster)
         return 0
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
@@ -427,6 +441,11 @@ def add_cli(sub) -> None:
     p.add_argument("--memory", default=None, metavar="SIZE",
                    help="a class: address space per worker, e.g. 4G (default: the machine's memory shared among "
                         "the workers); files a worker writes are limited to 1G or less")
+    p.add_argument("--lms", choices=("canvas",), default=None,
+                   help="a class: also write OUT/canvas.csv for Canvas's gradebook import (one column per chapter)")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="a class: Canvas's gradebook export (Grades > Export), to give canvas.csv the students' "
+                        "SIS ids and sections; a Canvas bulk download names students by their Canvas id")
     p.add_argument("--every-cell", action="store_true",
                    help="a class: run every cell (default: skip the released cells the exercises do not need)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
