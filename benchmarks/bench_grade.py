@@ -159,7 +159,10 @@ def main(argv=None) -> int:
             rng = random.Random(0)
             chosen = []
             by_student = {s["student"]: s for s in grades["students"]}
-            for s in rng.sample(sorted(by_student), min(args.sample, len(by_student))):
+            edited = [(s, nb) for s, kind in kinds.items() if "edited" in kind for nb in by_student[s]["notebooks"]
+                      if kind.split("edited ")[1].startswith(nb["notebook"] + " ")]
+            chosen += edited[: args.sample // 2]               # realistic: half the sample is edited notebooks
+            for s in rng.sample(sorted(by_student), min(args.sample - len(chosen), len(by_student))):
                 nb = rng.choice(by_student[s]["notebooks"])
                 chosen.append((s, nb))
             agree = total = 0
