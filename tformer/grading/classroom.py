@@ -165,11 +165,11 @@ def has_student_folders(path: Path) -> bool:
 # --- what a grade depends on ----------------------------------------------------------------------------------
 
 def grader_hash() -> str:
-    """sha256 of the grader's code (tformer/grading), the modules its references and mistakes live in, and
-    the torch version: a grade recorded under another hash is graded again."""
+    """sha256 of the grader's code (tformer/grading, but for the pages of feedback.py), the modules its
+    references and mistakes live in, and the torch version: a grade recorded under another hash is graded again."""
     from . import exercises  # noqa: F401
     import torch
-    files = set(Path(__file__).resolve().parent.rglob("*.py"))
+    files = {f for f in Path(__file__).resolve().parent.rglob("*.py") if f.name != "feedback.py"}   # pages only
     for ex in REGISTRY.values():
         for fn in (ex.reference, ex.edge_cases, ex.random_case, ex.compare, *ex.mistakes.values()):
             try:

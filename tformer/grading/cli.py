@@ -9,9 +9,13 @@ the run). This process, the grader, then sends the worker each exercise's inputs
 random cases with fresh seeds), receives the learner's outputs, kills the worker, and only then computes
 the expected answers and compares them in its own process, which alone holds the answers and the points;
 the notebook's printed results are for the learner only. A worker that overruns an exercise's time limit
-is killed (the exercise is a timeout) and a fresh one runs the notebook again for the next exercises.
-Exercises the notebook owes but never handed to `check` are listed as "not run". Prints one table per
-notebook (exercise, points, passed) with a total, and writes the same as JSON.
+is killed (the exercise is a timeout) and a fresh one runs the notebook again for the next exercises. A cell
+that ends the worker's process (`os._exit`) or runs past the per-cell limit is reported and left out of the
+next run, so the exercises collected before it are still graded. Exercises the notebook owes but never
+handed to `check` are listed as "not run". Prints one table per notebook (exercise, points, passed) with a
+total, and writes the same as JSON.
+
+    tformer grade CLASS --out OUT             # a class: tformer/grading/classroom.py
 """
 from __future__ import annotations
 
