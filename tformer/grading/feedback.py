@@ -22,17 +22,37 @@ from pathlib import Path
 from .core import _, language
 
 _CSS = """body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
-table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem}th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;
-text-align:left;vertical-align:top}th{background:#f4f4f4}pre{white-space:pre-wrap;margin:0;font:13px/1.4 ui-monospace,monospace}
-.passed{color:#176f2c;font-weight:600}.failed,.error,.timeout{color:#b3261e;font-weight:600}.bar{background:#4a7bd0;height:.8rem}
-.muted{color:#666}"""
+table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem}
+th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}th{background:#f4f4f4}
+pre{white-space:pre-wrap;margin:0;font:13px/1.4 ui-monospace,monospace}
+.passed{color:#176f2c;font-weight:600}.failed,.error,.timeout{color:#b3261e;font-weight:600}
+.bar{background:#4a7bd0;height:.8rem}.muted{color:#666}"""
 _SAFE = re.compile(r"[^\w.\-]+")
+_UNGRADED = ("invalid", "not graded")
+
+
+def _tag(tag: str, text: str, cls: str = "") -> str:
+    """<tag class=cls>text</tag>, the text escaped."""
+    attr = f" class='{cls}'" if cls else ""
+    return f"<{tag}{attr}>{html.escape(text)}</{tag}>"
+
+
+def _list(items: list[str], code: bool = False) -> str:
+    return "<ul>" + "".join(f"<li>{f'<code>{html.escape(t)}</code>' if code else html.escape(t)}</li>"
+                            for t in items) + "</ul>"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A table; the header is escaped here, the rows' cells are HTML already."""
+    head = "".join(_tag("th", h) for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _page(title: str, body: str) -> str:
     lang = "zh-CN" if language() == "zh" else "en"
     return (f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{_CSS}</style></head><body>\n<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
+            f"<style>{_CSS}</style></head><body>\n{_tag('h1', title)}\n{body}\n</body></html>\n")
 
 
 def feedback_name(student: str) -> str:
@@ -40,28 +60,31 @@ def feedback_name(student: str) -> str:
     return (_SAFE.sub("_", student).strip("._") or "student") + ".html"
 
 
+def _exercise_row(x: dict, points: int) -> list[str]:
+    status = _tag("span", _(x["status"]), x["status"].replace(" ", "-"))
+    return [html.escape(x["exercise"]), f"{x['earned']}/{points}", status, _tag("pre", x["message"])]
+
+
 def feedback_page(student: dict, exercises: list[dict]) -> str:
     """One student's page: per notebook, each exercise's verdict and message, and the cells that raised."""
-    e = html.escape
-    parts = [f"<p><b>{e(_('{earned} of {possible} points').format(earned=student['total'], possible=student['possible']))}</b></p>"]
     points = {x["id"]: x["points"] for x in exercises}
+    score = _("{earned} of {possible} points").format(earned=student["total"], possible=student["possible"])
+    parts = [f"<p>{_tag('b', score)}</p>"]
     for nb in student["notebooks"]:
-        parts.append(f"<h2>{e(nb['notebook'])} <span class='muted'>({e(nb['file'])})</span></h2>")
-        if nb["status"] in ("invalid", "not graded"):
-            parts.append(f"<p class='error'>{e(_('This notebook could not be graded: {why}').format(why='; '.join(nb['cell_errors'])))}</p>")
+        parts.append(f"<h2>{html.escape(nb['notebook'])} {_tag('span', '(' + nb['file'] + ')', 'muted')}</h2>")
+        if nb["status"] in _UNGRADED:
+            why = "; ".join(nb["cell_errors"])
+            parts.append(_tag("p", _("This notebook could not be graded: {why}").format(why=why), "error"))
         if nb.get("ignored"):
-            parts.append(f"<p class='muted'>{e(_('Also handed in, not graded (an older file): {files}').format(files=', '.join(nb['ignored'])))}</p>")
-        rows = "".join(
-            f"<tr><td>{e(x['exercise'])}</td><td>{x['earned']}/{points.get(x['exercise'], x['points'])}</td>"
-            f"<td class='{e(x['status'].replace(' ', '-'))}'>{e(_(x['status']))}</td><td><pre>{e(x['message'])}</pre></td></tr>"
-            for x in nb["exercises"])
-        parts.append(f"<table><tr><th>{e(_('exercise'))}</th><th>{e(_('points'))}</th><th>{e(_('verdict'))}</th>"
-                     f"<th>{e(_('message'))}</th></tr>{rows}</table>")
-        if nb["cell_errors"] and nb["status"] not in ("invalid", "not graded"):
-            items = "".join(f"<li><code>{e(err)}</code></li>" for err in nb["cell_errors"])
-            parts.append(f"<h3>{e(_('Cells that raised'))}</h3><ul>{items}</ul>")
+            older = _("Also handed in, not graded (an older file): {files}").format(files=", ".join(nb["ignored"]))
+            parts.append(_tag("p", older, "muted"))
+        rows = [_exercise_row(x, points.get(x["exercise"], x["points"])) for x in nb["exercises"]]
+        parts.append(_table([_("exercise"), _("points"), _("verdict"), _("message")], rows))
+        if nb["cell_errors"] and nb["status"] not in _UNGRADED:
+            parts.append(_tag("h3", _("Cells that raised")) + _list(nb["cell_errors"], code=True))
     if student.get("missing_notebooks"):
-        parts.append(f"<p>{e(_('Notebooks not handed in: {names}').format(names=', '.join(student['missing_notebooks'])))}</p>")
+        names = ", ".join(student["missing_notebooks"])
+        parts.append(_tag("p", _("Notebooks not handed in: {names}").format(names=names)))
     return _page(_("Feedback for {student}").format(student=student["student"]), "\n".join(parts))
 
 
@@ -86,50 +109,55 @@ def _histogram_svg(totals: list[int], possible: int) -> str:
                     f'<text x="{x + bw / 2:.1f}" y="{h - pad + 14:.1f}" font-size="10" text-anchor="middle">{lo:g}</text>')
     axis = f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#444"/>'
     label = html.escape(_("points"))
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">'
-            f"{axis}{''.join(bars)}"
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">'
+    return (f"{svg}{axis}{''.join(bars)}"
             f'<text x="{w - pad}" y="{h - 2}" font-size="11" text-anchor="end">{label} (/{possible})</text></svg>')
 
 
-def report_page(grades: dict) -> str:
-    """What the class got wrong: scores, pass rates, named mistakes by count, students with broken notebooks."""
-    e = html.escape
-    st = grades["students"]
-    n = len(st)
-    possible = st[0]["possible"] if st else 0
-    mean = sum(s["total"] for s in st) / n if n else 0.0
-    parts = [f"<p>{e(_('{n} students, mean score {mean} of {possible} points').format(n=n, mean=f'{mean:.1f}', possible=possible))}</p>",
-             f"<h2>{e(_('Score distribution'))}</h2>", _histogram_svg([s["total"] for s in st], possible)]
-    rows = []
-    for x in grades["exercises"]:
-        passed = sum(s["exercises"][x["id"]]["earned"] > 0 for s in st)
-        rate = passed / n if n else 0.0
-        rows.append(f"<tr><td>{e(x['id'])}</td><td>{passed}/{n}</td><td style='width:40%'>"
-                    f"<div class='bar' style='width:{100 * rate:.0f}%'></div></td></tr>")
-    parts.append(f"<h2>{e(_('Pass rate per exercise'))}</h2><table><tr><th>{e(_('exercise'))}</th><th>{e(_('students'))}</th>"
-                 f"<th>{e(_('pass rate'))}</th></tr>{''.join(rows)}</table>")
+def _named_mistakes(grades: dict) -> list[str]:
+    """"ch01.attention: 12 of 60, missing 1/sqrt(d_k) scale", the most frequent first."""
     named = Counter()
-    for s in st:
+    for s in grades["students"]:
         for nb in s["notebooks"]:
             for x in nb["exercises"]:
                 for m in x.get("mistakes", []):
                     named[(x["exercise"], m)] += 1
-    order = [x["id"] for x in grades["exercises"]]
-    items = [f"<li>{e(_('{exercise}: {n} of {total}, {mistake}').format(exercise=ex, n=c, total=n, mistake=_(m)))}</li>"
-             for (ex, m), c in sorted(named.items(), key=lambda kv: (-kv[1], order.index(kv[0][0]) if kv[0][0] in order else 0))]
-    parts.append(f"<h2>{e(_('Named mistakes'))}</h2>" + (f"<ul>{''.join(items)}</ul>" if items else f"<p>{e(_('none'))}</p>"))
-    bad = []
-    for s in st:
-        timeouts = [x for x, v in s["exercises"].items() if v["status"] == "timeout"]
-        if s["notebooks_with_errors"] or timeouts:
-            errs = [f"{nb['notebook']}: {'; '.join(nb['cell_errors'])}" for nb in s["notebooks"] if nb["cell_errors"]]
-            errs += [f"{x}: {_('timeout')}" for x in timeouts]
-            bad.append(f"<li><b>{e(s['student'])}</b><ul>{''.join(f'<li><code>{e(t)}</code></li>' for t in errs)}</ul></li>")
-    parts.append(f"<h2>{e(_('Students whose notebooks errored or timed out'))}</h2>"
-                 + (f"<ul>{''.join(bad)}</ul>" if bad else f"<p>{e(_('none'))}</p>"))
-    missing = [f"<li>{e(s['student'])}: {e(', '.join(s['missing_notebooks']))}</li>" for s in st if s.get("missing_notebooks")]
+    order = {x["id"]: i for i, x in enumerate(grades["exercises"])}
+    ranked = sorted(named.items(), key=lambda kv: (-kv[1], order.get(kv[0][0], 0), kv[0][1]))
+    n = len(grades["students"])
+    return [_("{exercise}: {n} of {total}, {mistake}").format(exercise=ex, n=c, total=n, mistake=_(m))
+            for (ex, m), c in ranked]
+
+
+def _troubled(s: dict) -> list[str]:
+    """A student's notebook errors and timed-out exercises, one line each."""
+    lines = [f"{nb['notebook']}: {'; '.join(nb['cell_errors'])}" for nb in s["notebooks"] if nb["cell_errors"]]
+    return lines + [f"{x}: {_('timeout')}" for x, v in s["exercises"].items() if v["status"] == "timeout"]
+
+
+def report_page(grades: dict) -> str:
+    """What the class got wrong: scores, pass rates, named mistakes by count, students with broken notebooks."""
+    st = grades["students"]
+    n = len(st)
+    possible = st[0]["possible"] if st else 0
+    mean = f"{sum(s['total'] for s in st) / n:.1f}" if n else "0"
+    summary = _("{n} students, mean score {mean} of {possible} points").format(n=n, mean=mean, possible=possible)
+    parts = [_tag("p", summary), _tag("h2", _("Score distribution")), _histogram_svg([s["total"] for s in st], possible)]
+    rows = []
+    for x in grades["exercises"]:
+        passed = sum(s["exercises"][x["id"]]["earned"] > 0 for s in st)
+        bar = f"<div class='bar' style='width:{100 * passed / max(1, n):.0f}%'></div>"
+        rows.append([html.escape(x["id"]), f"{passed}/{n}", bar])
+    parts += [_tag("h2", _("Pass rate per exercise")), _table([_("exercise"), _("students"), _("pass rate")], rows)]
+    mistakes = _named_mistakes(grades)
+    parts += [_tag("h2", _("Named mistakes")), _list(mistakes) if mistakes else _tag("p", _("none"))]
+    troubled = [(s["student"], _troubled(s)) for s in st]
+    items = "".join(f"<li>{_tag('b', who)}{_list(lines, code=True)}</li>" for who, lines in troubled if lines)
+    parts += [_tag("h2", _("Students whose notebooks errored or timed out")),
+              f"<ul>{items}</ul>" if items else _tag("p", _("none"))]
+    missing = [f"{s['student']}: {', '.join(s['missing_notebooks'])}" for s in st if s.get("missing_notebooks")]
     if missing:
-        parts.append(f"<h2>{e(_('Notebooks not handed in: {names}').format(names=''))}</h2><ul>{''.join(missing)}</ul>")
+        parts += [_tag("h2", _("Notebooks not handed in: {names}").format(names="").rstrip(" :：")), _list(missing)]
     return _page(_("Class report"), "\n".join(parts))
 
 
