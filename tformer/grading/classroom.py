@@ -232,6 +232,8 @@ class Journal:
                 except (ValueError, KeyError, TypeError):
                     continue                                                   # a line cut by kill -9
         self.file = open(path, "a", encoding="utf-8")
+        if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+            self.file.write("\n")                        # a line cut by kill -9 stays on its own
 
     def done(self, student: str, stem: str, sha256: str, grader: str, lang: str = "en") -> dict | None:
         """The record of a notebook graded with this sha256, grader hash and language (messages), else None."""
