@@ -403,7 +403,7 @@ def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
     """`tformer grade --lang zh` (or TFORMER_LANG=zh): the table's column headers, statuses and totals are
     Chinese, aligned by terminal width; the exercise names, points and the JSON's keys and statuses stay English."""
     from tformer.cli import main
-    from tformer.grading.cli import NotebookReport, Row, format_table
+    from tformer.grading.runner import NotebookReport, Row, format_table
     monkeypatch.delenv("TFORMER_LANG", raising=False)       # restored after the test: --lang sets it
     rep = NotebookReport("notebooks/01_attention.ipynb", "ch01",
                          [Row("ch01.softmax", 2, True, "passed"), Row("ch01.attention", 3, False, "not attempted")],
@@ -422,7 +422,7 @@ def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
     # test above); the notebook's run is replaced by the report above, so no worker starts here
     monkeypatch.delenv("TFORMER_LANG")
     nbformat.write(nbformat.v4.new_notebook(), tmp_path / "01_attention.ipynb")
-    monkeypatch.setattr("tformer.grading.cli.run_notebook", lambda path, timeout, small: rep)
+    monkeypatch.setattr("tformer.grading.runner.run_notebook", lambda path, timeout, small: rep)
     out = tmp_path / "report.json"
     assert main(["grade", str(tmp_path), "--json", str(out), "--lang", "zh"]) == 0
     printed = capsys.readouterr().out

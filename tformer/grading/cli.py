@@ -2,284 +2,63 @@
 
     tformer grade notebooks/                  # every NN_*.ipynb in the folder, in order
     tformer grade notebooks/01_attention.ipynb --json report.json
+    tformer grade CLASS --out OUT             # a class: tformer/grading/classroom.py
 
-For each notebook a fresh worker process (tformer/grading/worker.py) runs its code cells in small mode,
-with `check` replaced by a collector that keeps each exercise's function (a cell that raises does not stop
-the run). This process, the grader, then sends the worker each exercise's inputs (the fixed edge cases and
-random cases with fresh seeds), receives the learner's outputs, kills the worker, and only then computes
-the expected answers and compares them in its own process, which alone holds the answers and the points;
-the notebook's printed results are for the learner only. A worker that overruns an exercise's time limit
-is killed (the exercise is a timeout) and a fresh one runs the notebook again for the next exercises.
-Exercises the notebook owes but never handed to `check` are listed as "not run". Prints one table per
-notebook (exercise, points, passed) with a total, and writes the same as JSON.
+How one notebook is graded is tformer/grading/runner.py. Prints one table per notebook (exercise, points,
+passed) with a total, and writes the same as JSON.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
-import random
-import re
-import select
-import signal
-import struct
-import subprocess
 import sys
-import tempfile
-import time
-import unicodedata
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-
-from .core import REGISTRY, N_, Outcome, Result, _, _cases, judge
-from .worker import MAX_FRAME, write_frame
-
-_CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
-# the table's statuses in the report's language (TFORMER_LANG or --lang, through the checker's catalog);
-# the JSON keeps them in English
-_STATUSES = (N_("passed"), N_("failed"), N_("not attempted"), N_("error"), N_("timeout"), N_("not run"))
-
-
-@dataclass
-class Row:
-    exercise: str
-    points: int
-    passed: bool
-    status: str        # passed / failed / not attempted / error / timeout / not run
-    message: str = ""
-
-
-@dataclass
-class NotebookReport:
-    notebook: str
-    chapter: str | None                    # "ch01" from "01_attention.ipynb"
-    rows: list[Row] = field(default_factory=list)
-    cell_errors: list[str] = field(default_factory=list)   # cells that raised (first line of each)
-    seconds: float = 0.0
-
-    @property
-    def earned(self) -> int:
-        return sum(r.points for r in self.rows if r.passed)
-
-    @property
-    def possible(self) -> int:
-        return sum(r.points for r in self.rows)
-
-
-def find_notebooks(path: Path) -> list[Path]:
-    """A notebook, or every `NN_*.ipynb` directly in a folder (sorted by chapter)."""
-    if path.is_file():
-        if path.suffix != ".ipynb":
-            raise ValueError(f"tformer grade: {path} is not a notebook (.ipynb)")
-        return [path]
-    if path.is_dir():
-        found = sorted(p for p in path.glob("*.ipynb") if _CHAPTER.match(p.name))
-        if not found:
-            raise ValueError(f"tformer grade: no chapter notebooks (NN_name.ipynb) in {path}")
-        return found
-    raise FileNotFoundError(f"tformer grade: {path} does not exist")
-
-
-def _chapter(nb_path: Path) -> str | None:
-    m = _CHAPTER.match(nb_path.name)
-    return f"ch{m.group(1)}" if m else None
-
-
-def exercises_of(nb_path: Path) -> list[str]:
-    """The exercises a notebook owes, in registration (= notebook) order: those registered with its stem as
-    `notebook`, else those of its chapter (name prefix chNN.) that name no notebook."""
-    from . import exercises  # noqa: F401  (registers every chapter's exercises)
-    stem, chapter = Path(nb_path).stem, _chapter(Path(nb_path))
-    return [n for n, ex in REGISTRY.items()
-            if ex.notebook == stem or (not ex.notebook and chapter and n.startswith(chapter + "."))]
-
-
-class _WorkerGone(Exception):
-    pass
-
-
-class _Worker:
-    """One run of the notebook in a fresh process; speaks the frames of tformer/grading/worker.py."""
-
-    def __init__(self, nb_path: Path, env: dict, cell_timeout: float):
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.worker", str(nb_path.resolve())],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     cwd=nb_path.parent.resolve(), env={**os.environ, **env}, start_new_session=True)
-        self.ready: list[str] = []
-        self.cell_errors: list[str] = []
-        try:
-            while True:                               # one frame per cell, then "ready"
-                msg = self.receive(cell_timeout)
-                if "ready" in msg:
-                    self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
-                    return
-        except BaseException:
-            self.kill()
-            raise
-
-    def _read(self, n: int, deadline: float) -> bytes:
-        fd, chunks = self.proc.stdout.fileno(), []
-        while n:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
-            chunk = os.read(fd, min(n, 1 << 20))
-            if not chunk:
-                raise _WorkerGone
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
-
-    def receive(self, seconds: float):
-        deadline = time.monotonic() + seconds
-        (n,) = struct.unpack(">Q", self._read(8, deadline))
-        if n > MAX_FRAME:
-            raise _WorkerGone
-        # weights_only: tensors, numbers, strings and containers; nothing the worker sends can run code here
-        return torch.load(io.BytesIO(self._read(n, deadline)), weights_only=True)
-
-    def send(self, obj) -> None:
-        try:
-            write_frame(self.proc.stdin, obj)
-        except (BrokenPipeError, OSError):
-            raise _WorkerGone from None
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything it started
-        self.proc.wait()
-        self.log.close()
-
-
-def _request(worker: _Worker, ex, cases: list) -> Outcome:
-    """The learner's outputs for `cases`, or the reason there are none (the worker is killed if late)."""
-    worker.send({"exercise": ex.name, "time_limit": ex.time_limit, "cases": [(c.name, c.args, c.kwargs, c.seed) for c in cases]})
-    msg = worker.receive(ex.time_limit + 10.0)        # the worker enforces the limit; this holds regardless
-    return Outcome(list(msg["outputs"]), [tuple(a) for a in msg["inputs_after"]], str(msg["status"]),
-                   str(msg["error"]), bool(msg["ignored_limit"]))
-
-
-def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True) -> NotebookReport:
-    """Grade one notebook: run it in worker processes, judge the learner's outputs here."""
-    try:
-        import IPython  # noqa: F401  (the worker runs cells in an IPython shell)
-        import nbformat  # noqa: F401
-    except ImportError as e:
-        raise ValueError(f"tformer grade needs nbformat and ipykernel ({e}); install them with "
-                         "`pip install -e '.[dev]'` (or `make install`)") from None
-    nb_path = Path(nb_path)
-    report = NotebookReport(str(nb_path), _chapter(nb_path))
-    owed = exercises_of(nb_path)
-    env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
-           "TQDM_DISABLE": "1"}
-    rng = random.SystemRandom()                       # fresh seeds: answers cannot be looked up in advance
-    outcomes: dict[str, tuple[list, Outcome | None, str]] = {}   # name -> (cases, outcome, crash message)
-    t0 = time.perf_counter()
-    worker, todo = None, list(owed)
-    while todo:
-        if worker is None:
-            try:
-                worker = _Worker(nb_path, env, timeout)
-            except (TimeoutError, _WorkerGone) as e:
-                why = "a cell ran longer than --timeout" if isinstance(e, TimeoutError) else "the notebook's process exited"
-                report.cell_errors.append(f"{why}; exercises after it were not graded")
-                break
-            if not report.cell_errors:
-                report.cell_errors = worker.cell_errors
-        name = todo.pop(0)
-        ex = REGISTRY[name]
-        if name not in worker.ready:
-            outcomes[name] = ([], None, "")
-            continue
-        cases = _cases(ex, [rng.randrange(1 << 30) for _ in range(ex.n_random)])
-        try:
-            outcomes[name] = (cases, _request(worker, ex, cases), "")
-        except TimeoutError:
-            outcomes[name] = (cases, Outcome(status="timeout", ignored_limit=True), "")
-            worker.kill()
-            worker = None
-        except Exception as e:                        # died, or sent what is not plain data (weights_only)
-            outcomes[name] = (cases, Outcome(status="error"), f"the notebook's process failed ({type(e).__name__}) "
-                                                              "while your function ran (did it exit the process?)")
-            worker.kill()
-            worker = None
-    if worker is not None:
-        worker.kill()                                 # gone before any expected answer exists
-    report.seconds = time.perf_counter() - t0
-    for name in owed:
-        ex = REGISTRY[name]
-        cases, outcome, crash = outcomes.get(name, ([], None, ""))
-        if outcome is None:
-            report.rows.append(Row(name, ex.points, False, "not run", "check(...) never ran for this exercise"))
-            continue
-        res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
-        report.rows.append(Row(name, ex.points, res.passed, res.status, res.message))
-    return report
-
-
-def _pad(text: str, width: int, right: bool = False) -> str:
-    """`text` padded to `width` terminal columns (a Chinese character takes two)."""
-    pad = " " * max(0, width - sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text))
-    return pad + text if right else text + pad
-
-
-def format_table(reports: list[NotebookReport]) -> str:
-    """The report as text; its labels in the report's language (TFORMER_LANG=zh or --lang zh: Chinese)."""
-    lines = []
-    for rep in reports:
-        lines.append(f"{rep.chapter or '?'}  {Path(rep.notebook).name}  ({rep.seconds:.0f} s)")
-        lines.append(f"  {_pad(_('exercise'), 28)} {_pad(_('points'), 6, True)}  {_pad(_('passed'), 6)}  {_('status')}")
-        for r in rep.rows:
-            lines.append(f"  {r.exercise:<28} {r.points:>6}  {_pad(_('yes') if r.passed else _('no'), 6)}  {_(r.status)}")
-        for err in rep.cell_errors:
-            lines.append("  " + _("cell error: {error}").format(error=err))
-        lines.append(f"  {_pad(_('chapter total'), 28)} {rep.earned:>3}/{rep.possible:<3}")
-        lines.append("")
-    earned, possible = sum(r.earned for r in reports), sum(r.possible for r in reports)
-    lines.append(_("TOTAL {earned}/{possible} points").format(earned=earned, possible=possible))
-    return "\n".join(lines)
-
-
-def to_json(reports: list[NotebookReport]) -> dict:
-    return {
-        "total": {"earned": sum(r.earned for r in reports), "possible": sum(r.possible for r in reports)},
-        "notebooks": [{"notebook": r.notebook, "chapter": r.chapter, "seconds": round(r.seconds, 1),
-                       "earned": r.earned, "possible": r.possible, "cell_errors": r.cell_errors,
-                       "exercises": [asdict(row) for row in r.rows]} for r in reports],
-    }
-
-
-def grade(path: Path, json_path: Path | None = None, timeout: int = 600, small: bool = True) -> dict:
-    """Run every notebook under `path`, print the table, write JSON (if json_path); return the JSON dict."""
-    from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
-    reports = [run_notebook(p, timeout, small) for p in find_notebooks(Path(path))]
-    print(format_table(reports))
-    data = to_json(reports)
-    if json_path is not None:
-        Path(json_path).write_text(json.dumps(data, indent=2) + "\n")
-        print(f"wrote {json_path}")
-    return data
+from .runner import find_notebooks, grade
 
 
 def _main(args: argparse.Namespace) -> int:
     """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
     notebook runs; --require-all with points missing is exit 1."""
     from ..utils.errors import UserError
+    from . import classroom
+    if args.lang:
+        os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
+    if args.out is not None:
+        if args.require_all:
+            raise UserError("--require-all grades one learner; a class's scores are in OUT/gradebook.csv")
+        memory = None
+        if args.memory is not None:
+            from .sandbox import parse_size
+            try:
+                memory = parse_size(args.memory)
+            except ValueError as e:
+                raise UserError(f"--memory {e}") from None
+        try:
+            classroom.read_class(Path(args.path))
+        except classroom.ClassError as e:
+            raise UserError(str(e)) from None
+        if args.roster is not None and not Path(args.roster).is_file():
+            raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
+        classroom.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or classroom.CLASS_TIMEOUT,
+                              workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
+                              lms=args.lms, roster=args.roster)
+        return 0
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
                         f"give another report path")
+    path = Path(args.path)
+    if path.is_dir() and classroom.has_student_folders(path):
+        try:
+            classroom.read_class(path)
+        except classroom.ClassError as e:
+            raise UserError(str(e)) from None
+        raise UserError(f"{path} holds student folders: grade a class with `tformer grade {path} --out OUT`")
     try:
-        find_notebooks(Path(args.path))
+        find_notebooks(path)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e).removeprefix("tformer grade: ")) from None
-    if args.lang:
-        os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
-    data = grade(args.path, args.json, args.timeout, small=not args.full)
+    data = grade(args.path, args.json, args.timeout or 600, small=not args.full)
     t = data["total"]
     if args.require_all and t["earned"] < t["possible"]:
         print(f"tformer grade: not every exercise passed ({t['earned']} of {t['possible']} points)", file=sys.stderr)
@@ -289,12 +68,30 @@ def _main(args: argparse.Namespace) -> int:
 
 def add_cli(sub) -> None:
     from ..cli import add_debug, positive_int
-    p = sub.add_parser("grade", help="run notebooks headless and score their exercises",
+    from .classroom import CLASS_TIMEOUT
+    p = sub.add_parser("grade", help="run notebooks headless and score their exercises (one learner or a class)",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("path", type=Path, help="a notebook, or a folder of NN_name.ipynb notebooks")
+    p.add_argument("path", type=Path, help="a notebook, a folder of NN_name.ipynb notebooks, or with --out a class: "
+                   "a folder with one subfolder of notebooks per student")
     p.add_argument("--json", type=Path, default=Path("grade-report.json"),
-                   help="where to write the JSON report (default: grade-report.json)")
-    p.add_argument("--timeout", type=positive_int, default=600, help="seconds allowed per cell (default 600)")
+                   help="one learner: where to write the JSON report (default: grade-report.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="grade a class into this folder: gradebook.csv, grades.json and journal.jsonl (an "
+                        "interrupted run continues where it stopped)")
+    p.add_argument("--timeout", type=positive_int, default=None,
+                   help=f"seconds allowed per cell (default: 600 for one learner, {CLASS_TIMEOUT} for a class)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="a class: notebooks graded at once (default: the number of cores)")
+    p.add_argument("--memory", default=None, metavar="SIZE",
+                   help="a class: address space per worker, e.g. 4G (default: the machine's memory shared among "
+                        "the workers); files a worker writes are limited to 1G or less")
+    p.add_argument("--lms", choices=("canvas",), default=None,
+                   help="a class: also write OUT/canvas.csv for Canvas's gradebook import (one column per chapter)")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="a class: Canvas's gradebook export (Grades > Export), to give canvas.csv the students' "
+                        "SIS ids and sections; a Canvas bulk download names students by their Canvas id")
+    p.add_argument("--every-cell", action="store_true",
+                   help="a class: run every cell (default: skip the released cells the exercises do not need)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
     p.add_argument("--require-all", action="store_true", help="exit 1 unless every exercise passed")
     p.add_argument("--lang", choices=("en", "zh"), help="the report's language (default: TFORMER_LANG, else en; "

@@ -1,6 +1,6 @@
 """The grading worker: runs a learner's notebook for `tformer grade`, outside the grader's process.
 
-    python -m tformer.grading.worker NOTEBOOK        (started by tformer/grading/cli.py, never by hand)
+    python -m tformer.grading.worker        (started by tformer/grading/cli.py, never by hand)
 
 It executes the notebook's code cells in order in an IPython shell (magics work, a cell that raises does
 not stop the run), with `check` replaced by a collector: a check cell only hands over the learner's
@@ -11,7 +11,13 @@ point, and what it sends is loaded by the grader with `torch.load(weights_only=T
 strings and containers only: no code runs in the grader). The grader kills it when it is done or late.
 
 Protocol on the worker's original stdin/stdout (the learner's prints go to stderr): frames of an 8-byte
-big-endian length followed by a `torch.save` payload.
+big-endian length followed by a `torch.save` payload. The grader's first frame holds the code cells to run,
+`{"cells": [(index, source), ...]}` (the fast path of `tformer grade CLASS` leaves some out); the worker
+answers `{"cell": i}` before each cell and `{"collected": names}` after it, so the grader knows which cell
+stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...]}`. Each exercise request
+carries a `torch_seed`: torch's, Python's and NumPy's global generators are seeded with it before the
+learner's function runs, so a function that draws random numbers gives the same outputs on every run.
+The same loop runs in a process forked from the warm process of tformer/grading/sandbox.py (`serve`).
 """
 from __future__ import annotations
 
@@ -60,16 +66,16 @@ def sendable(x):
     return {"tformer_unsupported": type(x).__name__}
 
 
-def main(argv: list[str]) -> int:
-    # keep the protocol channel private: the learner's code prints to stdout, reads stdin, or closes them
-    proto_in = os.fdopen(os.dup(0), "rb")
-    proto_out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(2, 1)
-    sys.stdout = sys.__stdout__ = os.fdopen(1, "w", buffering=1, closefd=False)
+def _seed_everything(seed: int) -> None:
+    import random
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed % (1 << 32))
 
-    import nbformat
+
+def serve(proto_in, proto_out) -> int:
+    """Run the cells the grader sends, then answer its requests until it closes the channel."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from . import core
@@ -83,22 +89,22 @@ def main(argv: list[str]) -> int:
         return core.Result(name, 0, False, "collected", "graded by tformer grade")
 
     grading.check = core.check = collect
-    nb = nbformat.read(argv[0], as_version=4)
     # the messages the worker writes (an error's text, the time-limit warning) in the grader's language, the one
     # its report uses (TFORMER_LANG, passed through; "en" unless set), not the notebook's: one language per report
     os.environ["TFORMER_LANG"] = os.environ.get("TFORMER_LANG") or "en"
+    cells = read_frame(proto_in)["cells"]
     shell = InteractiveShell.instance()
     errors = []
-    cells = [c for c in nb.cells if c.cell_type == "code"]
-    for i, cell in enumerate(cells):
+    for i, source in cells:
         write_frame(proto_out, {"cell": i, "of": len(cells)})
         try:
-            res = shell.run_cell(cell.source, store_history=False, silent=False)
+            res = shell.run_cell(source, store_history=False, silent=False)
             err = res.error_in_exec or res.error_before_exec
         except BaseException as e:                    # SystemExit and friends from a cell: note, go on
             err = e
         if err is not None:
             errors.append(f"{type(err).__name__}: {err}".splitlines()[0][:200] if str(err) else type(err).__name__)
+        write_frame(proto_out, {"collected": sorted(collected)})
     write_frame(proto_out, {"ready": sorted(collected), "cell_errors": errors})
 
     while True:
@@ -110,9 +116,21 @@ def main(argv: list[str]) -> int:
         ex = core.REGISTRY.get(name) or core.Exercise(name, "", None, list, None)   # forbidden: the known list
         ex = dataclasses.replace(ex, time_limit=req["time_limit"])
         cases = [core.Case(name, args, kwargs, seed) for name, args, kwargs, seed in req["cases"]]
+        _seed_everything(int(req.get("torch_seed", 0)))
         out = core.run_learner(ex, fn, cases)
         write_frame(proto_out, {"outputs": sendable(out.outputs), "inputs_after": sendable(out.inputs_after),
                                 "status": out.status, "error": out.error, "ignored_limit": out.ignored_limit})
+
+
+def main(argv: list[str]) -> int:
+    # keep the protocol channel private: the learner's code prints to stdout, reads stdin, or closes them
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.__stdout__ = os.fdopen(1, "w", buffering=1, closefd=False)
+    return serve(proto_in, proto_out)
 
 
 if __name__ == "__main__":
