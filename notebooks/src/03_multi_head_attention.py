@@ -109,9 +109,10 @@ assert counts[8][0] == 4 * d_model * d_model + 4 * d_model      # W_q, W_k, W_v,
 #
 # Random heads attend almost uniformly. To see heads *specialize* we train a one-layer, four-head GPT
 # (`tformer.models.GPT`: a stack of causal self-attention blocks that predicts the next token; chapter
-# 11 builds it in full) on a task that needs two different lookups at once: the input is a random
-# sequence over 8 symbols and the target at position $t$ is the *pair* $(x_{t-1}, x_{t-3})$, one of 64
-# classes. One head has one attention pattern per query: to read both tokens it must spread its weight
+# 11 builds it in full). Its task needs two different lookups at once: the input is a random sequence
+# over 8 symbols and the target at position $t$ is the *pair* $(x_{t-1}, x_{t-3})$, one of 64 classes.
+#
+# One head has one attention pattern per query: to read both tokens it must spread its weight
 # over two positions and *average* their values into one vector. Several heads can each fetch one token
 # on its own. Section 4 trains a single head of the same size to see what it does instead.
 # (Small mode trains for a few seconds; full mode longer.)

@@ -479,8 +479,8 @@ else:
 
 # %% [markdown]
 # **Today's open models are the same class.** Llama and Qwen3 change a few switches of GPT-2's recipe,
-# and `GPTConfig.llama(...)` / `GPTConfig.qwen3(...)` set them: RoPE (chapter 4), a SwiGLU FFN (a gated
-# feed-forward layer), RMSNorm (LayerNorm without the mean), grouped-query attention (chapter 14), no
-# biases and an output head of its own; Qwen3 adds an RMSNorm on each query and key head. `GPT.from_hf_llama`
+# and `GPTConfig.llama(...)` / `GPTConfig.qwen3(...)` set them. They are RoPE (chapter 4), a SwiGLU FFN (a
+# gated feed-forward layer), RMSNorm (LayerNorm without the mean), grouped-query attention (chapter 14),
+# no biases and an output head of its own. Qwen3 adds an RMSNorm on each query and key head. `GPT.from_hf_llama`
 # and `GPT.from_hf_qwen3` load Hugging Face's `LlamaForCausalLM` and `Qwen3ForCausalLM`, and
 # `tests/test_llama.py` checks that the logits and the greedy tokens equal theirs.

@@ -192,10 +192,11 @@ assert round(mixtral["total"] / 1e9, 1) == 46.7 and round(mixtral["active"] / 1e
 # trained by gradient (Hugging Face keeps them as buffers); at 256 numbers a layer they change nothing.
 
 # %% [markdown]
-# `tformer.moe.params.deepseek_v3_param_counts` adds it up: every layer has MLA (`mla_params`: query down/norm/up,
-# joint key-value down with the shared RoPE key, norm, up, output) and two RMSNorms (LayerNorm without the mean: divide by the root mean square, then scale); the first 3 a dense
-# FFN, the other 58 a router, the shared expert and 256 routed experts; plus untied input and output
-# embeddings. It also counts the MTP module.
+# `tformer.moe.params.deepseek_v3_param_counts` adds it up. Every layer has MLA (`mla_params`: query
+# down/norm/up, joint key-value down with the shared RoPE key, norm, up, output) and two RMSNorms
+# (LayerNorm without the mean: divide by the root mean square, then scale). The first 3 layers have a
+# dense FFN, the other 58 a router, the shared expert and 256 routed experts; the input and output
+# embeddings are untied. It also counts the MTP module.
 
 # %%
 print(DEEPSEEK_V3)
