@@ -303,6 +303,7 @@ def test_feedback_pages_and_report(graded, monkeypatch):
     assert "ch01.attention: 1 of 4, missing 1/sqrt(d_k) scale" in report, report
     errored = report.split("Students whose notebooks errored or timed out")[1]
     assert "broken" in errored and "ace" not in errored.split("</ul>")[0]
+    assert "Answers that look alike" in report and set(grades["similar"]) >= {"pairs", "reference", "rule"}
     monkeypatch.setenv("TFORMER_LANG", "zh")
     zh = feedback.feedback_page(next(s for s in grades["students"] if s["student"] == "ace"), grades["exercises"])
     assert '<html lang="zh-CN">' in zh and "练习" in zh and "通过" in zh

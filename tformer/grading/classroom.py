@@ -355,6 +355,10 @@ def summary(grades: dict, seconds: float | None = None) -> str:
                      + (", ..." if len(bad) > 10 else ""))
     else:
         lines.append("no notebook errors")
+    similar = grades.get("similar") or {}
+    if similar.get("pairs") or similar.get("reference"):
+        lines.append(f"answers that look alike: {len(similar.get('pairs', []))} pair(s); equal to the published "
+                     f"solution: {len(similar.get('reference', []))} (report.html; grades unchanged)")
     return "\n".join(lines)
 
 
@@ -456,6 +460,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         bar.close()
     journal.close()
     grades = build_grades(subs, _reload(out / "journal.jsonl"), exercises_, settings, grader, failures)
+    from . import similarity
+    grades["similar"] = similarity.flag(subs)                   # a report for the teacher; no grade changes
     write_outputs(out, grades)
     from . import feedback
     feedback.write_pages(out, grades)

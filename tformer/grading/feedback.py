@@ -155,6 +155,14 @@ def report_page(grades: dict) -> str:
     items = "".join(f"<li>{_tag('b', who)}{_list(lines, code=True)}</li>" for who, lines in troubled if lines)
     parts += [_tag("h2", _("Students whose notebooks errored or timed out")),
               f"<ul>{items}</ul>" if items else _tag("p", _("none"))]
+    similar = grades.get("similar") or {}
+    pairs = [f"{p['exercise']}: {p['students'][0]} & {p['students'][1]}" for p in similar.get("pairs", [])]
+    parts += [_tag("h2", _("Answers that look alike")), _tag("p", _("A report, not a verdict: the same program "
+              "after names, comments and formatting are set aside; grades are unchanged.")),
+              _list(pairs, code=True) if pairs else _tag("p", _("none"))]
+    same = [f"{r['exercise']}: {r['student']}" for r in similar.get("reference", [])]
+    if same:
+        parts += [_tag("h2", _("Answers equal to the published solution")), _list(same, code=True)]
     missing = [f"{s['student']}: {', '.join(s['missing_notebooks'])}" for s in st if s.get("missing_notebooks")]
     if missing:
         parts += [_tag("h2", _("Notebooks not handed in: {names}").format(names="").rstrip(" :：")), _list(missing)]

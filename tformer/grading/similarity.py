@@ -1,0 +1,157 @@
+"""Answers that look alike: pairs of students whose function for an exercise is the same program once
+names, comments, docstrings, type hints, whitespace and formatting are set aside (their ASTs compared),
+and answers equal to the course's published solution. A report for the teacher, never a change of grade.
+
+    answer_shapes   one notebook -> {exercise id: the normalized AST of the function handed to check}
+    flag            a class -> {"pairs": [...], "reference": [...], "rule": ...}
+
+Not flagged: the untouched stub, answers too short to say anything (under MIN_NODES AST nodes: a one-line
+mask is written the same way by honest students), and answers shared by more than COMMON of the students
+who answered (the obvious solution). The published solutions are the functions of `notebooks/src/*.py`
+next to the package; without them only the pairs are reported.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+from collections import defaultdict
+from pathlib import Path
+
+MIN_NODES = 30          # an answer shorter than this many AST nodes is not distinctive
+COMMON = 0.2            # an answer shared by more than this share of the answering students (and > 2) is common
+SOURCES = Path(__file__).resolve().parents[2] / "notebooks" / "src"     # the published solutions
+
+
+class _Canon(ast.NodeTransformer):
+    """Rename a function's own names (arguments, locals, inner functions) v0, v1, ... in order of first
+    appearance; globals (torch, F, math) keep their names, since they change what the code does."""
+
+    def __init__(self, own: set[str]):
+        self.own, self.names = own, {}
+
+    def _name(self, name: str) -> str:
+        if name not in self.own:
+            return name
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_Name(self, node):
+        node.id = self._name(node.id)
+        return node
+
+    def visit_arg(self, node):
+        node.arg, node.annotation = self._name(node.arg), None
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.name, node.returns = self._name(node.name), None
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:] or [ast.Pass()]                       # the docstring says nothing about the program
+        node.body, node.decorator_list = body, []
+        self.generic_visit(node)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+
+def _own_names(fn: ast.FunctionDef) -> set[str]:
+    own = {fn.name}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.arg):
+            own.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            own.add(node.name)
+    return own
+
+
+def shape(fn: ast.FunctionDef) -> tuple[str, int]:
+    """(the function's normalized AST as text, its node count)."""
+    fn = _Canon(_own_names(fn)).visit(ast.parse(ast.unparse(fn)).body[0])
+    return ast.dump(fn, annotate_fields=False, include_attributes=False), sum(1 for _ in ast.walk(fn))
+
+
+def _functions_and_checks(sources: list[str]) -> tuple[dict[str, ast.FunctionDef], dict[str, str]]:
+    """The code's top-level functions (the last definition of a name wins) and check("id", name) calls."""
+    fns, checks = {}, {}
+    for src in sources:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                fns[node.name] = node
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str) and isinstance(node.args[1], ast.Name)):
+                checks[node.args[0].value] = node.args[1].id
+    return fns, checks
+
+
+def _code_cells(path: Path) -> list[str]:
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    out = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            src = cell.get("source", "")
+            out.append("".join(src) if isinstance(src, list) else src)
+    return out
+
+
+def answer_shapes(sources: list[str]) -> dict[str, tuple[str, int]]:
+    """exercise id -> (normalized AST, nodes) of the function each check(...) call hands in."""
+    fns, checks = _functions_and_checks(sources)
+    return {ex: shape(fns[name]) for ex, name in checks.items() if name in fns}
+
+
+def _published(stem: str, released: dict[str, list[str]]) -> tuple[dict, dict]:
+    """(solution shapes, stub shapes) of a notebook: from notebooks/src and from the released notebooks."""
+    solutions = {}
+    src = SOURCES / f"{stem}.py"
+    if src.exists():
+        solutions = answer_shapes([src.read_text(encoding="utf-8")])
+    return solutions, answer_shapes(released.get(stem, []))
+
+
+def flag(subs, released_dirs: tuple[Path, ...] | None = None) -> dict:
+    """Pairs of students with the same distinctive answer to an exercise, and answers equal to the published
+    solution. `subs`: the class's submissions (`classroom.read_class`)."""
+    from .cells import RELEASED_DIRS
+    released: dict[str, list[str]] = defaultdict(list)
+    for d in released_dirs or RELEASED_DIRS:
+        for path in sorted(Path(d).glob("[0-9][0-9]*_*.ipynb")):
+            released[path.stem] += _code_cells(path)
+    by_answer: dict[tuple[str, str], list[str]] = defaultdict(list)       # (exercise, shape) -> students
+    answered: dict[str, int] = defaultdict(int)
+    reference, published = [], {}
+    for sub in subs:
+        for stem, path in sorted(sub.notebooks.items()):
+            if stem not in published:
+                published[stem] = _published(stem, released)
+            solutions, stubs = published[stem]
+            for ex, (text, nodes) in sorted(answer_shapes(_code_cells(path)).items()):
+                if ex in stubs and text == stubs[ex][0]:
+                    continue                                                 # untouched
+                answered[ex] += 1
+                if ex in solutions and text == solutions[ex][0]:
+                    reference.append({"exercise": ex, "student": sub.student})
+                if nodes >= MIN_NODES:
+                    by_answer[(ex, text)].append(sub.student)
+    pairs = []
+    for (ex, _), students in sorted(by_answer.items(), key=lambda kv: (kv[0][0], kv[1])):
+        if len(students) < 2 or len(students) > max(2, COMMON * answered[ex]):
+            continue
+        pairs += [{"exercise": ex, "students": [a, b]} for a, b in itertools.combinations(sorted(students), 2)]
+    return {"pairs": pairs, "reference": sorted(reference, key=lambda r: (r["exercise"], r["student"])),
+            "rule": (f"same AST after renaming the function's own names and dropping comments, docstrings and "
+                     f"type hints; at least {MIN_NODES} nodes; not the stub; shared by at most "
+                     f"{COMMON:.0%} of the students who answered (or 2)"),
+            "published_solutions": SOURCES.is_dir()}
