@@ -352,3 +352,21 @@ def test_a_worker_cannot_write_a_file_past_its_limit(tmp_path):
     assert any("File too large" in e or "Errno 27" in e for e in rep.cell_errors), rep.cell_errors
     assert (tmp_path / "big.bin").stat().st_size <= 1 << 20
     assert {r.exercise: r.status for r in rep.rows}["ch01.softmax"] == "passed"
+
+
+def test_shards_merged_equal_one_run(graded, tmp_path):
+    """--shard 1/2 and 2/2 grade disjoint parts of the class by student id; --merge gives the single run's
+    gradebook cell for cell and its similar-answer report."""
+    from tformer.cli import main
+    cls, out, grades = graded
+    parts = [tmp_path / f"part{k}" for k in (1, 2)]
+    for k, part in enumerate(parts, 1):
+        classroom.grade_class(cls, part, timeout=8, workers=2, memory=3 << 30, progress=False, shard=(k, 2),
+                              log=lambda *a: None)
+    names = [sorted(s["student"] for s in json.loads((p / "grades.json").read_text())["students"]) for p in parts]
+    assert sorted(names[0] + names[1]) == sorted(s["student"] for s in grades["students"])   # each once
+    assert main(["grade", "--merge", *map(str, parts), "--out", str(tmp_path / "all")]) == 0
+    assert (tmp_path / "all" / "gradebook.csv").read_text() == (out / "gradebook.csv").read_text()
+    merged = json.loads((tmp_path / "all" / "grades.json").read_text())
+    assert merged["similar"] == grades["similar"] and (tmp_path / "all" / "report.html").exists()
+    assert main(["grade", "--merge", str(parts[0]), str(parts[0]), "--out", str(tmp_path / "twice")]) == 2

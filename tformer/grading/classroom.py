@@ -384,12 +384,15 @@ def _preload_modules() -> list[str]:
 
 def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
                 memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
-                log=print, lms: str | None = None, roster: Path | None = None) -> dict:
+                log=print, lms: str | None = None, roster: Path | None = None,
+                shard: tuple[int, int] | None = None) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades."""
     from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
     from .sandbox import WarmProcess, available_cores, machine_limits
     t0 = time.perf_counter()
     subs = read_class(path)
+    if shard is not None:                                      # K/N: the students of shard K, by id
+        subs = [s for s in subs if shard_of(s.student, shard[1]) == shard[0] - 1]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     workers = workers or available_cores()
@@ -398,7 +401,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     stems = sorted({s for sub in subs for s in sub.notebooks}, key=lambda s: (s[:2], s))
     exercises_ = course_exercises(stems)
     settings = {"timeout": timeout, "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
-                "threads_per_worker": limits.threads, "small": small, "skip_released_cells": skip, "notebooks": stems}
+                "threads_per_worker": limits.threads, "small": small, "skip_released_cells": skip, "notebooks": stems,
+                "shard": f"{shard[0]}/{shard[1]}" if shard else None}
     if skip and not cellplan.released_cells():
         log("tformer grade: no released notebooks found next to the package (notebooks/): every cell runs")
     journal = Journal(out / "journal.jsonl")
@@ -461,16 +465,80 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     journal.close()
     grades = build_grades(subs, _reload(out / "journal.jsonl"), exercises_, settings, grader, failures)
     from . import similarity
-    grades["similar"] = similarity.flag(subs)                   # a report for the teacher; no grade changes
+    finish(out, grades, similarity.answers_of(subs), lms, roster, log)
+    log(summary(grades, time.perf_counter() - t0))
+    return grades
+
+
+def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roster: Path | None = None,
+           log=print) -> None:
+    """Add each student's answer records and the class's similar answers (a report; no grade changes) to
+    `grades`, then write OUT: grades.json, gradebook.csv, the feedback pages, report.html, canvas.csv."""
+    from . import feedback, similarity
+    for s in grades["students"]:
+        s["answers"] = answers.get(s["student"], s.get("answers", {}))
+    grades["similar"] = similarity.flag_answers({s["student"]: s["answers"] for s in grades["students"]})
     write_outputs(out, grades)
-    from . import feedback
     feedback.write_pages(out, grades)
     written = ["gradebook.csv", "grades.json", "report.html", "feedback/"]
     if lms == "canvas":
         _write_atomic(out / "canvas.csv", feedback.canvas_csv(grades, feedback.read_roster(roster) if roster else None))
         written.append("canvas.csv")
-    log(summary(grades, time.perf_counter() - t0))
     log(f"wrote {', '.join(written)} in {out}")
+
+
+def shard_of(student: str, n: int) -> int:
+    """0..n-1: the shard a student belongs to, from the id alone (the same on every machine and run)."""
+    return int(hashlib.sha256(student.encode("utf-8")).hexdigest(), 16) % n
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' (1 <= K <= N) -> (K, N)."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"expected K/N, e.g. 2/8, got {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"expected 1 <= K <= N in K/N, got {text!r}")
+    return k, n
+
+
+def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | None = None, log=print) -> dict:
+    """Combine the grades.json of shards (`--shard K/N` runs) into OUT, as one run over the whole class."""
+    parts = []
+    for o in outs:
+        f = Path(o) / "grades.json"
+        if not f.is_file():
+            raise ClassError(f"{o} holds no grades.json (a folder written by tformer grade CLASS --out)")
+        parts.append((Path(o), json.loads(f.read_text(encoding="utf-8"))))
+    first = parts[0][1]
+    seen: dict[str, Path] = {}
+    for o, g in parts:
+        if g["grader"] != first["grader"]:
+            raise ClassError(f"{o} was graded by other grader code than {parts[0][0]}: grade every shard with "
+                             "the same release")
+        for s in g["students"]:
+            if s["student"] in seen:
+                raise ClassError(f"student {s['student']!r} is in both {seen[s['student']]} and {o}")
+            seen[s["student"]] = o
+    stems = sorted({n for _, g in parts for n in g["settings"]["notebooks"]}, key=lambda s: (s[:2], s))
+    exercises = course_exercises(stems)                        # the whole class's, as one run would have
+    chapters = sorted({n.split(".")[0] for n in exercises})
+    students = sorted((s for _, g in parts for s in g["students"]), key=lambda s: s["student"])
+    for st in students:                                        # a shard may lack a notebook the class has
+        st["exercises"] = {n: st["exercises"].get(n, {"earned": 0, "status": "missing"}) for n in exercises}
+        st["total"] = sum(v["earned"] for v in st["exercises"].values())
+        st["possible"] = sum(REGISTRY[n].points for n in exercises)
+        st["chapters"] = {ch: sum(v["earned"] for n, v in st["exercises"].items() if n.startswith(ch + "."))
+                          for ch in chapters}
+        st["missing_notebooks"] = sorted(set(stems) - {nb["notebook"] for nb in st["notebooks"]})
+    settings = {**first["settings"], "shard": None, "merged": [str(o) for o, _ in parts], "notebooks": stems}
+    grades = {**first, "settings": settings, "students": students,
+              "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],
+              "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    finish(Path(out), grades, {}, lms, roster, log)
+    log(summary(grades))
     return grades
 
 

@@ -3,6 +3,8 @@
     tformer grade notebooks/                  # every NN_*.ipynb in the folder, in order
     tformer grade notebooks/01_attention.ipynb --json report.json
     tformer grade CLASS --out OUT             # a class: tformer/grading/classroom.py
+    tformer grade CLASS --out OUT_2 --shard 2/8     # one part of a class; then:
+    tformer grade --merge OUT_1 ... OUT_8 --out OUT
 
 How one notebook is graded is tformer/grading/runner.py. Prints one table per notebook (exercise, points,
 passed) with a total, and writes the same as JSON.
@@ -24,6 +26,18 @@ def _main(args: argparse.Namespace) -> int:
     from . import classroom
     if args.lang:
         os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
+    if args.merge:
+        if args.out is None or args.path is not None:
+            raise UserError("--merge OUT1 OUT2 ... combines shards into --out OUT: give --out and no CLASS")
+        try:
+            classroom.merge(args.merge, Path(args.out), lms=args.lms, roster=args.roster)
+        except classroom.ClassError as e:
+            raise UserError(str(e)) from None
+        return 0
+    if args.path is None:
+        raise UserError("give a notebook, a folder of notebooks or a class (see `tformer grade --help`)")
+    if args.shard is not None and args.out is None:
+        raise UserError("--shard K/N grades part of a class: give --out OUT too")
     if args.out is not None:
         if args.require_all:
             raise UserError("--require-all grades one learner; a class's scores are in OUT/gradebook.csv")
@@ -42,7 +56,7 @@ def _main(args: argparse.Namespace) -> int:
             raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
         classroom.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or classroom.CLASS_TIMEOUT,
                               workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
-                              lms=args.lms, roster=args.roster)
+                              lms=args.lms, roster=args.roster, shard=args.shard)
         return 0
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
@@ -68,11 +82,17 @@ def _main(args: argparse.Namespace) -> int:
 
 def add_cli(sub) -> None:
     from ..cli import add_debug, positive_int
-    from .classroom import CLASS_TIMEOUT
+    from .classroom import CLASS_TIMEOUT, parse_shard
+
+    def shard(text: str) -> tuple[int, int]:
+        try:
+            return parse_shard(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
     p = sub.add_parser("grade", help="run notebooks headless and score their exercises (one learner or a class)",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("path", type=Path, help="a notebook, a folder of NN_name.ipynb notebooks, or with --out a class: "
-                   "a folder with one subfolder of notebooks per student")
+    p.add_argument("path", type=Path, nargs="?", help="a notebook, a folder of NN_name.ipynb notebooks, or with --out "
+                   "a class: a folder with one subfolder of notebooks per student")
     p.add_argument("--json", type=Path, default=Path("grade-report.json"),
                    help="one learner: where to write the JSON report (default: grade-report.json)")
     p.add_argument("--out", type=Path, default=None,
@@ -90,6 +110,11 @@ def add_cli(sub) -> None:
     p.add_argument("--roster", type=Path, default=None,
                    help="a class: Canvas's gradebook export (Grades > Export), to give canvas.csv the students' "
                         "SIS ids and sections; a Canvas bulk download names students by their Canvas id")
+    p.add_argument("--shard", type=shard, default=None, metavar="K/N",
+                   help="a class: grade only shard K of N (students split by a hash of their id), e.g. one task "
+                        "of a SLURM array or a Kubernetes indexed Job; combine the parts with --merge")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="OUT_K",
+                   help="combine the OUT folders of --shard runs into --out OUT, as one run over the class")
     p.add_argument("--every-cell", action="store_true",
                    help="a class: run every cell (default: skip the released cells the exercises do not need)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")

@@ -3,7 +3,8 @@ names, comments, docstrings, type hints, whitespace and formatting are set aside
 and answers equal to the course's published solution. A report for the teacher, never a change of grade.
 
     answer_shapes   one notebook -> {exercise id: the normalized AST of the function handed to check}
-    flag            a class -> {"pairs": [...], "reference": [...], "rule": ...}
+    answers_of      a class -> what grades.json keeps of each answer (a hash of its shape, its size, stub?)
+    flag_answers    those records -> {"pairs": [...], "reference": [...], "rule": ...}; `flag` does both
 
 Not flagged: the untouched stub, answers too short to say anything (under MIN_NODES AST nodes: a one-line
 mask is written the same way by honest students), and answers shared by more than COMMON of the students
@@ -13,6 +14,7 @@ next to the package; without them only the pairs are reported.
 from __future__ import annotations
 
 import ast
+import hashlib
 import itertools
 import json
 from collections import defaultdict
@@ -121,30 +123,43 @@ def _published(stem: str, released: dict[str, list[str]]) -> tuple[dict, dict]:
     return solutions, answer_shapes(released.get(stem, []))
 
 
-def flag(subs, released_dirs: tuple[Path, ...] | None = None) -> dict:
-    """Pairs of students with the same distinctive answer to an exercise, and answers equal to the published
-    solution. `subs`: the class's submissions (`classroom.read_class`)."""
+def answers_of(subs, released_dirs: tuple[Path, ...] | None = None) -> dict[str, dict[str, dict]]:
+    """student -> exercise -> {"shape": a hash of the normalized AST, "nodes", "stub", "reference"}: what
+    grades.json keeps of each answer, enough to compare students across shards (`merge`)."""
     from .cells import RELEASED_DIRS
     released: dict[str, list[str]] = defaultdict(list)
     for d in released_dirs or RELEASED_DIRS:
         for path in sorted(Path(d).glob("[0-9][0-9]*_*.ipynb")):
             released[path.stem] += _code_cells(path)
-    by_answer: dict[tuple[str, str], list[str]] = defaultdict(list)       # (exercise, shape) -> students
-    answered: dict[str, int] = defaultdict(int)
-    reference, published = [], {}
+    published, out = {}, {}
     for sub in subs:
+        mine = out.setdefault(sub.student, {})
         for stem, path in sorted(sub.notebooks.items()):
             if stem not in published:
                 published[stem] = _published(stem, released)
             solutions, stubs = published[stem]
             for ex, (text, nodes) in sorted(answer_shapes(_code_cells(path)).items()):
-                if ex in stubs and text == stubs[ex][0]:
-                    continue                                                 # untouched
-                answered[ex] += 1
-                if ex in solutions and text == solutions[ex][0]:
-                    reference.append({"exercise": ex, "student": sub.student})
-                if nodes >= MIN_NODES:
-                    by_answer[(ex, text)].append(sub.student)
+                mine[ex] = {"shape": hashlib.sha256(text.encode()).hexdigest()[:16], "nodes": nodes,
+                            "stub": ex in stubs and text == stubs[ex][0],
+                            "reference": ex in solutions and text == solutions[ex][0]}
+    return out
+
+
+def flag_answers(answers: dict[str, dict[str, dict]]) -> dict:
+    """Pairs of students with the same distinctive answer to an exercise, and answers equal to the published
+    solution, from `answers_of`'s records (one class, or the shards of one merged)."""
+    by_answer: dict[tuple[str, str], list[str]] = defaultdict(list)       # (exercise, shape) -> students
+    answered: dict[str, int] = defaultdict(int)
+    reference = []
+    for student, exs in sorted(answers.items()):
+        for ex, a in sorted(exs.items()):
+            if a["stub"]:
+                continue                                                 # untouched
+            answered[ex] += 1
+            if a["reference"]:
+                reference.append({"exercise": ex, "student": student})
+            if a["nodes"] >= MIN_NODES:
+                by_answer[(ex, a["shape"])].append(student)
     pairs = []
     for (ex, _), students in sorted(by_answer.items(), key=lambda kv: (kv[0][0], kv[1])):
         if len(students) < 2 or len(students) > max(2, COMMON * answered[ex]):
@@ -155,3 +170,8 @@ def flag(subs, released_dirs: tuple[Path, ...] | None = None) -> dict:
                      f"type hints; at least {MIN_NODES} nodes; not the stub; shared by at most "
                      f"{COMMON:.0%} of the students who answered (or 2)"),
             "published_solutions": SOURCES.is_dir()}
+
+
+def flag(subs, released_dirs: tuple[Path, ...] | None = None) -> dict:
+    """`flag_answers` of a class's submissions (`classroom.read_class`)."""
+    return flag_answers(answers_of(subs, released_dirs))
