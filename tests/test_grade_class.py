@@ -370,3 +370,20 @@ def test_shards_merged_equal_one_run(graded, tmp_path):
     merged = json.loads((tmp_path / "all" / "grades.json").read_text())
     assert merged["similar"] == grades["similar"] and (tmp_path / "all" / "report.html").exists()
     assert main(["grade", "--merge", str(parts[0]), str(parts[0]), "--out", str(tmp_path / "twice")]) == 2
+
+
+def test_verify_reproduces_the_verdicts_and_names_a_changed_notebook(graded, tmp_path):
+    """--verify grades again with the recorded seeds: the same status and named mistakes for every exercise
+    of the notebooks still as graded; an edited notebook is reported by its sha256; exit 1 then."""
+    import shutil
+    from tformer.cli import main
+    cls, out, _ = graded
+    copy = tmp_path / "class"
+    for who in ("ace", "mistakes"):                                  # two students: the others are "gone"
+        shutil.copytree(cls / who, copy / who)
+    res = classroom.verify(out / "grades.json", copy, timeout=8, workers=2, log=lambda *a: None)
+    assert res["differ"] == [] and res["changed"] == [] and res["checked"] >= 4, res
+    assert any(g.startswith("blank/") for g in res["gone"])
+    nb = copy / "mistakes" / "01_attention.ipynb"
+    nb.write_text(nb.read_text().replace("float('-inf')", "float('-1e9')"))
+    assert main(["grade", "--verify", str(out / "grades.json"), str(copy), "--timeout", "8"]) == 1

@@ -382,13 +382,36 @@ def _preload_modules() -> list[str]:
     return sorted(mods)
 
 
+def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> None:
+    """Call one(task, spawn) for every task, `workers` at a time; spawn(folder) forks a worker for a notebook
+    in `folder` from one warm process (tformer/grading/sandbox.py), started only when there is work."""
+    from .sandbox import WarmProcess
+    if not tasks:
+        return
+    env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
+           "TQDM_DISABLE": "1", "TFORMER_LANG": os.environ.get("TFORMER_LANG") or "en"}
+    warm = WarmProcess(env, limits, _preload_modules())
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    try:
+        for f in concurrent.futures.as_completed([pool.submit(one, t, warm.spawn) for t in tasks]):
+            f.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        if warm.namespaced is False:
+            log("tformer grade: this kernel gives no unprivileged PID namespace; a subreaper kills what notebooks start")
+        warm.close()
+    pool.shutdown()
+
+
 def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
                 memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
                 log=print, lms: str | None = None, roster: Path | None = None,
                 shard: tuple[int, int] | None = None) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades."""
     from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
-    from .sandbox import WarmProcess, available_cores, machine_limits
+    from .sandbox import available_cores, machine_limits
     t0 = time.perf_counter()
     subs = read_class(path)
     if shard is not None:                                      # K/N: the students of shard K, by id
@@ -415,22 +438,18 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
             if journal.done(sub.student, stem, sha, grader, lang) is None:
                 tasks.append((sub, stem, nb))
                 left[sub.student] += 1
-    env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
-           "TQDM_DISABLE": "1", "TFORMER_LANG": os.environ.get("TFORMER_LANG") or "en"}
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(subs), unit="student", desc="grading", file=sys.stderr, dynamic_ncols=True)
         bar.update(sum(1 for sub in subs if left[sub.student] == 0))
-    warm = WarmProcess(env, limits, _preload_modules()) if tasks else None
     lock = threading.Lock()
-
     failures: dict[tuple[str, str], str] = {}
 
-    def one(task):
+    def one(task, spawn):
         sub, stem, nb = task
         try:
-            rec = grade_notebook(nb, stem, lambda: warm.spawn(nb.parent.resolve()), timeout, skip)
+            rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve()), timeout, skip)
         except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
             failures[(sub.student, stem)] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
             log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)]}")
@@ -442,27 +461,12 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
             if left[sub.student] == 0 and bar is not None:
                 bar.update(1)
 
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
     try:
-        futures = [pool.submit(one, t) for t in tasks]
-        for f in concurrent.futures.as_completed(futures):
-            f.result()
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        if warm is not None:
-            warm.close()
+        in_warm_workers(tasks, one, workers, limits, small, log)
+    finally:
         journal.close()
         if bar is not None:
             bar.close()
-        raise
-    pool.shutdown()
-    if warm is not None:
-        if warm.namespaced is False:
-            log("tformer grade: this kernel gives no unprivileged PID namespace; a subreaper kills what notebooks start")
-        warm.close()
-    if bar is not None:
-        bar.close()
-    journal.close()
     grades = build_grades(subs, _reload(out / "journal.jsonl"), exercises_, settings, grader, failures)
     from . import similarity
     finish(out, grades, similarity.answers_of(subs), lms, roster, log)
@@ -485,6 +489,60 @@ def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roste
         _write_atomic(out / "canvas.csv", feedback.canvas_csv(grades, feedback.read_roster(roster) if roster else None))
         written.append("canvas.csv")
     log(f"wrote {', '.join(written)} in {out}")
+
+
+def verify(grades_path: Path, path: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
+           memory: int | None = None, log=print) -> dict:
+    """Grade CLASS again with the seeds grades.json recorded: every notebook whose sha256 changed (or that is
+    gone), and every exercise whose status or named mistakes differ. A learner can show their own work so."""
+    from .sandbox import available_cores, machine_limits
+    grades = json.loads(Path(grades_path).read_text(encoding="utf-8"))
+    subs = {s.student: s for s in read_class(path)}
+    result = {"changed": [], "gone": [], "differ": [], "checked": 0,
+              "same_grader": grades.get("grader") == grader_hash()}
+    tasks = []
+    for st in grades["students"]:
+        for nb in st["notebooks"]:
+            if not nb.get("sha256"):
+                continue                                              # never graded: nothing to reproduce
+            file = subs[st["student"]].notebooks.get(nb["notebook"]) if st["student"] in subs else None
+            where = f"{st['student']}/{nb['notebook']}"
+            if file is None:
+                result["gone"].append(where)
+            elif _sha256(file) != nb["sha256"]:
+                result["changed"].append(where)
+            else:
+                tasks.append((where, nb, file))
+    workers = workers or available_cores()
+    lock = threading.Lock()
+
+    def one(task, spawn):
+        where, nb, file = task
+        seeds = {x["exercise"]: {"cases": x["seeds"], "torch_seed": x["torch_seed"]} for x in nb["exercises"]
+                 if x.get("torch_seed") is not None}
+        rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve()), timeout,
+                             grades["settings"].get("skip_released_cells", True), seeds)
+        again = {r["exercise"]: r for r in rec["report"]["rows"]}
+        with lock:
+            result["checked"] += 1
+            for x in nb["exercises"]:
+                y = again.get(x["exercise"], {})
+                if (x["status"], x.get("mistakes", [])) != (y.get("status"), y.get("mistakes", [])):
+                    result["differ"].append({"notebook": where, "exercise": x["exercise"], "recorded": x["status"],
+                                             "now": y.get("status"), "mistakes": [x.get("mistakes", []),
+                                                                                  y.get("mistakes", [])]})
+
+    in_warm_workers(tasks, one, workers, machine_limits(workers, memory), grades["settings"].get("small", True), log)
+    if not result["same_grader"]:
+        log("tformer grade --verify: grades.json was written by other grader code; verdicts may differ for that reason")
+    log(f"tformer grade --verify: {result['checked']} notebook(s) graded again with the recorded seeds; "
+        f"{len(result['differ'])} verdict(s) differ; {len(result['changed'])} notebook(s) changed since, "
+        f"{len(result['gone'])} gone")
+    for d in result["differ"]:
+        log(f"  {d['notebook']} {d['exercise']}: recorded {d['recorded']}, now {d['now']}")
+    for w in result["changed"]:
+        log(f"  {w}: changed since it was graded (another sha256)")
+    return result
 
 
 def shard_of(student: str, n: int) -> int:

@@ -5,6 +5,7 @@
     tformer grade CLASS --out OUT             # a class: tformer/grading/classroom.py
     tformer grade CLASS --out OUT_2 --shard 2/8     # one part of a class; then:
     tformer grade --merge OUT_1 ... OUT_8 --out OUT
+    tformer grade --verify OUT/grades.json CLASS    # the same verdicts again, with the recorded seeds
 
 How one notebook is graded is tformer/grading/runner.py. Prints one table per notebook (exercise, points,
 passed) with a total, and writes the same as JSON.
@@ -26,6 +27,15 @@ def _main(args: argparse.Namespace) -> int:
     from . import classroom
     if args.lang:
         os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
+    if args.verify is not None:
+        if args.path is None or not Path(args.verify).is_file():
+            raise UserError("--verify OUT/grades.json CLASS: give the grades.json of a class run and the class folder")
+        try:
+            res = classroom.verify(Path(args.verify), Path(args.path), timeout=args.timeout or classroom.CLASS_TIMEOUT,
+                                   workers=args.workers)
+        except (classroom.ClassError, ValueError, KeyError) as e:
+            raise UserError(f"--verify: {e}") from None
+        return 1 if res["differ"] or res["changed"] or res["gone"] else 0
     if args.merge:
         if args.out is None or args.path is not None:
             raise UserError("--merge OUT1 OUT2 ... combines shards into --out OUT: give --out and no CLASS")
@@ -115,6 +125,9 @@ def add_cli(sub) -> None:
                         "of a SLURM array or a Kubernetes indexed Job; combine the parts with --merge")
     p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="OUT_K",
                    help="combine the OUT folders of --shard runs into --out OUT, as one run over the class")
+    p.add_argument("--verify", type=Path, default=None, metavar="GRADES_JSON",
+                   help="grade CLASS again with the seeds OUT/grades.json recorded; report every notebook whose "
+                        "sha256 changed and every verdict that differs (exit 1 if any)")
     p.add_argument("--every-cell", action="store_true",
                    help="a class: run every cell (default: skip the released cells the exercises do not need)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
