@@ -387,3 +387,27 @@ def test_verify_reproduces_the_verdicts_and_names_a_changed_notebook(graded, tmp
     nb = copy / "mistakes" / "01_attention.ipynb"
     nb.write_text(nb.read_text().replace("float('-inf')", "float('-1e9')"))
     assert main(["grade", "--verify", str(out / "grades.json"), str(copy), "--timeout", "8"]) == 1
+
+
+def test_weights_and_overrides(graded, tmp_path):
+    """A teacher's weights rescale the points a passed exercise earns; an override wins over the autograde,
+    and the student's feedback shows its reason; unknown names are one-line errors."""
+    import copy
+    from tformer.grading import feedback
+    _, _, grades = graded
+    g = copy.deepcopy(grades)
+    (tmp_path / "w.txt").write_text("# heavier attention\nch01.attention = 10\n")
+    (tmp_path / "o.csv").write_text("student,exercise,points,reason\nmistakes,ch01.attention,2,the scale is in "
+                                    "a comment below the cell\n")
+    classroom.apply_teacher(g, classroom.read_weights(tmp_path / "w.txt"), classroom.read_overrides(tmp_path / "o.csv"))
+    ace = next(s for s in g["students"] if s["student"] == "ace")
+    old_ace = next(s for s in grades["students"] if s["student"] == "ace")
+    assert ace["exercises"]["ch01.attention"]["earned"] == 10 and ace["total"] == old_ace["total"] + 10 - 3
+    assert ace["possible"] == old_ace["possible"] + 7
+    mis = next(s for s in g["students"] if s["student"] == "mistakes")
+    assert mis["exercises"]["ch01.attention"]["earned"] == 2 and mis["exercises"]["ch01.attention"]["status"] == "failed"
+    page = feedback.feedback_page(mis, g["exercises"])
+    assert "Set by your teacher: the scale is in a comment below the cell" in page and "2/10" in page
+    (tmp_path / "bad.txt").write_text("ch01.atention = 3\n")
+    with pytest.raises(classroom.ClassError, match="ch01.atention"):
+        classroom.read_weights(tmp_path / "bad.txt")

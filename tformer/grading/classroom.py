@@ -408,7 +408,8 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
 def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
                 memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
                 log=print, lms: str | None = None, roster: Path | None = None,
-                shard: tuple[int, int] | None = None) -> dict:
+                shard: tuple[int, int] | None = None, weights: dict | None = None,
+                overrides: list | None = None) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades."""
     from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
     from .sandbox import available_cores, machine_limits
@@ -416,6 +417,7 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     subs = read_class(path)
     if shard is not None:                                      # K/N: the students of shard K, by id
         subs = [s for s in subs if shard_of(s.student, shard[1]) == shard[0] - 1]
+        overrides = [o for o in overrides or [] if o["student"] in {s.student for s in subs}]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     workers = workers or available_cores()
@@ -469,16 +471,87 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
             bar.close()
     grades = build_grades(subs, _reload(out / "journal.jsonl"), exercises_, settings, grader, failures)
     from . import similarity
-    finish(out, grades, similarity.answers_of(subs), lms, roster, log)
+    finish(out, grades, similarity.answers_of(subs), lms, roster, log, weights, overrides)
     log(summary(grades, time.perf_counter() - t0))
     return grades
 
 
+def read_weights(path: Path) -> dict[str, int]:
+    """A teacher's points per exercise, one `ch01.attention = 5` (or `ch01.attention,5`) per line; # comments."""
+    weights = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        name, _sep, value = line.replace(",", "=").partition("=")
+        name = name.strip()
+        if name not in REGISTRY:
+            raise ClassError(f"{path}:{n}: no exercise named {name!r} (e.g. ch01.attention)")
+        try:
+            weights[name] = int(value)
+        except ValueError:
+            raise ClassError(f"{path}:{n}: expected `exercise = points`, with whole points, got {line!r}") from None
+        if weights[name] < 0:
+            raise ClassError(f"{path}:{n}: points must be >= 0, got {weights[name]}")
+    return weights
+
+
+def read_overrides(path: Path) -> list[dict]:
+    """Manual grades: a CSV with the columns student, exercise, points, reason; each wins over the autograde."""
+    rows = []
+    with Path(path).open(encoding="utf-8", newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), 2):
+            if set(row) < {"student", "exercise", "points", "reason"}:
+                raise ClassError(f"{path}: expected the columns student, exercise, points, reason")
+            if row["exercise"] not in REGISTRY:
+                raise ClassError(f"{path}:{n}: no exercise named {row['exercise']!r}")
+            try:
+                points = int(row["points"])
+            except ValueError:
+                raise ClassError(f"{path}:{n}: points must be a whole number, got {row['points']!r}") from None
+            rows.append({"student": row["student"], "exercise": row["exercise"], "points": points,
+                         "reason": row["reason"].strip()})
+    return rows
+
+
+def apply_teacher(grades: dict, weights: dict[str, int] | None = None, overrides: list[dict] | None = None) -> None:
+    """Reweight the exercises (a passed exercise earns its weight) and apply the manual overrides, in place;
+    every total, chapter total and `possible` follows. The autograde's status stays beside an override."""
+    weights, overrides = weights or {}, overrides or []
+    for x in grades["exercises"]:
+        x["points"] = weights.get(x["id"], x["points"])
+    points = {x["id"]: x["points"] for x in grades["exercises"]}
+    by_student = {s["student"]: s for s in grades["students"]}
+    unknown = sorted({o["student"] for o in overrides} - set(by_student))
+    if unknown:
+        raise ClassError(f"overrides name students not in the class: {', '.join(unknown)}")
+    for s in grades["students"]:
+        for n, x in s["exercises"].items():
+            x["earned"] = points[n] if x["status"] == "passed" else 0
+            x.pop("override", None)
+        for nb in s["notebooks"]:
+            for x in nb["exercises"]:
+                x["earned"] = points.get(x["exercise"], x["points"]) if x["status"] == "passed" else 0
+    for o in overrides:
+        x = by_student[o["student"]]["exercises"].get(o["exercise"])
+        if x is None:
+            raise ClassError(f"override for {o['student']}: {o['exercise']} is not an exercise of this class")
+        x["earned"], x["override"] = o["points"], {"points": o["points"], "reason": o["reason"]}
+    for s in grades["students"]:
+        s["total"] = sum(x["earned"] for x in s["exercises"].values())
+        s["possible"] = sum(points.values())
+        s["chapters"] = {ch: sum(x["earned"] for n, x in s["exercises"].items() if n.startswith(ch + "."))
+                         for ch in s["chapters"]}
+    grades["settings"]["weights"], grades["overrides"] = weights, overrides
+
+
 def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roster: Path | None = None,
-           log=print) -> None:
+           log=print, weights: dict | None = None, overrides: list | None = None) -> None:
     """Add each student's answer records and the class's similar answers (a report; no grade changes) to
-    `grades`, then write OUT: grades.json, gradebook.csv, the feedback pages, report.html, canvas.csv."""
+    `grades`, apply the teacher's weights and overrides, then write OUT: grades.json, gradebook.csv, the
+    feedback pages, report.html, canvas.csv."""
     from . import feedback, similarity
+    apply_teacher(grades, weights, overrides)
     for s in grades["students"]:
         s["answers"] = answers.get(s["student"], s.get("answers", {}))
     grades["similar"] = similarity.flag_answers({s["student"]: s["answers"] for s in grades["students"]})
@@ -595,7 +668,8 @@ def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | No
               "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],
               "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     Path(out).mkdir(parents=True, exist_ok=True)
-    finish(Path(out), grades, {}, lms, roster, log)
+    overrides = [o for _, g in parts for o in g.get("overrides", [])]
+    finish(Path(out), grades, {}, lms, roster, log, first["settings"].get("weights"), overrides)
     log(summary(grades))
     return grades
 

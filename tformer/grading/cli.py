@@ -64,7 +64,13 @@ def _main(args: argparse.Namespace) -> int:
             raise UserError(str(e)) from None
         if args.roster is not None and not Path(args.roster).is_file():
             raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
+        try:
+            weights = classroom.read_weights(args.weights) if args.weights else None
+            overrides = classroom.read_overrides(args.overrides) if args.overrides else None
+        except (OSError, classroom.ClassError) as e:
+            raise UserError(str(e)) from None
         classroom.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or classroom.CLASS_TIMEOUT,
+                              weights=weights, overrides=overrides,
                               workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
                               lms=args.lms, roster=args.roster, shard=args.shard)
         return 0
@@ -125,6 +131,11 @@ def add_cli(sub) -> None:
                         "of a SLURM array or a Kubernetes indexed Job; combine the parts with --merge")
     p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="OUT_K",
                    help="combine the OUT folders of --shard runs into --out OUT, as one run over the class")
+    p.add_argument("--weights", type=Path, default=None, metavar="FILE",
+                   help="a class: points per exercise, one `ch01.attention = 5` per line (default: the course's)")
+    p.add_argument("--overrides", type=Path, default=None, metavar="CSV",
+                   help="a class: manual grades, columns student, exercise, points, reason; they win over the "
+                        "autograde and show in the student's feedback")
     p.add_argument("--verify", type=Path, default=None, metavar="GRADES_JSON",
                    help="grade CLASS again with the seeds OUT/grades.json recorded; report every notebook whose "
                         "sha256 changed and every verdict that differs (exit 1 if any)")

@@ -79,6 +79,11 @@ def feedback_page(student: dict, exercises: list[dict]) -> str:
             older = _("Also handed in, not graded (an older file): {files}").format(files=", ".join(nb["ignored"]))
             parts.append(_tag("p", older, "muted"))
         rows = [_exercise_row(x, points.get(x["exercise"], x["points"])) for x in nb["exercises"]]
+        for row, x in zip(rows, nb["exercises"]):
+            o = student["exercises"].get(x["exercise"], {}).get("override")
+            if o:                                         # the teacher's grade wins, with its reason
+                row[1] = f"{o['points']}/{points.get(x['exercise'], x['points'])}"
+                row[3] += _tag("p", _("Set by your teacher: {reason}").format(reason=html.escape(o["reason"])), "override")
         parts.append(_table([_("exercise"), _("points"), _("verdict"), _("message")], rows))
         if nb["cell_errors"] and nb["status"] not in _UNGRADED:
             parts.append(_tag("h3", _("Cells that raised")) + _list(nb["cell_errors"], code=True))
