@@ -411,3 +411,26 @@ def test_weights_and_overrides(graded, tmp_path):
     (tmp_path / "bad.txt").write_text("ch01.atention = 3\n")
     with pytest.raises(classroom.ClassError, match="ch01.atention"):
         classroom.read_weights(tmp_path / "bad.txt")
+
+
+def test_only_regrades_one_exercise_and_keeps_the_rest(graded, tmp_path):
+    """--only ch01.attention grades that exercise again in every notebook that owes it; every other verdict
+    comes from the journal unchanged."""
+    import shutil
+    cls, out, grades = graded
+    again = tmp_path / "out"
+    shutil.copytree(out, again)
+    lines = []
+    g = classroom.grade_class(cls, again, timeout=8, workers=2, memory=3 << 30, progress=False,
+                              only="ch01.attention", log=lines.append)
+    assert (again / "gradebook.csv").read_text() == (out / "gradebook.csv").read_text()
+    before = {(s["student"], nb["notebook"]): nb for s in grades["students"] for nb in s["notebooks"]}
+    for s in g["students"]:
+        for nb in s["notebooks"]:
+            old = before[(s["student"], nb["notebook"])]
+            rows = {x["exercise"]: x for x in nb["exercises"]}
+            for x in old["exercises"]:
+                if x["exercise"] != "ch01.attention":
+                    assert rows[x["exercise"]]["seeds"] == x["seeds"]          # kept, not graded again
+                elif x.get("torch_seed") is not None and nb["status"] == "graded":
+                    assert rows[x["exercise"]]["seeds"] != x["seeds"]          # graded again, fresh seeds

@@ -195,11 +195,12 @@ def course_exercises(stems: list[str]) -> list[str]:
 # --- grading one notebook -------------------------------------------------------------------------------------
 
 def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = True,
-                   seeds: dict | None = None) -> dict:
-    """One notebook's record for the journal: its sha256, the cells run and skipped, the report."""
+                   seeds: dict | None = None, only: str | None = None) -> dict:
+    """One notebook's record for the journal: its sha256, the cells run and skipped, the report (of the
+    exercise `only`, when given)."""
     data = path.read_bytes()
     record = {"file": str(path), "sha256": hashlib.sha256(data).hexdigest()}
-    owed = exercises_of(Path(stem + ".ipynb"))
+    owed = [only] if only else exercises_of(Path(stem + ".ipynb"))
     try:
         cells = code_cells(path)
     except ValueError as e:
@@ -409,7 +410,7 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
                 log=print, lms: str | None = None, roster: Path | None = None,
                 shard: tuple[int, int] | None = None, weights: dict | None = None,
-                overrides: list | None = None) -> dict:
+                overrides: list | None = None, only: str | None = None) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades."""
     from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
     from .sandbox import available_cores, machine_limits
@@ -437,7 +438,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         left[sub.student] = 0
         for stem, nb in sub.notebooks.items():
             sha = _sha256(nb)
-            if journal.done(sub.student, stem, sha, grader, lang) is None:
+            redo = only is not None and only in exercises_of(Path(stem + ".ipynb"))
+            if redo or journal.done(sub.student, stem, sha, grader, lang) is None:
                 tasks.append((sub, stem, nb))
                 left[sub.student] += 1
     bar = None
@@ -450,8 +452,14 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
 
     def one(task, spawn):
         sub, stem, nb = task
+        old = journal.done(sub.student, stem, _sha256(nb), grader, lang) if only else None
         try:
-            rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve()), timeout, skip)
+            rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve()), timeout, skip,
+                                 only=only if old else None)
+            if rec is not None and old is not None:             # --only: this exercise's row replaces its old one
+                new = {r["exercise"]: r for r in rec["report"]["rows"]}
+                rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
+                rec = {**old, "report": {**old["report"], "rows": rows}}
         except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
             failures[(sub.student, stem)] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
             log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)]}")

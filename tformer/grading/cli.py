@@ -64,13 +64,15 @@ def _main(args: argparse.Namespace) -> int:
             raise UserError(str(e)) from None
         if args.roster is not None and not Path(args.roster).is_file():
             raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
+        if args.only is not None and args.only not in classroom.REGISTRY:
+            raise UserError(f"--only {args.only}: no such exercise (e.g. ch01.attention)")
         try:
             weights = classroom.read_weights(args.weights) if args.weights else None
             overrides = classroom.read_overrides(args.overrides) if args.overrides else None
         except (OSError, classroom.ClassError) as e:
             raise UserError(str(e)) from None
         classroom.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or classroom.CLASS_TIMEOUT,
-                              weights=weights, overrides=overrides,
+                              weights=weights, overrides=overrides, only=args.only,
                               workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
                               lms=args.lms, roster=args.roster, shard=args.shard)
         return 0
@@ -136,6 +138,9 @@ def add_cli(sub) -> None:
     p.add_argument("--overrides", type=Path, default=None, metavar="CSV",
                    help="a class: manual grades, columns student, exercise, points, reason; they win over the "
                         "autograde and show in the student's feedback")
+    p.add_argument("--only", default=None, metavar="EXERCISE",
+                   help="a class: grade this exercise again (e.g. ch01.attention after fixing its checker), keeping "
+                        "every other verdict of OUT's journal")
     p.add_argument("--verify", type=Path, default=None, metavar="GRADES_JSON",
                    help="grade CLASS again with the seeds OUT/grades.json recorded; report every notebook whose "
                         "sha256 changed and every verdict that differs (exit 1 if any)")
