@@ -422,7 +422,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     def one(task):
         sub, stem, nb = task
         try:
-            rec = grade_notebook(nb, stem, lambda: warm.spawn(nb.parent.resolve()), timeout, skip)
+            own = list(sub.notebooks.values()) if sub.canvas_id else [sub.folder]   # a Canvas folder is shared
+            rec = grade_notebook(nb, stem, lambda: warm.spawn(nb.parent.resolve(), own, path), timeout, skip)
         except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
             failures[(sub.student, stem)] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
             log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)]}")
@@ -451,6 +452,10 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     if warm is not None:
         if warm.namespaced is False:
             log("tformer grade: this kernel gives no unprivileged PID namespace; a subreaper kills what notebooks start")
+        if warm.landlock == 0:
+            log("tformer grade: this kernel has no Landlock; workers could read other students' folders and write "
+                "wherever this user can")
+        settings["landlock_abi"] = warm.landlock       # 0: workers ran without the Landlock sandbox
         warm.close()
     if bar is not None:
         bar.close()
