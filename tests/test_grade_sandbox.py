@@ -14,23 +14,17 @@ pytestmark = pytest.mark.skipif(sandbox.landlock_abi() == 0,
                                 reason="this kernel has no Landlock (Linux 5.13+ with Landlock enabled)")
 
 
-def test_the_ruleset_holds_in_a_forked_child(tmp_path):
-    mine, theirs, tmp = tmp_path / "cls" / "a", tmp_path / "cls" / "b", tmp_path / "tmp"
-    for d in (mine, theirs, tmp):
-        d.mkdir(parents=True)
-    (mine / "mine.txt").write_text("mine")
-    (theirs / "secret.txt").write_text("secret")
-    fd = sandbox.landlock_ruleset(*sandbox.worker_paths([mine], tmp))
+def _tries(ruleset: int, tries: list) -> list[str]:
+    """Each (path, mode) opened in a forked child under the ruleset: 'ok' or 'refused'."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                                      # the child: enforce, then try each access, report in one line
         code = 70
         try:
             os.close(r)
-            sandbox.landlock_enforce(fd)
+            sandbox.landlock_enforce(ruleset)
             got = []
-            for path, mode in ((mine / "mine.txt", "r"), (theirs / "secret.txt", "r"), (mine / "new.txt", "w"),
-                               (tmp_path / "cls" / "new.txt", "w"), (tmp / "scratch.txt", "w")):
+            for path, mode in tries:
                 try:
                     open(path, mode).close()
                     got.append("ok")
@@ -41,12 +35,37 @@ def test_the_ruleset_holds_in_a_forked_child(tmp_path):
         finally:
             os._exit(code)
     os.close(w)
-    os.close(fd)
+    os.close(ruleset)
     got = os.read(r, 1000)
     os.close(r)
     assert os.waitpid(pid, 0)[1] == 0
-    assert json.loads(got) == ["ok", "refused", "refused", "refused", "ok"]
+    return json.loads(got)
+
+
+def test_the_ruleset_holds_in_a_forked_child(tmp_path):
+    mine, theirs, tmp = tmp_path / "cls" / "a", tmp_path / "cls" / "b", tmp_path / "tmp"
+    for d in (mine, theirs, tmp):
+        d.mkdir(parents=True)
+    (mine / "mine.txt").write_text("mine")
+    (theirs / "secret.txt").write_text("secret")
+    got = _tries(sandbox.landlock_ruleset(*sandbox.worker_paths([mine], tmp)),
+                 [(mine / "mine.txt", "r"), (theirs / "secret.txt", "r"), (mine / "new.txt", "w"),
+                  (tmp_path / "cls" / "new.txt", "w"), (tmp / "scratch.txt", "w")])
+    assert got == ["ok", "refused", "refused", "refused", "ok"]
     assert not (mine / "new.txt").exists() and not (tmp_path / "cls" / "new.txt").exists()
+
+
+def test_a_canvas_student_reads_only_their_own_files(tmp_path):
+    """A Canvas download is one flat folder: the worker gets its student's files, not the folder."""
+    flat, tmp = tmp_path / "canvas", tmp_path / "tmp"
+    for d in (flat, tmp):
+        d.mkdir()
+    mine, theirs = flat / "ann_11_101_01_attention.ipynb", flat / "bob_12_102_01_attention.ipynb"
+    for f in (mine, theirs):
+        f.write_text("{}")
+    got = _tries(sandbox.landlock_ruleset(*sandbox.worker_paths([mine], tmp, closed=flat)),
+                 [(mine, "r"), (theirs, "r"), (flat / "new.txt", "w")])
+    assert got == ["ok", "refused", "refused"]
 
 
 def test_a_notebook_cannot_read_another_student_or_write_outside_its_temporary_folder(tmp_path):
