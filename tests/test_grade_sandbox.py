@@ -10,8 +10,15 @@ import pytest
 
 from tformer.grading import classroom, sandbox
 
-pytestmark = pytest.mark.skipif(sandbox.landlock_abi() == 0,
-                                reason="this kernel has no Landlock (Linux 5.13+ with Landlock enabled)")
+landlock = pytest.mark.skipif(sandbox.landlock_abi() == 0,
+                              reason="this kernel has no Landlock (Linux 5.13+ with Landlock enabled)")
+
+
+def test_only_the_rights_the_abi_knows_are_handled():
+    assert sandbox._fs_rights(1) == (1 << 13) - 1                     # EXECUTE .. MAKE_SYM
+    assert sandbox._fs_rights(2) == (1 << 14) - 1                     # + REFER
+    assert sandbox._fs_rights(3) == sandbox._fs_rights(4) == (1 << 15) - 1   # + TRUNCATE (4 adds network rights)
+    assert sandbox._fs_rights(5) == sandbox._fs_rights(7) == (1 << 16) - 1   # + IOCTL_DEV
 
 
 def _tries(ruleset: int, tries: list) -> list[str]:
@@ -42,6 +49,7 @@ def _tries(ruleset: int, tries: list) -> list[str]:
     return json.loads(got)
 
 
+@landlock
 def test_the_ruleset_holds_in_a_forked_child(tmp_path):
     mine, theirs, tmp = tmp_path / "cls" / "a", tmp_path / "cls" / "b", tmp_path / "tmp"
     for d in (mine, theirs, tmp):
@@ -55,6 +63,7 @@ def test_the_ruleset_holds_in_a_forked_child(tmp_path):
     assert not (mine / "new.txt").exists() and not (tmp_path / "cls" / "new.txt").exists()
 
 
+@landlock
 def test_a_canvas_student_reads_only_their_own_files(tmp_path):
     """A Canvas download is one flat folder: the worker gets its student's files, not the folder."""
     flat, tmp = tmp_path / "canvas", tmp_path / "tmp"
@@ -68,6 +77,7 @@ def test_a_canvas_student_reads_only_their_own_files(tmp_path):
     assert got == ["ok", "refused", "refused"]
 
 
+@landlock
 def test_a_notebook_cannot_read_another_student_or_write_outside_its_temporary_folder(tmp_path):
     from test_grade_class import _cells, _write
     sol = _cells("01_attention", True)
