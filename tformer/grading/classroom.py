@@ -383,12 +383,14 @@ def _preload_modules() -> list[str]:
     return sorted(mods)
 
 
-def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> None:
-    """Call one(task, spawn) for every task, `workers` at a time; spawn(folder) forks a worker for a notebook
-    in `folder` from one warm process (tformer/grading/sandbox.py), started only when there is work."""
+def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> int | None:
+    """Call one(task, spawn) for every task, `workers` at a time; spawn(folder, own, class_folder) forks a
+    worker for a notebook in `folder`, allowed to read only `own` of the class (tformer/grading/sandbox.py),
+    from one warm process started only when there is work. Returns the Landlock ABI the workers ran under
+    (0: none; None: no work)."""
     from .sandbox import WarmProcess
     if not tasks:
-        return
+        return None
     env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
            "TQDM_DISABLE": "1", "TFORMER_LANG": os.environ.get("TFORMER_LANG") or "en"}
     warm = WarmProcess(env, limits, _preload_modules())
@@ -402,8 +404,12 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
     finally:
         if warm.namespaced is False:
             log("tformer grade: this kernel gives no unprivileged PID namespace; a subreaper kills what notebooks start")
+        if warm.landlock == 0:
+            log("tformer grade: this kernel has no Landlock; workers could read other students' folders and write "
+                "wherever this user can")
         warm.close()
     pool.shutdown()
+    return warm.landlock
 
 
 def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
@@ -454,7 +460,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         sub, stem, nb = task
         old = journal.done(sub.student, stem, _sha256(nb), grader, lang) if only else None
         try:
-            rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve()), timeout, skip,
+            own = list(sub.notebooks.values()) if sub.canvas_id else [sub.folder]   # a Canvas folder is shared
+            rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, path), timeout, skip,
                                  only=only if old else None)
             if rec is not None and old is not None:             # --only: this exercise's row replaces its old one
                 new = {r["exercise"]: r for r in rec["report"]["rows"]}
@@ -472,7 +479,7 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 bar.update(1)
 
     try:
-        in_warm_workers(tasks, one, workers, limits, small, log)
+        settings["landlock_abi"] = in_warm_workers(tasks, one, workers, limits, small, log)   # 0: no sandbox
     finally:
         journal.close()
         if bar is not None:
@@ -593,15 +600,17 @@ def verify(grades_path: Path, path: Path, timeout: float = CLASS_TIMEOUT, worker
             elif _sha256(file) != nb["sha256"]:
                 result["changed"].append(where)
             else:
-                tasks.append((where, nb, file))
+                tasks.append((st["student"], where, nb, file))
     workers = workers or available_cores()
     lock = threading.Lock()
 
     def one(task, spawn):
-        where, nb, file = task
+        student, where, nb, file = task
         seeds = {x["exercise"]: {"cases": x["seeds"], "torch_seed": x["torch_seed"]} for x in nb["exercises"]
                  if x.get("torch_seed") is not None}
-        rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve()), timeout,
+        sub = subs[student]
+        own = list(sub.notebooks.values()) if sub.canvas_id else [sub.folder]
+        rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve(), own, path), timeout,
                              grades["settings"].get("skip_released_cells", True), seeds)
         again = {r["exercise"]: r for r in rec["report"]["rows"]}
         with lock:

@@ -18,6 +18,14 @@ Limits (setrlimit, inherited by everything the worker starts): address space (`m
 machine's memory shared among the parallel workers), file size (`file_size`), no core dumps. A cell that
 allocates more raises MemoryError (or torch's allocation error) in that cell; a file write past the limit
 fails. The worker's stdout and stderr are /dev/null: a notebook that prints 100 MB costs only the printing.
+
+Landlock (Linux 5.13+, no root needed): the keeper builds a ruleset and the worker enforces it on itself before
+any learner code runs. The worker may read (and execute, map) only Python's prefixes and search path, the
+package, the course's data, the system's folders (/usr, /lib, /etc, /proc, /sys, /dev, ...) and its own
+student's folder; it may write only into a temporary folder of its own ($TMPDIR, removed by the keeper
+afterwards), /dev/null and /dev/shm. Another student's folder, a sibling of its own, is neither readable nor
+writable. Only the access rights the running kernel's ABI knows are handled. Where the kernel has no Landlock the
+worker runs as before and the grader says so once.
 """
 from __future__ import annotations
 
@@ -40,6 +48,15 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
+_PR_SET_NO_NEW_PRIVS = 38
+_SYS_LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+# LANDLOCK_ACCESS_FS_*: ABI 1 knows the first 13 bits (EXECUTE .. MAKE_SYM)
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+_FS_FILE_ONLY = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 GiB = 1 << 30
 
 
@@ -122,7 +139,9 @@ class WarmProcess:
                                      start_new_session=True)
         theirs.close()
         self.lock = threading.Lock()
+        self.tmp = tempfile.mkdtemp(prefix="tformer-grade-")   # the workers' temporary folders, removed by close()
         self.namespaced: bool | None = None           # known after the first worker
+        self.landlock: int | None = None              # the Landlock ABI the workers run under, 0 without (ditto)
         self._send({"preload": list(preload)})
         reply = self._receive(300)
         if not reply.get("ready"):
@@ -145,31 +164,36 @@ class WarmProcess:
         self.log.seek(0)
         return self.log.read().decode(errors="replace")[-2000:]
 
-    def spawn(self, cwd: Path) -> ForkedWorker:
-        """A fresh worker, running in `cwd`, waiting for its cells on its pipe."""
+    def spawn(self, cwd: Path, own: list[Path] | None = None, closed: Path | None = None) -> ForkedWorker:
+        """A fresh worker, running in `cwd`, waiting for its cells on its pipe. Under Landlock it reads, of the class
+        folder `closed` (default: the parent of `cwd`), only `own` (default: `cwd`), a student's folder or files."""
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
         try:
             with self.lock:
-                self._send({"cwd": str(cwd), "memory": self.limits.memory, "file_size": self.limits.file_size,
-                            "threads": self.limits.threads}, [to_worker_r, from_worker_w])
+                self._send({"cwd": str(cwd), "own": [str(p) for p in own or [cwd]],
+                            "closed": str(closed or Path(cwd).resolve().parent), "tmp": self.tmp,
+                            "memory": self.limits.memory,
+                            "file_size": self.limits.file_size, "threads": self.limits.threads},
+                           [to_worker_r, from_worker_w])
                 self._receive(60)
         finally:
             os.close(to_worker_r)
             os.close(from_worker_w)
-        head = b""                                    # the keeper's first 9 bytes: the worker's pid, namespaced
+        head = b""                                    # the keeper's first 10 bytes: pid, namespaced, Landlock ABI
         deadline = time.monotonic() + 60
-        while len(head) < 9 and time.monotonic() < deadline:
-            chunk = os.read(from_worker_r, 9 - len(head))
+        while len(head) < 10 and time.monotonic() < deadline:
+            chunk = os.read(from_worker_r, 10 - len(head))
             if not chunk:
                 break
             head += chunk
-        if len(head) < 9:
+        if len(head) < 10:
             os.close(from_worker_r)
             os.close(to_worker_w)
             raise RuntimeError(f"the warm grading process could not start a worker: {self.stderr()}")
-        pid, namespaced = struct.unpack(">QB", head)
+        pid, namespaced, landlock = struct.unpack(">QBB", head)
         self.namespaced = bool(namespaced)
+        self.landlock = landlock
         return ForkedWorker(pid, bool(namespaced), from_worker_r, to_worker_w)
 
     def close(self) -> None:
@@ -182,6 +206,7 @@ class WarmProcess:
                 pass
             self.proc.wait()
             self.log.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 # --- the warm process's side ----------------------------------------------------------------------------------
@@ -213,6 +238,105 @@ def _enter_namespaces() -> bool:
         return False
 
 
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where there is none (not Linux, an old kernel, Landlock disabled)."""
+    nrs = _SYS_LANDLOCK.get(os.uname().machine) if sys.platform.startswith("linux") else None
+    if nrs is None:
+        return 0
+    try:
+        libc = _libc()
+        libc.syscall.restype = ctypes.c_long
+        abi = libc.syscall(ctypes.c_long(nrs[0]), None, ctypes.c_size_t(0),
+                           ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(0, int(abi))                           # -1: ENOSYS, EOPNOTSUPP
+
+
+def _fs_rights(abi: int) -> int:
+    """Every filesystem access right the ABI knows (ABI 2 adds REFER, 3 TRUNCATE, 5 IOCTL_DEV)."""
+    rights = (1 << 13) - 1
+    for since, bit in ((2, _FS_REFER), (3, _FS_TRUNCATE), (5, _FS_IOCTL_DEV)):
+        if abi >= since:
+            rights |= bit
+    return rights
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1                                        # struct landlock_path_beneath_attr is packed
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_ruleset(read: list, write: list, abi: int | None = None) -> int:
+    """A Landlock ruleset's fd: `read` folders (or files) readable and executable, `write` ones fully usable,
+    nothing else; raises OSError where the kernel refuses. Paths that do not exist are left out."""
+    abi = landlock_abi() if abi is None else abi
+    if abi <= 0:
+        raise OSError(38, "Landlock is not available")
+    create, add, _ = _SYS_LANDLOCK[os.uname().machine]
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    handled = _fs_rights(abi)
+    attr = ctypes.c_uint64(handled)                   # struct landlock_ruleset_attr, its first field is enough
+    fd = libc.syscall(ctypes.c_long(create), ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"landlock_create_ruleset: {os.strerror(e)}")
+    try:
+        for paths, rights in ((read, _FS_READ), (write, handled)):
+            for path in paths:
+                try:
+                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    allowed = rights & handled
+                    if not os.path.isdir(path):
+                        allowed &= _FS_FILE_ONLY
+                    rule = _PathBeneath(allowed, pfd)
+                    if libc.syscall(ctypes.c_long(add), ctypes.c_int(fd), ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                        e = ctypes.get_errno()
+                        raise OSError(e, f"landlock_add_rule {path}: {os.strerror(e)}")
+                finally:
+                    os.close(pfd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def landlock_enforce(ruleset_fd: int) -> None:
+    """Restrict the calling thread (and all it starts) to the ruleset, for good; raises OSError on failure."""
+    if not _prctl(_PR_SET_NO_NEW_PRIVS, 1):
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(_SYS_LANDLOCK[os.uname().machine][2]), ctypes.c_int(ruleset_fd),
+                    ctypes.c_uint32(0)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"landlock_restrict_self: {os.strerror(e)}")
+
+
+def worker_paths(own: list, tmp: Path, closed: Path | None = None) -> tuple[list[str], list[str]]:
+    """What a worker may read (and execute) and what it may write: see the module's docstring. `own` is the
+    student's folder (or files), `closed` the class folder (default: the parent of the first of `own`): a
+    folder of Python's search path that holds the class (the grader started from it, say) is left out."""
+    import site
+    import tformer
+    from tformer.data import sources
+    own = [str(Path(p).resolve()) for p in own]
+    cls = Path(closed).resolve() if closed else Path(own[0]).parent
+    read = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
+            site.getusersitepackages(), str(Path(tformer.__file__).resolve().parent), str(sources._CHECKOUT_DATA),
+            str(sources.cache_dir()), "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc",
+            "/sys", "/dev", "/run", str(Path(sys.executable).resolve().parent)}
+    read |= {p for p in sys.path if p and os.path.isdir(p)}
+    read = sorted(p for p in {str(Path(p).resolve()) for p in read if p}
+                  if os.path.exists(p) and not cls.is_relative_to(p))
+    return read + own, [str(tmp), "/dev/null", "/dev/shm"]
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -236,8 +360,9 @@ def _set_limits(memory: int, file_size: int) -> None:
             pass
 
 
-def _run_worker(req: dict, fd_in: int, fd_out: int) -> None:
-    """In the worker: quiet standard streams, one thread count, the cwd; then the worker's loop."""
+def _run_worker(req: dict, fd_in: int, fd_out: int, ruleset: int = -1, tmp: str | None = None) -> None:
+    """In the worker: quiet standard streams, its Landlock ruleset, its temporary folder, one thread count, the
+    cwd; then the worker's loop."""
     try:
         os.chdir(req["cwd"])
     except OSError:
@@ -246,6 +371,15 @@ def _run_worker(req: dict, fd_in: int, fd_out: int) -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    if ruleset >= 0:
+        try:
+            landlock_enforce(ruleset)
+        except OSError:
+            os._exit(71)                              # the keeper promised a sandbox: no learner code without it
+        os.close(ruleset)
+    if tmp:                                           # where the worker may write: IPython's history too
+        os.environ.update(TMPDIR=tmp, IPYTHONDIR=os.path.join(tmp, "ipython"), MPLCONFIGDIR=os.path.join(tmp, "mpl"))
+        tempfile.tempdir = tmp
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     import torch
     torch.set_num_threads(int(req["threads"]))
@@ -266,6 +400,14 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
     namespaced = _enter_namespaces()
     if not namespaced:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    tmp = tempfile.mkdtemp(prefix="worker-", dir=req.get("tmp"))
+    ruleset, abi = -1, landlock_abi()
+    if abi:
+        try:
+            ruleset = landlock_ruleset(*worker_paths(req.get("own") or [req["cwd"]], Path(tmp), req.get("closed")),
+                                       abi=abi)
+        except OSError:
+            abi = 0
     go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -275,9 +417,11 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)    # this keeper gone: so is the worker (and its namespace)
         if not namespaced:
             os.setpgid(0, 0)
-        _run_worker(req, fd_in, fd_out)
+        _run_worker(req, fd_in, fd_out, ruleset, tmp)
     os.close(go_r)
-    os.write(fd_out, struct.pack(">QB", pid, int(namespaced)))
+    if ruleset >= 0:
+        os.close(ruleset)
+    os.write(fd_out, struct.pack(">QBB", pid, int(namespaced), abi))
     os.close(fd_in)
     os.close(fd_out)
     os.write(go_w, b"x")
@@ -300,6 +444,7 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
                 except ChildProcessError:
                     break
             time.sleep(0.01)
+    shutil.rmtree(tmp, ignore_errors=True)
     os._exit(0)
 
 
