@@ -100,7 +100,7 @@ def cell_names(source: str) -> CellNames:
         code = _python(source)
         tree = ast.parse(code)
         table = symtable.symtable(code, "<cell>", "exec")
-    except (SyntaxError, ValueError, RecursionError, Exception):   # noqa: B014 (IPython's transformer too)
+    except Exception:                    # SyntaxError, ValueError, RecursionError, IPython's transformer: unparsed
         names.parsed = False
         return names
     for sym in table.get_symbols():
