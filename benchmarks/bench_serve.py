@@ -51,7 +51,7 @@ import torch
 
 from tformer.cache import make_caches
 from tformer.inference.engine import BLOCK_SIZE, Engine, SamplingParams
-from tformer.inference.paged_cache import PagedConfig, paged_decode_attention
+from tformer.inference.paged_cache import PagedConfig, PagedStep
 from tformer.models.gpt import GPT, GPTConfig
 
 
@@ -125,17 +125,17 @@ def run_static(model, work, clients, rounds):
 
 @torch.no_grad()
 def run_continuous(model, work, clients, rounds, prefix_sharing=True, block_size=BLOCK_SIZE, sustained=True,
-                   attention=paged_decode_attention):
+                   step_cache=PagedStep):
     """Continuous batching; each client sends its next request when its last one is done.
 
     sustained: the clients never stop sending, and the clock stops when clients * rounds requests have
     finished; tokens/s counts every token generated until then, the unfinished requests' too. This is the
     rate under a steady load of `clients`. Otherwise (sustained=False) each client sends `rounds` requests
     and the run drains: at its end fewer and fewer clients are left, and a batch engine runs part empty.
-    attention: the engine's decode attention (`Engine(decode_attention=)`)."""
+    step_cache: the class of the engine's step cache (`Engine(step_cache=)`): how a decoding step reads the blocks."""
     eng = Engine(model, n_blocks=max(clients, 4) * (768 // block_size + 1), block_size=block_size,
                  max_running=clients, max_waiting=clients + 1, prefix_sharing=prefix_sharing,
-                 decode_attention=attention)
+                 step_cache=step_cache)
     k = {c: 0 for c in range(clients)}
     owner, every, done = {}, [], 0
 
@@ -213,7 +213,7 @@ def ceiling(one: dict, step_s: float, clients: int, token_bytes: int, bandwidth:
             "prefill_s": one["prefill_s"], "weights_s": weights, "kv_s": kv, "one_s": one["wall_s"]}
 
 
-def bench_prefix(model, rounds, clients=4, attention=paged_decode_attention):
+def bench_prefix(model, rounds, clients=4, step_cache=PagedStep):
     rng = random.Random(1)
     system = [rng.randrange(1, 257) for _ in range(256)]
     work = Workload(2, prompt=(16, 64), out=(16, 64))
@@ -221,7 +221,7 @@ def bench_prefix(model, rounds, clients=4, attention=paged_decode_attention):
     out = {}
     for on in (True, False):
         _, ttft, _ = run_continuous(model, shared_work, clients, rounds, prefix_sharing=on, sustained=False,
-                                    attention=attention)
+                                    step_cache=step_cache)
         out["shared" if on else "not shared"] = (statistics.median(ttft), len(ttft))
     return out
 
@@ -249,10 +249,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    attention = paged_decode_attention
+    step_cache = PagedStep
     if args.attention == "fused":                 # the engine reads the blocks through the kernel instead
-        from paged_decode import build_kernel, fused
-        attention = fused(build_kernel())
+        from paged_decode import build_kernel, fused_step
+        step_cache = fused_step(build_kernel())
     model = model_for(args.quick, getattr(torch, args.dtype))
     work = Workload(0)
     rows, mem, summary = [], [], []
@@ -278,7 +278,7 @@ def main(argv=None):
             for name, fn in schemes[turn:] + schemes[:turn]:
                 kw = {"one": {"cap": args.one_cap}, "one-fp32": {"cap": args.one_cap},
                       "continuous": {"sustained": not args.drain, "block_size": args.block_size,
-                                     "attention": attention}}.get(name, {})
+                                     "step_cache": step_cache}}.get(name, {})
                 tps, ttft, extra = fn(f32 if name == "one-fp32" else model, work, c, args.rounds, **kw)
                 res[name].append(tps)
                 if name == "one":
@@ -317,7 +317,7 @@ def main(argv=None):
     for m in mem:
         print(f"{m['clients']:>7} clients: paged {m['paged_tokens_mean']:.0f} mean / {m['paged_tokens_peak']} peak "
               f"vs contiguous {m['contiguous_tokens']} ({m['paged_tokens_mean'] / m['contiguous_tokens']:.0%})")
-    pre = bench_prefix(model, max(args.rounds, 3), attention=attention)
+    pre = bench_prefix(model, max(args.rounds, 3), step_cache=step_cache)
     print("\nprefix sharing, 256-token shared system prompt, 4 clients: TTFT p50 "
           + ", ".join(f"{k} {v[0] * 1000:.0f} ms ({v[1]} requests)" for k, v in pre.items())
           + f"; ratio {pre['not shared'][0] / pre['shared'][0]:.2f}x")

@@ -1,6 +1,7 @@
 """The fused CPU kernel of paged decode attention (benchmarks/paged_decode.cpp): built on first use, and
-wrapped with `paged_decode_attention`'s signature so that the engine can read its blocks through it
-(`Engine(decode_attention=fused(build_kernel()))`; bench_serve.py and bench_decode_attention.py use it).
+wrapped two ways: with `paged_decode_attention`'s signature (`fused`, for bench_decode_attention.py), and
+as the engine's step cache (`Engine(step_cache=fused_step(build_kernel()))`, for bench_serve.py), which
+reads the block tables the step carries and builds no index lists at all.
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pathlib
 
 import torch
 
-from tformer.inference.paged_cache import DecodeIndex
+from tformer.inference.paged_cache import DecodeIndex, PagedStep
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -35,3 +36,13 @@ def fused(ext):
         b, h, _, hd = q.shape
         return ext.paged_decode(q.reshape(b, h, hd), k_layer, v_layer, idx.table, idx.lengths).view(b, h, 1, hd)
     return attention
+
+
+def fused_step(ext) -> type[PagedStep]:
+    """A `PagedStep` whose decoding attention is the kernel, reading the step's block tables and lengths."""
+    class FusedStep(PagedStep):
+        def decode(self, layer, q):
+            b, h, _, hd = q.shape
+            out = ext.paged_decode(q.reshape(b, h, hd), self.pool.k[layer], self.pool.v[layer], self.table, self.lengths)
+            return out.view(b, h, 1, hd)
+    return FusedStep

@@ -208,22 +208,45 @@ def test_prefill_pads_to_bucket_and_matches_alone(bucket, monkeypatch):
         Engine(model, n_blocks=80, block_size=8, prefill_bucket=0)
 
 
-def test_decode_attention_is_the_engines_to_choose():
-    """Engine(decode_attention=) is what every decoding step and layer attends with (a fused kernel plugs in
-    here); one that reads the blocks differently, through the step's tables, gives the same tokens."""
-    from tformer.inference.paged_cache import DecodeIndex, paged_decode_attention
+def test_a_faster_decode_plugs_in_as_the_step_caches():
+    """Engine(step_cache=) is the cache every layer of every step attends through: a subclass of `PagedStep`
+    whose `decode` reads the blocks differently (from the tables the step carries) gives the same tokens,
+    once per decoding step and layer, as a fused kernel would plug in."""
+    from tformer.inference.paged_cache import DecodeIndex, PagedStep, paged_decode_attention
     model, calls = tiny(3), []
 
-    def rebuilt(q, k_layer, v_layer, idx):               # rebuilds the index from the tables it carries
-        calls.append(q.shape[0])
-        again = DecodeIndex.build(idx.table, idx.lengths, q.shape[1], k_layer.shape[1], k_layer.shape[2],
-                                  k_layer.shape[3])
-        return paged_decode_attention(q, k_layer, v_layer, again)
-    eng = Engine(model, n_blocks=60, block_size=8, decode_attention=rebuilt)
+    class Rebuilt(PagedStep):                             # rebuilds the index from the tables, every layer
+        def decode(self, layer, q):
+            calls.append(q.shape[0])
+            c = self.pool.cfg
+            idx = DecodeIndex.build(self.table, self.lengths, q.shape[1], c.n_kv_heads, c.head_dim, c.block_size)
+            return paged_decode_attention(q, self.pool.k[layer], self.pool.v[layer], idx)
+    eng = Engine(model, n_blocks=60, block_size=8, step_cache=Rebuilt)
     prompts = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11, 12, 13, 14, 15, 16]]
     reqs = eng.generate(prompts, SamplingParams(max_tokens=9))
     assert [r.output for r in reqs] == [alone(model, p, 9)[0] for p in prompts]
     assert len(calls) == model.cfg.n_layers * 8 and calls[0] == len(prompts)    # 8 decoding steps after the prefills
+
+
+def test_the_engine_runs_the_models_own_forward(monkeypatch):
+    """The engine has no forward of its own: every step is `model(tokens, cache, positions=...)`, so a
+    block whose insides the engine never saw (post-LN here) serves its own tokens too."""
+    model = tiny(6)
+    for blk in model.blocks:
+        blk.norm_first = False                            # post-LN: the engine used to assume pre-LN
+    seen = []
+    real = type(model).forward
+
+    def spy(self, idx, cache=None, positions=None):
+        seen.append((tuple(idx.shape), positions is not None))
+        return real(self, idx, cache, positions)
+    monkeypatch.setattr(type(model), "forward", spy)
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
+    eng = Engine(model, n_blocks=40, block_size=8)
+    reqs = eng.generate(prompts, SamplingParams(max_tokens=6))
+    monkeypatch.undo()
+    assert [r.output for r in reqs] == [alone(model, p, 6)[0] for p in prompts]
+    assert seen and all(has_pos for _, has_pos in seen)
 
 
 @pytest.mark.parametrize("preset", ["llama", "qwen3"])

@@ -117,26 +117,32 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = nn.RMSNorm(self.head_dim, eps=eps) if qk_norm else None
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                *, is_causal: bool = False, rope=None, cache: KVCache | None = None,
+                *, is_causal: bool = False, rope=None, cache=None, positions: torch.Tensor | None = None,
                 need_weights: bool = False):
         """x (B, T_q, d_model); context (B, T_k, d_model) for cross-attention, else None.
 
         mask: bool, True = may attend, broadcastable to (B, n_heads, T_q, T_k).
         is_causal: add the causal mask (bottom-right aligned when a cache holds earlier tokens).
         rope: a `RotaryEmbedding` applied to queries and keys (self-attention).
-        cache: a `KVCache`; self-attention appends to it, cross-attention fills it once and reuses it.
+        positions: (B, T_q) each token's position, each row its own (a serving step); None = the tokens
+            follow what the cache holds.
+        cache: a `KVCache`; self-attention appends to it, cross-attention fills it once and reuses it. A
+            cache with an `attend(q, k, v)` method (the serving engine's paged step) stores the new keys
+            and values and attends over its own storage itself.
         Returns out (B, T_q, d_model), or (out, weights (B, n_heads, T_q, T_k)) if need_weights.
         """
         self._check(x, context)
-        past = cache.length if cache is not None and context is None else 0
+        past = cache.length if cache is not None and context is None and positions is None else 0
         if context is None:                                            # self-attention
-            q, k, v = self.qkv(x).split(self._sizes, dim=-1)           # project: (B, T, d), (B, T, d_kv) x 2
+            q, k, v = self.qkv(x).split(self.qkv_sizes, dim=-1)        # project: (B, T, d), (B, T, d_kv) x 2
             q = split_heads(q, self.n_heads)                           # split heads: (B, H, T, hd)
             k, v = split_heads(k, self.n_kv_heads), split_heads(v, self.n_kv_heads)  # (B, H_kv, T, hd)
             if self.q_norm is not None:                                # QK-norm: each head to unit RMS
                 q, k = self.q_norm(q), self.k_norm(k)
             if rope is not None:                                       # RoPE: rotate by absolute position
-                q, k = rope(q, offset=past), rope(k, offset=past)
+                q, k = rope(q, past, positions), rope(k, past, positions)
+            if hasattr(cache, "attend"):                               # a paged cache reads its blocks in place
+                return self.out(merge_heads(cache.attend(q, k, v)))
             if cache is not None:                                      # KV cache: prepend the earlier tokens
                 k, v = cache.append(k, v)
         else:                                                          # cross-attention: keys from context
@@ -158,18 +164,18 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"MultiHeadAttention: x has batch {x.shape[0]} but context has batch {context.shape[0]}")
 
     @property
-    def _sizes(self) -> list[int]:
+    def qkv_sizes(self) -> list[int]:
         kv_dim = self.n_kv_heads * self.head_dim
         return [self.n_heads * self.head_dim, kv_dim, kv_dim]          # rows of qkv: [W_q; W_k; W_v]
 
     def cross_qkv(self, x: torch.Tensor, context: torch.Tensor, cache: KVCache | None):
         """Queries from x with the W_q rows of `qkv`; keys and values from context with the W_k, W_v rows,
         computed once and then reused from `cache` (the encoder output does not change while decoding)."""
-        d, w, b = self._sizes[0], self.qkv.weight, self.qkv.bias
+        d, w, b = self.qkv_sizes[0], self.qkv.weight, self.qkv.bias
         q = split_heads(F.linear(x, w[:d], None if b is None else b[:d]), self.n_heads)
         if cache is not None and cache.length:
             return (q, *cache.get())
-        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(self._sizes[1:], dim=-1)
+        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(self.qkv_sizes[1:], dim=-1)
         k, v = split_heads(k, self.n_kv_heads), split_heads(v, self.n_kv_heads)
         if cache is not None:
             cache.store(k, v)

@@ -111,10 +111,10 @@ class TransformerBlock(nn.Module):
         self.drop1, self.drop2 = Dropout(cfg.dropout), Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
-                rope=None, cache: KVCache | None = None) -> torch.Tensor:
-        """x (B, T, d_model) -> (B, T, d_model)."""
+                rope=None, cache: KVCache | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d_model) -> (B, T, d_model); positions (B, T): see `MultiHeadAttention.forward`."""
         def attend(h):
-            return self.drop1(self.attn(h, mask=mask, is_causal=is_causal, rope=rope, cache=cache))
+            return self.drop1(self.attn(h, mask=mask, is_causal=is_causal, rope=rope, cache=cache, positions=positions))
         if self.norm_first:
             x = x + attend(self.norm1(x))
             return x + self.drop2(self.ffn(self.norm2(x)))

@@ -72,13 +72,14 @@ class LearnedPositionalEmbedding(nn.Module):
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d_model) at positions offset..offset+T-1, or at `positions` (B, T), each row its own."""
         check_rank(x, 3, "LearnedPositionalEmbedding(x)", "(B, T, d_model)")
-        t = x.shape[1]
-        if offset + t > self.max_len:
-            raise ValueError(f"LearnedPositionalEmbedding: sequence of {offset + t} positions exceeds the "
-                             f"{self.max_len} it was built for")
-        return x + self.weight[offset:offset + t]
+        last = offset + x.shape[1] - 1 if positions is None else int(positions.max())
+        if last >= self.max_len:
+            raise ValueError(f"LearnedPositionalEmbedding: position {last} is past the {self.max_len} it was "
+                             "built for")
+        return x + (self.weight[offset:last + 1] if positions is None else self.weight[positions])
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0,
@@ -147,11 +148,15 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", ang.cos() * self.attn_scale, persistent=False)
         self.register_buffer("sin", ang.sin() * self.attn_scale, persistent=False)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, H, T, head_dim) at positions offset..offset+T-1, or at `positions` (B, T), each row its own
+        (a serving step's sequences are at different lengths)."""
         check_rank(x, 4, "RotaryEmbedding(x)", "(B, H, T, head_dim)")
-        t = x.shape[-2]
-        if offset + t > self.cos.shape[0]:
-            self._build(max(offset + t, 2 * self.cos.shape[0]))
-        cos = self.cos[offset:offset + t].to(x.dtype)
-        sin = self.sin[offset:offset + t].to(x.dtype)
-        return x * cos + rotate_half(x) * sin
+        end = offset + x.shape[-2] if positions is None else int(positions.max()) + 1
+        if end > self.cos.shape[0]:
+            self._build(max(end, 2 * self.cos.shape[0]))
+        if positions is None:
+            cos, sin = self.cos[offset:end], self.sin[offset:end]                    # (T, hd)
+        else:
+            cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]    # (B, 1, T, hd)
+        return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)

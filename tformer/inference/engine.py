@@ -33,16 +33,14 @@ tokens alone and in a crowd (the tests check it). A counter-based scheme (Philox
 step) would vectorise the draw, but PyTorch does not expose per-row keys; one small multinomial per
 sampled request costs far less than the forward pass it follows. Greedy rows are one batched argmax.
 
-The decoding step is vectorised: the new tokens of all running sequences go through each layer's
-matrix products together. For attention, each sequence reads its keys and values where they lie in its
-blocks (`tformer.inference.paged_cache.paged_decode_attention`: two `embedding_bag` calls, whose index
+The step is the model's own forward, `model(tokens, cache, positions=...)`, for every running sequence
+at once: `positions` gives each row its own position (RoPE or learned), and the cache is a `PagedStep`
+over the sequences' block tables (`tformer.inference.paged_cache`). Each attention layer hands it the
+new queries, keys and values; it stores the keys and values in their blocks and, in a decoding step,
+reads every sequence's blocks in place (`paged_decode_attention`: two `embedding_bag` calls, whose index
 lists are built once per step and serve every layer), as vLLM's PagedAttention kernel does; sequences
-of any lengths share the call with no padding to the longest. An earlier version gathered each
-sequence's blocks into one padded tensor first: that copy of the whole cache at every layer and step
-took more time than the attention itself. A fresh prefill attends over its own new keys, with nothing
-to read from the pool. The model's own modules are used
-(embeddings, each block's norms, qkv, out and FFN), so any `GPT` runs, learned positions or RoPE, MHA
-or GQA, dense or MoE.
+of any lengths share the call with no padding to the longest. The engine knows nothing of a block's
+insides, so any `GPT` runs: learned positions or RoPE, LayerNorm or RMSNorm, MHA or GQA, dense or MoE.
 
     eng = Engine(model, n_blocks=256, block_size=16)
     r = eng.add_request([1, 2, 3], SamplingParams(max_tokens=20, temperature=0.8, seed=0))
@@ -59,12 +57,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
-from ..attention import merge_heads, split_heads
-from ..kernels import SDPA_HAS_GQA
 from ..sampling import sample_next
-from .paged_cache import BlockPool, DecodeIndex, PagedConfig, paged_decode_attention, read_kv, write_kv
+from .paged_cache import BlockPool, PagedConfig, PagedStep
 
 
 class QueueFull(RuntimeError):
@@ -242,16 +237,14 @@ class Engine:
     decoded together at most. max_waiting: queue length beyond which `add_request` raises `QueueFull`.
     watermark: free blocks kept back at admission for running sequences to grow into. prefill_bucket: a
     prompt's new tokens are padded to a multiple of it, so prefills reuse a few matrix shapes (see
-    `forward`; 1: no padding). decode_attention: the function a decoding step attends with, of
-    `paged_decode_attention`'s signature (a fused kernel, as `benchmarks/bench_decode_attention.py` builds).
+    `forward`; 1: no padding). step_cache: the class of a step's cache (`PagedStep`; a subclass with a
+    faster `decode`, such as `benchmarks/paged_decode.py`'s fused kernel, plugs in here).
     """
 
     def __init__(self, model, n_blocks: int | None = None, block_size: int = BLOCK_SIZE, max_running: int = 64,
                  max_waiting: int = 256, prefix_sharing: bool = True, watermark: int = 1, seed: int = 0,
-                 prefill_bucket: int = 32, decode_attention=paged_decode_attention):
+                 prefill_bucket: int = 32, step_cache: type[PagedStep] = PagedStep):
         cfg = model.cfg
-        if getattr(model.blocks[0], "norm_first", True) is not True:
-            raise ValueError("Engine: expected a pre-LN GPT (tformer.models.GPT)")
         per_seq = blocks_needed(cfg.context_length, block_size)
         n_blocks = n_blocks if n_blocks is not None else max(4 * per_seq, 64)
         if n_blocks < per_seq + watermark:
@@ -265,7 +258,7 @@ class Engine:
         if prefill_bucket < 1:
             raise ValueError(f"Engine: prefill_bucket must be >= 1, got {prefill_bucket}")
         self.bs, self.max_running, self.max_waiting, self.watermark = block_size, max_running, max_waiting, watermark
-        self.prefill_bucket, self.decode_attention = prefill_bucket, decode_attention
+        self.prefill_bucket, self.step_cache = prefill_bucket, step_cache
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._inbox: deque[Request] = deque()
@@ -462,84 +455,20 @@ class Engine:
             if len(r.output) >= r.params.max_tokens:
                 self._finish(r, "length", finished)
 
-    # -- the model step: every sequence's new tokens through the layers together ------------------
+    # -- the model step: every sequence's new tokens through the model together ----------------------
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, reqs: list[Request],
                 n_real: int | None = None) -> torch.Tensor:
-        """tokens, positions (B, T) of B sequences' new tokens -> logits (B, T, V).
-
-        Writes the new keys/values into each sequence's blocks and attends over all of its cached tokens.
-        Two kinds of call: a decoding step (T = 1, any B) reads every sequence's blocks in place through
-        `paged_decode_attention`, its index lists built once for all layers; a prefill (B = 1) attends
-        causally over its own new keys when nothing is cached, or, after a prefix hit or a preemption,
-        over its blocks gathered in token order (one sequence, once per admission).
+        """tokens, positions (B, T) of B sequences' new tokens -> logits (B, T, V): the model's own forward,
+        its cache a `PagedStep` over the sequences' blocks (a decoding step, T = 1 and any B, or a prefill of
+        one sequence). It stores the new keys/values in each sequence's blocks and attends over all of them.
 
         n_real (a prefill): only the first n_real tokens are the sequence's; the rest pad T up to a
         bucket (`prefill_bucket`). On a CPU each new matrix shape costs a kernel choice, and in bf16 a
         JIT-compiled AMX kernel (oneDNN), about as long as the prefill itself: padded prompts reuse a few
         shapes. Pads come after every real token, so causal attention keeps them out of the real rows;
         their keys/values are not stored."""
-        m, pool, bs = self.model, self.pool, self.bs
-        dev = tokens.device
-        b, t = tokens.shape
-        if t > 1 and b > 1:
-            raise ValueError(f"Engine.forward: expected one new token per sequence or one sequence, got {b} x {t}")
-        n_real = t if n_real is None else n_real
-        nb = max(len(r.blocks) for r in reqs)
-        table = torch.tensor([r.blocks + [0] * (nb - len(r.blocks)) for r in reqs], device=dev)  # pad: block 0
-        w_blk = table.gather(1, positions[:, :n_real] // bs)                     # (B, n_real) where each new token goes
-        w_off = positions[:, :n_real] % bs
-        fresh = b == 1 and int(positions[0, 0]) == 0                              # nothing cached: no gather
-        if t == 1:
-            idx = DecodeIndex.build(table, positions[:, 0] + 1, m.cfg.n_heads, pool.cfg.n_kv_heads,
-                                    pool.cfg.head_dim, bs)
-        elif not fresh:                                                          # every key up to the last new token
-            key_pos = torch.arange(int(positions[0, -1]) + 1, device=dev)
-            stored = key_pos.clamp(max=int(positions[0, n_real - 1]))             # a pad's key: read a real one (masked)
-            k_blk, k_off = table[:, stored // bs], stored % bs
-            see = key_pos[None, None, None, :] <= positions[:, None, :, None]     # (1, 1, T, n_keys)
-            mask = torch.zeros(see.shape, dtype=m.tok_embed.weight.dtype, device=dev).masked_fill_(~see, float("-inf"))
-        x = m.tok_embed(tokens)
-        if m.pos_embed is not None:
-            x = x + m.pos_embed.weight[positions]
-        cos = sin = None
-        if m.rope is not None:
-            if int(positions.max()) >= m.rope.cos.shape[0]:
-                m.rope._build(2 * int(positions.max()) + 1)
-            cos, sin = m.rope.cos[positions][:, None].to(x.dtype), m.rope.sin[positions][:, None].to(x.dtype)
-        for layer, blk in enumerate(m.blocks):
-            attn = blk.attn
-            q, k, v = attn.qkv(blk.norm1(x)).split(attn._sizes, dim=-1)
-            q, k, v = split_heads(q, attn.n_heads), split_heads(k, attn.n_kv_heads), split_heads(v, attn.n_kv_heads)
-            if attn.q_norm is not None:                                       # QK-norm (Qwen3)
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            if cos is not None:
-                q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            write_kv(pool, layer, w_blk, w_off, k[:, :, :n_real].transpose(1, 2), v[:, :, :n_real].transpose(1, 2))
-            if t == 1:
-                y = self.decode_attention(q, pool.k[layer], pool.v[layer], idx).to(q.dtype)
-            elif fresh:
-                y = _attend(q, k, v, None)
-            else:
-                kk, vv = read_kv(pool, layer, k_blk, k_off)                   # (1, H_kv, n_keys, hd)
-                y = _attend(q, kk.to(q.dtype), vv.to(q.dtype), mask)
-            x = x + blk.drop1(attn.out(merge_heads(y)))
-            x = x + blk.drop2(blk.ffn(blk.norm2(x)))
-        return m.head(m.final_norm(x))
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Scaled dot-product attention; mask None means causal over k (a fresh prefill). Every query row of
-    the engine's masks sees at least its own key, so no empty-row guard (fast_attention's) is needed."""
-    if q.shape[1] != k.shape[1]:
-        if SDPA_HAS_GQA:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
-        k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // k.shape[1], 1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+        step = self.step_cache(self.pool, [r.blocks for r in reqs], positions, n_real)
+        return self.model(tokens, step.layers, positions=positions)
 
 
 __all__ = ["BLOCK_SIZE", "Engine", "SamplingParams", "Request", "QueueFull", "PrefixBlocks", "can_admit", "blocks_needed",

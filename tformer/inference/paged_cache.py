@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..kernels import fast_attention
 from ..sampling import sample_next
 from ..utils.checks import check_float, check_rank
 
@@ -279,6 +280,74 @@ def paged_decode_attention(q: torch.Tensor, k_layer: torch.Tensor, v_layer: torc
     out = F.embedding_bag(idx.v_rows, v_layer.reshape(-1, hd), idx.v_bags, mode="sum",
                           per_sample_weights=p.view(-1, bs).index_select(0, idx.held).flatten())
     return out.view(b, h, 1, hd)
+
+
+class PagedStep:
+    """One serving step's cache: the new tokens of B sequences, at `positions` (B, T), over their block tables.
+
+    The engine runs the model on it: `model(tokens, step.layers, positions=positions)`. Each layer's view
+    offers `attend(q, k, v)`, so `MultiHeadAttention` hands it the new queries, keys and values; the view
+    stores the keys and values in the sequences' blocks and attends over everything each sequence holds,
+    reading the blocks where they lie. Three kinds of step:
+
+        decode   T = 1, any B: `paged_decode_attention` over each sequence's blocks, with one `DecodeIndex`
+                 built for the step (on first use) and shared by every layer
+        fresh    B = 1, nothing cached: causal attention over its own new keys (nothing read from the pool)
+        resume   B = 1 after a prefix hit or a preemption: its keys up to its last new token, gathered from
+                 its blocks in token order (one sequence, once per admission)
+
+    n_real: only the first n_real of the T tokens are the sequence's, the rest pad a prefill to a bucket;
+    the pads' keys and values are not stored, and causal attention keeps them out of the real rows.
+    A faster decode attention (a fused kernel) plugs in by overriding `decode`.
+    """
+
+    def __init__(self, pool: BlockPool, tables: list[list[int]], positions: torch.Tensor, n_real: int | None = None):
+        b, t = positions.shape
+        if t > 1 and b > 1:
+            raise ValueError(f"PagedStep: expected one new token per sequence or one sequence, got {b} x {t}")
+        bs, dev = pool.cfg.block_size, positions.device
+        nb = max(len(ids) for ids in tables)
+        self.pool, self.n_real = pool, t if n_real is None else n_real
+        self.table = torch.tensor([ids + [0] * (nb - len(ids)) for ids in tables], device=dev)   # (B, nb); pad: block 0
+        real = positions[:, :self.n_real]
+        self.w_blk, self.w_off = self.table.gather(1, real // bs), real % bs     # where each new token goes
+        self.kind = "decode" if t == 1 else "fresh" if int(positions[0, 0]) == 0 else "resume"
+        self.lengths = positions[:, 0] + 1                                       # (B,) tokens held after a decode
+        self.idx: DecodeIndex | None = None
+        if self.kind == "resume":                                                # every key up to the last new token
+            key_pos = torch.arange(int(positions[0, -1]) + 1, device=dev)
+            stored = key_pos.clamp(max=int(positions[0, self.n_real - 1]))      # a pad's key: read a real one (masked)
+            self.k_blk, self.k_off = self.table[:, stored // bs], stored % bs
+            self.mask = key_pos[None, None, None, :] <= positions[:, None, :, None]   # (1, 1, T, n_keys)
+        self.layers = [PagedStepLayer(self, layer) for layer in range(pool.cfg.n_layers)]
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Store k, v (B, H_kv, T, hd) of `layer`; q (B, H, T, hd) attends over all it holds: (B, H, T, hd)."""
+        n = self.n_real
+        write_kv(self.pool, layer, self.w_blk, self.w_off, k[:, :, :n].transpose(1, 2), v[:, :, :n].transpose(1, 2))
+        if self.kind == "decode":
+            return self.decode(layer, q).to(q.dtype)
+        if self.kind == "fresh":
+            return fast_attention(q, k, v, is_causal=True)
+        kk, vv = read_kv(self.pool, layer, self.k_blk, self.k_off)              # (1, H_kv, n_keys, hd)
+        return fast_attention(q, kk.to(q.dtype), vv.to(q.dtype), self.mask)
+
+    def decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """q (B, H, 1, hd) over each sequence's blocks of `layer`: `paged_decode_attention`."""
+        if self.idx is None:
+            c = self.pool.cfg
+            self.idx = DecodeIndex.build(self.table, self.lengths, q.shape[1], c.n_kv_heads, c.head_dim, c.block_size)
+        return paged_decode_attention(q, self.pool.k[layer], self.pool.v[layer], self.idx)
+
+
+class PagedStepLayer:
+    """One layer's view of a `PagedStep`: the cache `MultiHeadAttention` is given (it calls `attend`)."""
+
+    def __init__(self, step: PagedStep, layer: int):
+        self.step, self.layer = step, layer
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.step.attend(self.layer, q, k, v)
 
 
 def kv_memory(lengths: list[int] | torch.Tensor, max_len: int, block_size: int, bytes_per_token: int = 1) -> dict:

@@ -134,9 +134,13 @@ class GPT(nn.Module):
         elif isinstance(m, LearnedPositionalEmbedding):
             nn.init.normal_(m.weight, 0.0, 0.01)
 
-    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
-        """idx (B, T) token ids -> logits (B, T, vocab_size). With `cache`, idx holds only new tokens."""
-        return self.head(self.final_norm(self._trunk(idx, cache)))
+    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """idx (B, T) token ids -> logits (B, T, vocab_size). With `cache`, idx holds only new tokens.
+
+        positions (B, T): each token's position, each row its own (the serving engine's step, whose
+        sequences are at different lengths); None = the tokens follow what the cache holds."""
+        return self.head(self.final_norm(self._trunk(idx, cache, positions)))
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, chunk: int = 256) -> torch.Tensor:
         """Mean next-token cross-entropy of idx (B, T) against targets (B, T) (already shifted: targets[:, t]
@@ -148,20 +152,23 @@ class GPT(nn.Module):
         return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(),
                                     ignore_index=ignore_index, chunk=chunk)
 
-    def _trunk(self, idx: torch.Tensor, cache: list[KVCache] | None) -> torch.Tensor:
+    def _trunk(self, idx: torch.Tensor, cache: list[KVCache] | None, positions: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T) -> the last block's output (B, T, d): embeddings, positions, the blocks."""
         check_tokens(idx, "idx")
-        past = cache[0].length if cache is not None else 0
+        past = cache[0].length if cache is not None and positions is None else 0
         t = idx.shape[1]
-        if self.pos_embed is not None and past + t > self.cfg.context_length:
+        if positions is not None and positions.shape != idx.shape:
+            raise ValueError(f"GPT: positions must have idx's shape {tuple(idx.shape)}, got {tuple(positions.shape)}")
+        if self.pos_embed is not None and positions is None and past + t > self.cfg.context_length:
             raise ValueError(f"GPT: {past + t} positions exceed context_length={self.cfg.context_length} "
                              "(learned positions exist only up to context_length; crop the input)")
         x = self.tok_embed(idx)                                            # (B, T, d)
         if self.pos_embed is not None:
-            x = self.pos_embed(x, past)
+            x = self.pos_embed(x, past, positions)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None)
+            x = block(x, is_causal=True, rope=self.rope, cache=cache[i] if cache is not None else None,
+                      positions=positions)
         return x
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
