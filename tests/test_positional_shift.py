@@ -31,3 +31,20 @@ def test_table_matches_float64_formula_and_shift_rejects_odd():
     torch.testing.assert_close(sinusoidal_table(50, 10), _pe64(50, 10).float())
     with pytest.raises(ValueError, match="even"):
         sinusoidal_shift_matrix(1, 7)
+
+
+def test_positions_per_row_equal_each_row_at_its_own_offset():
+    """RoPE and learned positions take positions (B, T), each row its own (a serving step): row i at
+    positions o_i..o_i+T-1 equals that row alone at offset o_i; past the table, a learned one says so."""
+    from tformer.positional import LearnedPositionalEmbedding, RotaryEmbedding
+    torch.manual_seed(0)
+    rope, learned = RotaryEmbedding(16, max_len=8), LearnedPositionalEmbedding(32, 16)
+    offsets = [0, 5, 21]
+    pos = torch.tensor(offsets)[:, None] + torch.arange(3)                     # (3, 3)
+    q, x = torch.randn(3, 2, 3, 16), torch.randn(3, 3, 16)
+    got_q, got_x = rope(q, positions=pos), learned(x, positions=pos)           # 23 > 8: the table grows
+    for i, o in enumerate(offsets):
+        torch.testing.assert_close(got_q[i:i + 1], rope(q[i:i + 1], offset=o))
+        torch.testing.assert_close(got_x[i:i + 1], learned(x[i:i + 1], offset=o))
+    with pytest.raises(ValueError, match="position 32 is past the 32"):
+        learned(x, positions=pos + 9)
