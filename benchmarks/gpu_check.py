@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))                          # run from a checkout wit
 sys.path.insert(0, str(ROOT / "benchmarks"))           # the peers of bench_core
 
 from tformer.utils import gpu  # noqa: E402
+from tformer.utils import device as policy  # noqa: E402
 from tformer.models import GPT, GPTConfig, Transformer, TransformerConfig  # noqa: E402
 from tformer.measure.timing import synchronize, time_interleaved  # noqa: E402
 
@@ -128,7 +129,7 @@ def tests_rows(smoke: bool) -> list[dict]:
 
 def attention_rows(dev, dtype, lengths, tokens, heads=16, head_dim=128, repeat=10) -> list[dict]:
     rows = []
-    fast = gpu.attention_backend(dev)                  # flash on sm80+ and the CPU, memory-efficient before
+    fast = policy.attention_backend(dev)                  # flash on sm80+ and the CPU, memory-efficient before
     fast_name = "flash" if fast == SDPBackend.FLASH_ATTENTION else "memory-efficient"
     for t in lengths:
         b = max(1, tokens // t)
@@ -383,7 +384,7 @@ def vit_rows(dev, dtype, batch, steps, **cfg_kw) -> list[dict]:
         scaler.update()
         opt.zero_grad(set_to_none=True)
 
-    with sdpa_kernel([gpu.attention_backend(dev)]) if dev.type == "cuda" else nullcontext():
+    with sdpa_kernel([policy.attention_backend(dev)]) if dev.type == "cuda" else nullcontext():
         t = median_time(step, 3, steps)
     return [row("vit", f"train ViT d={cfg.d_model} L={cfg.n_layers} {cfg.image_size}px/p{cfg.patch_size} B={batch}",
                 batch / t, "images/s", f"{t * 1e3:.0f} ms/step")]
@@ -426,7 +427,7 @@ def plan_for(smoke: bool, data: Path | None):
                                     d_ff=64, n_classes=10),
         }
     dev = torch.device("cuda")
-    dtype = gpu.amp_dtype(dev) if torch.cuda.is_available() else None   # bf16 on sm80+, fp16 (+ scaler) before
+    dtype = policy.amp_dtype(dev) if torch.cuda.is_available() else None   # bf16 on sm80+, fp16 (+ scaler) before
     return dev, {
         "tests": lambda: tests_rows(smoke=False),
         "attention": lambda: attention_rows(dev, dtype, [1024, 4096, 16384], 32768),
@@ -454,9 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     dev, plan = plan_for(args.smoke, args.data)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-        cap = gpu.capability(dev)
+        cap = policy.capability(dev)
         print(f"{torch.cuda.get_device_name(dev)} (sm{cap[0]}{cap[1]}), torch {torch.__version__}, CUDA "
-              f"{torch.version.cuda}, {gpu.amp_dtype(dev)}, attention {gpu.attention_backend(dev).name}")
+              f"{torch.version.cuda}, {policy.amp_dtype(dev)}, attention {policy.attention_backend(dev).name}")
     rows = []
     t_all = time.perf_counter()
     for name in args.only or PARTS:

@@ -5,6 +5,7 @@ import torch
 from torch.nn.attention import SDPBackend
 
 from tformer.utils import gpu
+from tformer.utils import device as policy
 from tformer.training import TrainConfig, Trainer, setup_distributed
 
 T4, V100, A100, H200 = (7, 5), (7, 0), (8, 0), (9, 0)
@@ -15,9 +16,9 @@ T4, V100, A100, H200 = (7, 5), (7, 0), (8, 0), (9, 0)
                                                (A100, torch.bfloat16, SDPBackend.FLASH_ATTENTION),
                                                (H200, torch.bfloat16, SDPBackend.FLASH_ATTENTION)])
 def test_precision_and_attention_kernel_follow_compute_capability(cap, dtype, backend):
-    assert gpu.amp_dtype("cuda", capability=cap) == dtype
-    assert gpu.attention_backend("cuda", capability=cap) == backend
-    assert gpu.flash_available("cuda", capability=cap) == (backend == SDPBackend.FLASH_ATTENTION)
+    assert policy.amp_dtype("cuda", capability=cap) == dtype
+    assert policy.attention_backend("cuda", capability=cap) == backend
+    assert policy.flash_available("cuda", capability=cap) == (backend == SDPBackend.FLASH_ATTENTION)
     assert gpu.grad_scaler(dtype, "cpu").is_enabled() == (dtype == torch.float16)
     why = gpu.why_no_flash("cuda", capability=cap)
     if cap < (8, 0):
@@ -27,8 +28,8 @@ def test_precision_and_attention_kernel_follow_compute_capability(cap, dtype, ba
 
 
 def test_cpu_means_fp32_and_the_cpu_flash_kernel():
-    assert gpu.amp_dtype("cpu") is None and gpu.capability("cpu") is None
-    assert gpu.attention_backend("cpu") == SDPBackend.FLASH_ATTENTION and gpu.why_no_flash("cpu") is None
+    assert policy.amp_dtype("cpu") is None and policy.capability("cpu") is None
+    assert policy.attention_backend("cpu") == SDPBackend.FLASH_ATTENTION and gpu.why_no_flash("cpu") is None
 
 
 @pytest.mark.parametrize("cap,fast", [(T4, False), (V100, False), (A100, False), ((8, 6), False), (H200, True),
@@ -133,12 +134,12 @@ def test_trainer_fp16_with_grad_scaler_trains_like_fp32():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_this_gpu_gets_a_kernel_that_runs():
-    cap = gpu.capability("cuda")
-    q = torch.randn(1, 2, 64, 64, device="cuda", dtype=gpu.amp_dtype("cuda"))
+    cap = policy.capability("cuda")
+    q = torch.randn(1, 2, 64, 64, device="cuda", dtype=policy.amp_dtype("cuda"))
     from torch.nn.attention import sdpa_kernel
-    with sdpa_kernel([gpu.attention_backend("cuda")]):
+    with sdpa_kernel([policy.attention_backend("cuda")]):
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-    assert (gpu.amp_dtype("cuda") == torch.bfloat16) == (cap >= (8, 0))
+    assert (policy.amp_dtype("cuda") == torch.bfloat16) == (cap >= (8, 0))
 
 
 def test_gpu_translation_preset_is_the_measured_hand_made_recipe():

@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .cli import add_debug
 from .data.sources import cache_dir
-from .grading.core import _flatten, compare
+from .grading.core import flatten_tensors, compare
 from .measure.flash import lm_throughput
 from .models.gpt import GPT, GPTConfig
 from .moe import MoE, MoEConfig
@@ -88,7 +88,7 @@ class Outcome:
 
 
 def _tensors(x) -> list[torch.Tensor]:
-    return [t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu() for t in _flatten(x)]
+    return [t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu() for t in flatten_tensors(x)]
 
 
 def run_check(check: Check, dev: torch.device) -> Outcome:
@@ -102,7 +102,7 @@ def run_check(check: Check, dev: torch.device) -> Outcome:
     except Exception as e:  # noqa: BLE001: a backend that crashes fails its check, it does not stop the doctor
         return Outcome(name, "FAIL", None, atol, rtol, f"raised {type(e).__name__}: "
                        f"{' '.join(str(e).split())[:160]}", check.advice, _dn(dtype))
-    half = next((t.dtype for t in _flatten(raw) if t.dtype in HALF), None)
+    half = next((t.dtype for t in flatten_tensors(raw) if t.dtype in HALF), None)
     if half is not None:          # a kernel that ran in bf16/fp16 (flash, autocast) is judged at that precision
         dtype, atol, rtol = half, max(atol, HALF[half]["atol"]), max(rtol, HALF[half]["rtol"])
     want = _tensors(check.reference() if check.reference else check.candidate(torch.device("cpu"), torch.float64))

@@ -48,6 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import tformer
 from tformer.utils import gpu
+from tformer.utils import device as policy
 from tformer.measure.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.grading import check
 from tformer.data.text import LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
@@ -466,21 +467,21 @@ if moe_capstone:
 # + attention FLOPs per token, over the GPU's datasheet peak). On a CPU the same check finds PyTorch's
 # CPU flash kernel. A GPU older than sm80 (a free Colab T4 is sm75) has no flash kernel and no bf16:
 # there the cell says so and checks the kernel that runs instead, SDPA's memory-efficient one, in fp16
-# (`tformer.utils.gpu` decides by compute capability; `lm_throughput` adds a gradient scaler).
+# (`tformer.utils.device` decides by compute capability; `lm_throughput` adds a gradient scaler).
 
 # %%
 model = runs["MoE 8x top-2"][0].train()
 probe = train_ids[: 2 * block].view(2, block).to(dev)
 
 def forward_backward():
-    with torch.autocast(dev.type, dtype=gpu.amp_dtype(dev) or torch.bfloat16, enabled=dev.type == "cuda"):
+    with torch.autocast(dev.type, dtype=policy.amp_dtype(dev) or torch.bfloat16, enabled=dev.type == "cuda"):
         loss = model(probe).float().mean() + model.aux_loss
     loss.backward()
     model.zero_grad(set_to_none=True)
 
 if gpu.why_no_flash(dev):          # e.g. a T4: say why, and prove the memory-efficient kernel runs instead
     print("flash cannot be forced here:", gpu.why_no_flash(dev))
-    with sdpa_kernel([gpu.attention_backend(dev)]):
+    with sdpa_kernel([policy.attention_backend(dev)]):
         _, kernels = sdpa_backends_used(forward_backward)
     assert kernels == ["efficient"], kernels
 else:

@@ -251,13 +251,14 @@ def _time_limit(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-def _flatten(x) -> list[torch.Tensor]:
+def flatten_tensors(x) -> list[torch.Tensor]:
+    """The tensors in x (a tensor, nested tuples or lists of them, plain numbers) in order; a list of ints is one."""
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, list) and x and all(type(i) is int for i in x):   # a list of ids: one sequence (length, then
         return [torch.tensor(x)]                                         # the first differing position)
     if isinstance(x, (tuple, list)):
-        return [t for item in x for t in _flatten(item)]
+        return [t for item in x for t in flatten_tensors(item)]
     if isinstance(x, (int, float, bool)):
         return [torch.tensor(x)]
     if isinstance(x, dict) and "tformer_unsupported" in x:       # a value a grading worker could not send
@@ -281,10 +282,10 @@ def compare(got, expected, atol: float, rtol: float, nan_equal: bool = True) -> 
     Integer and bool outputs must have the expected dtype exactly and equal values; float outputs the
     expected dtype and values within atol + rtol * |expected| (NaN matches NaN if `nan_equal`)."""
     try:
-        g_list = _flatten(got)
+        g_list = flatten_tensors(got)
     except TypeError as e:
         return str(e)
-    e_list = _flatten(expected)
+    e_list = flatten_tensors(expected)
     if len(g_list) != len(e_list):
         return _("expected {expected} output tensor(s), got {got}").format(expected=len(e_list), got=len(g_list))
     for i, (g, e) in enumerate(zip(g_list, e_list)):

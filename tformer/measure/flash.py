@@ -25,7 +25,8 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..utils.gpu import PEAK_FLOPS, amp_dtype, attention_backend, flash_available, peak_flops
+from ..utils.device import amp_dtype, attention_backend, flash_available
+from ..utils.gpu import PEAK_FLOPS, peak_flops
 from ..moe import collect_aux_loss
 from ..training.losses import causal_lm_loss
 from ..training.trainer import fusable

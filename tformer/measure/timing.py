@@ -28,7 +28,8 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from ..utils.gpu import amp_dtype, grad_scaler
+from ..utils.device import amp_dtype
+from ..utils.gpu import grad_scaler
 from ..training.losses import causal_lm_loss
 from ..training.trainer import fusable
 
@@ -190,7 +191,7 @@ def train_step_time(model: nn.Module, idx: torch.Tensor, warmup: int = 1, repeat
 
     A step (`training_step`) is forward, loss, backward and an AdamW update, as in training. The model's
     parameters do change; pass a copy if that matters. amp=None: autocast on CUDA (bf16 on sm80+, fp16
-    with a gradient scaler before: `tformer.utils.gpu.amp_dtype`), off on CPU.
+    with a gradient scaler before: `tformer.utils.device.amp_dtype`), off on CPU.
     """
     device = idx.device
     amp = amp_dtype(device) is not None if amp is None else amp     # the policy's dtype (tformer.utils.device)

@@ -40,8 +40,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ..utils.gpu import amp_dtype, grad_scaler
-from ..utils.device import resolve as resolve_device
+from ..utils.device import amp_dtype, resolve as resolve_device
+from ..utils.gpu import grad_scaler
 from .checkpoint import CheckpointError, _rng_state, _set_rng_state, atomic_save, load_checkpoint, previous_path
 from .distributed import _dist_on
 from .schedules import RunScheduler, make_scheduler

@@ -121,7 +121,7 @@ def amp_dtype(device: torch.device | str | None = None, capability: tuple[int, i
     gradient scaler: its range ends at 65,504 and small gradients underflow to 0; bf16 has fp32's range);
     on MPS bf16 only where `tformer doctor` found it safe, else None; on a CPU None (train in fp32) unless
     `cpu_bf16` asks for bf16 and the CPU has bf16 matrix units (`cpu_native`, None = ask this CPU)."""
-    device, cap = _cap(device, capability)
+    device, cap = resolve_capability(device, capability)
     if device.type == "cpu":
         native = cpu_bf16_native() if cpu_native is None else cpu_native
         return torch.bfloat16 if cpu_bf16 and native else None
@@ -134,14 +134,14 @@ def amp_dtype(device: torch.device | str | None = None, capability: tuple[int, i
 
 def flash_available(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> bool:
     """True when SDPA's flash kernel can run here: a CPU (PyTorch's CPU flash kernel) or a CUDA GPU of sm80+."""
-    device, cap = _cap(device, capability)
+    device, cap = resolve_capability(device, capability)
     return device.type == "cpu" or (device.type == "cuda" and cap >= SM80)
 
 
 def attention_backend(device: torch.device | str | None = None,
                       capability: tuple[int, int] | None = None) -> SDPBackend:
     """The SDPA kernel to force for training: flash where it exists, MATH on MPS, else the memory-efficient one."""
-    device, cap = _cap(device, capability)
+    device, cap = resolve_capability(device, capability)
     if flash_available(device, cap):
         return SDPBackend.FLASH_ATTENTION
     if device.type == "mps":
@@ -216,7 +216,8 @@ def _device(device) -> torch.device:
     return torch.device(device) if device is not None else choose(capstone=True).device
 
 
-def _cap(device, cap):
+def resolve_capability(device, cap: tuple[int, int] | None = None) -> tuple[torch.device, tuple[int, int] | None]:
+    """(device, its compute capability): `cap` when given (a test injects one), else the GPU's; None off CUDA."""
     device = _device(device)
     if device.type != "cuda":
         return device, None

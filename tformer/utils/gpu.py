@@ -1,19 +1,16 @@
-"""What this accelerator can do (training, chapter 13, the benchmarks use it). Which device, dtype and SDPA
-kernel to use is the policy's (tformer.utils.device); its names are importable from here too:
+"""What this accelerator can do (training, chapter 13, the benchmarks use it). Which device, autocast dtype
+and SDPA kernel to use, and why, is the policy's: `tformer.utils.device` (`amp_dtype`, `attention_backend`,
+`capability`, `flash_available`), the one place it is explained. Here, what follows from the hardware:
 
-    compute capability  (major, minor) of a CUDA GPU: sm75 = (7, 5) for a T4, sm80 an A100, sm90 an H100/H200
-    amp_dtype           bf16 autocast on sm80+; fp16 (with a gradient scaler) on older GPUs; none on a CPU;
-                        on MPS bf16 only where `tformer doctor` found it safe
-    attention_backend   SDPA's flash kernel on sm80+ (and the CPU's flash kernel); the memory-efficient
-                        kernel on older GPUs (FlashAttention-2 needs sm80; the memory-efficient kernel also
-                        never builds the T x T score matrix, it is just slower)
+    grad_scaler         the gradient scaler fp16 training needs (a pass-through otherwise)
+    why_no_flash        one sentence saying why flash cannot be forced here
     grouped_mm_fast     whether `F.grouped_mm` is one kernel here (sm90/sm100, or a CPU): MoE's "auto" dispatch
     dist_plan           process-group backend and device for a run under torchrun: from the run's device,
                         not from whether a GPU happens to be present
+    peak_flops          the datasheet's dense bf16/fp16 peak, for MFU
 
-`torch.cuda.is_bf16_supported()` is not the test for bf16: it also says yes where bf16 is only emulated
-(sm75 runs bf16 matmuls through fp32, several times slower than its fp16 tensor cores). Every function
-takes an optional `capability` (or GPU count) so the choice can be tested on a CPU by injecting one.
+Every function takes an optional `capability` (or GPU count) so the choice can be tested on a CPU by
+injecting one.
 """
 from __future__ import annotations
 
@@ -22,9 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-# the policy's half (capability, dtype, kernel) lives in tformer.utils.device; the names stay importable here
-from .device import SM80, _cap, amp_dtype, attention_backend, capability, flash_available  # noqa: F401
-from .device import choose, resolve as _resolve
+from .device import choose, flash_available, resolve as _resolve, resolve_capability
 
 
 def grad_scaler(dtype: torch.dtype | None, device: torch.device | str = "cuda") -> torch.amp.GradScaler:
@@ -34,7 +29,7 @@ def grad_scaler(dtype: torch.dtype | None, device: torch.device | str = "cuda") 
 
 def why_no_flash(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> str | None:
     """One sentence saying why flash cannot be forced here and what runs instead; None when it can."""
-    device, cap = _cap(device, capability)
+    device, cap = resolve_capability(device, capability)
     if flash_available(device, cap):
         return None
     if device.type != "cuda":
@@ -54,7 +49,7 @@ GROUPED_MM_KERNEL_MAJORS = (9, 10)
 def grouped_mm_fast(device: torch.device | str | None = None, capability: tuple[int, int] | None = None) -> bool:
     """True where `F.grouped_mm` is a single kernel with no host sync: an sm90/sm100 GPU, or a CPU (whose
     loop over experts needs no sync). An A100 (sm80) or a T4 gets False: MoE "auto" dispatch pads instead."""
-    device, cap = _cap(device, capability)
+    device, cap = resolve_capability(device, capability)
     if device.type == "cpu":
         return True
     return device.type == "cuda" and cap[0] in GROUPED_MM_KERNEL_MAJORS
