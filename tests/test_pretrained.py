@@ -11,7 +11,7 @@ def test_returns_what_load_returns():
 def test_offline_it_explains_instead_of_loading(monkeypatch, capsys):
     import tformer.data.pretrained as pretrained
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(pretrained, "_offline_reason", lambda host: f"cannot reach {host}")
+    monkeypatch.setattr(pretrained, "offline_reason", lambda host: f"cannot reach {host}")
     called = []
     assert load_pretrained(lambda: called.append(1), "gpt2") is None
     out = capsys.readouterr().out

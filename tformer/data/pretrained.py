@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Callable, TypeVar
 
-from .sources import _offline_reason
+from .sources import offline_reason
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ def load_pretrained(load: Callable[[], T], name: str) -> T | None:
     how = (f"Run this cell once with a network connection (the weights are cached in ~/.cache/huggingface, "
            f"or under $HF_HOME), or set HF_HOME to a copy of that cache; the rest of the notebook does not need {name}.")
     hf_offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no")
-    reason = None if hf_offline else _offline_reason("huggingface.co")
+    reason = None if hf_offline else offline_reason("huggingface.co")
     if reason:
         print(f"could not download {name}: {reason}. {how}")
         return None

@@ -55,7 +55,7 @@ def read_parallel(folder: str | os.PathLike, src: str, tgt: str, split: str = "t
     return a, b
 
 
-def _offline_reason(host: str) -> str | None:
+def offline_reason(host: str) -> str | None:
     """Why the network cannot be used (None if it can): an offline switch, or no connection to `host`."""
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TFORMER_OFFLINE"):
         if os.environ.get(var, "0").lower() not in ("0", "", "false", "no"):
@@ -77,7 +77,7 @@ def load_hub_dataset(path: str, *args, hint: str, local: bool = False, **kwargs)
     `cache_dir` is given, `datasets` caches under `cache_dir()/huggingface`.
     """
     if not local:
-        reason = _offline_reason("huggingface.co")
+        reason = offline_reason("huggingface.co")
         hf_offline = any(os.environ.get(v, "0").lower() not in ("0", "", "false", "no")
                          for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
         if reason and not hf_offline:
@@ -104,7 +104,7 @@ def multi30k(folder: str | os.PathLike | None = None) -> Path:
     out = cache_dir() / "multi30k"
     if all((out / n).exists() for n in MULTI30K_FILES):
         return out
-    reason = _offline_reason("raw.githubusercontent.com")
+    reason = offline_reason("raw.githubusercontent.com")
     if reason:
         raise DataUnavailableError(
             f"Multi30k is not cached and cannot be downloaded: {reason}. Offline, put the plain-text files "

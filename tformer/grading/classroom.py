@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import cells as cellplan
-from .runner import NOT_RUN, NotebookReport, Row, _chapter, code_cells, exercises_of, grade_cells
+from .runner import NOT_RUN, NotebookReport, Row, chapter_of, code_cells, exercises_of, grade_cells
 from .core import REGISTRY, _
 
 CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
@@ -204,7 +204,7 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
     try:
         cells = code_cells(path)
     except ValueError as e:
-        report = NotebookReport(str(path), _chapter(Path(stem + ".ipynb")))
+        report = NotebookReport(str(path), chapter_of(Path(stem + ".ipynb")))
         report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
         report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in owed]
         return {**record, "status": "invalid", "cells": 0, "run": [], "report": asdict(report)}

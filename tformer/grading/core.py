@@ -433,7 +433,7 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case]) -> Outcome:
     return out
 
 
-def _named_mistakes(ex: Exercise, cases: list[Case], outputs: list) -> list[str]:
+def named_mistakes(ex: Exercise, cases: list[Case], outputs: list) -> list[str]:
     """The known mistakes the learner's function behaves exactly like on every case it finished. Naming one
     on the smallest failing case alone would mislead: a degenerate case (one key, one row) or a NaN can make
     several different functions agree there."""
@@ -451,7 +451,7 @@ def _named_mistakes(ex: Exercise, cases: list[Case], outputs: list) -> list[str]
     return names
 
 
-def _cases(ex: Exercise, seeds: Iterable[int] | None = None) -> list[Case]:
+def exercise_cases(ex: Exercise, seeds: Iterable[int] | None = None) -> list[Case]:
     """The fixed edge cases, then one random case per seed (0 .. n_random - 1 unless given)."""
     seeds = range(ex.n_random) if seeds is None else seeds
     return list(ex.edge_cases()) + [ex.random_case(s) for s in seeds]
@@ -504,7 +504,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
         case, problem = min(failures, key=lambda f: (f[0], f[1]))[2:]
         msg = _("FAILED {failed} of {total} cases. Smallest failing case {case}: {problem}.").format(
             failed=len(failures), total=n_done, case=_where(case), problem=problem)
-        mistakes = _named_mistakes(ex, cases, outcome.outputs)
+        mistakes = named_mistakes(ex, cases, outcome.outputs)
         if mistakes:
             msg += "\n" + _("Your output equals a known mistake: {mistakes} (on every case).").format(
                 mistakes=_("; or ").join(_(m) for m in mistakes))
@@ -535,7 +535,7 @@ def check(name: str, fn: Callable) -> Result:
         print(f"[{_('FAIL')}] {msg}")                       # learner mode: never raise, so "Run All" finishes
         return Result(name, 0, False, "error", msg)
     t0 = time.perf_counter()
-    cases = _cases(ex)
+    cases = exercise_cases(ex)
     result = judge(ex, cases, run_learner(ex, fn, cases))
     mark = _("PASS") if result.passed else (_("TODO") if result.status == "not attempted" else _("FAIL"))
     print(f"[{mark}] {ex.name} ({_(ex.title)}): {result.message} [{time.perf_counter() - t0:.1f}s]")

@@ -119,7 +119,7 @@ def _histogram_svg(totals: list[int], possible: int) -> str:
             f'<text x="{w - pad}" y="{h - 2}" font-size="11" text-anchor="end">{label} (/{possible})</text></svg>')
 
 
-def _named_mistakes(grades: dict) -> list[str]:
+def _mistake_counts(grades: dict) -> list[str]:
     """"ch01.attention: 12 of 60, missing 1/sqrt(d_k) scale", the most frequent first."""
     named = Counter()
     for s in grades["students"]:
@@ -154,7 +154,7 @@ def report_page(grades: dict) -> str:
         bar = f"<div class='bar' style='width:{100 * passed / max(1, n):.0f}%'></div>"
         rows.append([html.escape(x["id"]), f"{passed}/{n}", bar])
     parts += [_tag("h2", _("Pass rate per exercise")), _table([_("exercise"), _("students"), _("pass rate")], rows)]
-    mistakes = _named_mistakes(grades)
+    mistakes = _mistake_counts(grades)
     parts += [_tag("h2", _("Named mistakes")), _list(mistakes) if mistakes else _tag("p", _("none"))]
     troubled = [(s["student"], _troubled(s)) for s in st]
     items = "".join(f"<li>{_tag('b', who)}{_list(lines, code=True)}</li>" for who, lines in troubled if lines)

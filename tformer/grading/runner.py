@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .core import REGISTRY, N_, Outcome, Result, _, _cases, _named_mistakes, judge
+from .core import REGISTRY, N_, Outcome, Result, _, exercise_cases, named_mistakes, judge
 from .worker import MAX_FRAME, write_frame
 
 _CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
@@ -96,7 +96,7 @@ def find_notebooks(path: Path) -> list[Path]:
     raise FileNotFoundError(f"tformer grade: {path} does not exist")
 
 
-def _chapter(nb_path: Path) -> str | None:
+def chapter_of(nb_path: Path) -> str | None:
     m = _CHAPTER.match(nb_path.name)
     return f"ch{m.group(1)}" if m else None
 
@@ -105,7 +105,7 @@ def exercises_of(nb_path: Path) -> list[str]:
     """The exercises a notebook owes, in registration (= notebook) order: those registered with its stem as
     `notebook`, else those of its chapter (name prefix chNN.) that name no notebook."""
     from . import exercises  # noqa: F401  (registers every chapter's exercises)
-    stem, chapter = Path(nb_path).stem, _chapter(Path(nb_path))
+    stem, chapter = Path(nb_path).stem, chapter_of(Path(nb_path))
     return [n for n, ex in REGISTRY.items()
             if ex.notebook == stem or (not ex.notebook and chapter and n.startswith(chapter + "."))]
 
@@ -247,7 +247,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
     reported and left out of the next run, so the exercises collected before it (and those after) are graded.
     `seeds` (exercise -> fresh_seeds(...)) repeats a recorded check; the seeds used are in each row."""
     nb_path = Path(nb_path)
-    report = NotebookReport(str(nb_path), _chapter(nb_path))
+    report = NotebookReport(str(nb_path), chapter_of(nb_path))
     owed = exercises_of(nb_path) if owed is None else owed
     outcomes: dict[str, tuple[list, Outcome | None, str, dict]] = {}   # name -> (cases, outcome, crash, seeds)
     t0 = time.perf_counter()
@@ -276,7 +276,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             outcomes[name] = ([], None, "", {})
             continue
         s = (seeds or {}).get(name) or fresh_seeds(ex)
-        cases = _cases(ex, s["cases"])
+        cases = exercise_cases(ex, s["cases"])
         try:
             outcomes[name] = (cases, _request(worker, ex, cases, s["torch_seed"]), "", s)
         except TimeoutError:
@@ -301,7 +301,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             report.rows.append(Row(name, ex.points, False, "not run", _(NOT_RUN)))
             continue
         res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
-        named = _named_mistakes(ex, cases, outcome.outputs) if res.status == "failed" and ex.mistakes else []
+        named = named_mistakes(ex, cases, outcome.outputs) if res.status == "failed" and ex.mistakes else []
         report.rows.append(Row(name, ex.points, res.passed, res.status, res.message, s.get("cases", []),
                                s.get("torch_seed"), named))
     return report
@@ -321,7 +321,7 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: d
     try:
         cells = list(enumerate(code_cells(nb_path)))
     except ValueError as e:
-        report = NotebookReport(str(nb_path), _chapter(nb_path))
+        report = NotebookReport(str(nb_path), chapter_of(nb_path))
         report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
         report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in exercises_of(nb_path)]
         return report

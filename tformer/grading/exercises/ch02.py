@@ -62,7 +62,7 @@ def _self_wrong_axis(x, w_q, w_k, w_v):
 
 
 
-_FORBIDDEN = [(attention, "scaled_dot_product_attention"), (attention, "fast_attention"),
+FORBIDDEN = [(attention, "scaled_dot_product_attention"), (attention, "fast_attention"),
               (torch.nn.functional, "scaled_dot_product_attention"),
               (torch.nn.functional, "multi_head_attention_forward"), (torch.nn.MultiheadAttention, "forward"),
               (attention.MultiHeadAttention, "forward")]
@@ -79,7 +79,7 @@ register(Exercise(
     mistakes={"missing 1/sqrt(d_k) scale": _self_no_scale,
               "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_k)": _self_scale_d_model,
               "softmax over the wrong axis (queries instead of keys)": _self_wrong_axis},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))
 
 
@@ -132,5 +132,5 @@ register(Exercise(
     hint="Q = x W_q; K = context W_k; V = context W_v. The output has one row per query (T_q rows).",
     mistakes={"self-attention instead (keys and values taken from x, not context)": _cross_self,
               "missing 1/sqrt(d_k) scale": _cross_no_scale},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))

@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from ... import attention
 from ...attention import MultiHeadAttention, merge_heads, split_heads
 from ..core import Case, Exercise, register
-from .ch02 import _FORBIDDEN as _ATTENTION_FORBIDDEN
+from .ch02 import FORBIDDEN as _ATTENTION_FORBIDDEN
 
-_FORBIDDEN = _ATTENTION_FORBIDDEN + [(attention, "split_heads"), (attention, "merge_heads")]
+FORBIDDEN = _ATTENTION_FORBIDDEN + [(attention, "split_heads"), (attention, "merge_heads")]
 
 
 # --- split and merge -------------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ register(Exercise(
          "(i+1)*d_head - 1 of every position.",
     mistakes={"heads split by a reshape without the transpose (positions mixed into heads)": _split_reshape_only,
               "features dealt out to heads round-robin (view as (d_head, h) instead of (h, d_head))": _split_strided},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))
 
 
@@ -84,7 +84,7 @@ register(Exercise(
     hint="the inverse of split_heads: transpose back to (B, T, h, d_head), then reshape (not view: the "
          "transposed tensor is not contiguous).",
     mistakes={"heads merged by a reshape without the transpose": _merge_reshape_only},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))
 
 
@@ -176,5 +176,5 @@ register(Exercise(
               "heads merged by a reshape without the transpose": _mha_reshape_merge,
               "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)": _mha_scale_d_model,
               "output projection W_o missing": _mha_no_out_proj},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))

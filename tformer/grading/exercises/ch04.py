@@ -7,7 +7,7 @@ from ... import positional
 from ...positional import sinusoidal_shift_matrix, sinusoidal_table
 from ..core import Case, Exercise, register
 
-_FORBIDDEN = [(positional, "sinusoidal_table"), (positional, "sinusoidal_shift_matrix"),
+FORBIDDEN = [(positional, "sinusoidal_table"), (positional, "sinusoidal_shift_matrix"),
               (positional.SinusoidalPositionalEncoding, "__init__")]
 
 
@@ -66,7 +66,7 @@ register(Exercise(
               "exponent i/d instead of 2i/d": _table_exponent_i,
               "sin in the first half and cos in the second (not interleaved)": _table_halves,
               "frequencies 10000^(+2i/d) (divide instead of multiply, or the sign of the exponent)": _table_no_exp},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))
 
 
@@ -103,5 +103,5 @@ register(Exercise(
     hint="each (sin, cos) pair rotates by the angle k * w_i: sin(a + b) = sin a cos b + cos a sin b and "
          "cos(a + b) = cos a cos b - sin a sin b. M_k is block diagonal with 2x2 blocks [[c, s], [-s, c]].",
     mistakes={"rotation the wrong way ([[c, -s], [s, c]]: that is M_{-k})": _shift_transposed},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))

@@ -5,7 +5,7 @@ from ... import masks
 from ...masks import causal_mask, combine_masks, padding_mask
 from ..core import Case, Exercise, register
 
-_FORBIDDEN = [(masks, "causal_mask"), (masks, "padding_mask"), (masks, "lengths_mask"),
+FORBIDDEN = [(masks, "causal_mask"), (masks, "padding_mask"), (masks, "lengths_mask"),
               (masks, "sliding_window_mask"), (masks, "combine_masks")]
 
 
@@ -60,7 +60,7 @@ register(Exercise(
               "diagonal excluded (a token must see itself: j <= i, not j < i)": _causal_strict,
               "aligned top-left: ignores the cached keys when T_k > T_q": _causal_top_left,
               "inverted (True where attention is forbidden: that is the -inf convention)": _causal_inverted},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))
 
 
@@ -124,5 +124,5 @@ register(Exercise(
     mistakes={"padding applied to the queries (rows) instead of the keys (columns)": _cp_pad_queries,
               "padding mask inverted (True on the pad tokens)": _cp_pad_inverted,
               "masks combined with OR instead of AND": _cp_or},
-    forbidden=_FORBIDDEN,
+    forbidden=FORBIDDEN,
 ))
