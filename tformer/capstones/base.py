@@ -82,6 +82,7 @@ class Capstone:
 
     @classmethod
     def own_defaults(cls) -> dict:
+        """{dest: default} of the capstone's own options: the names `run_capstone(NAME, dest=...)` takes."""
         return {a.dest: a.default for a in cls.own_options()}
 
     def command(self) -> str:

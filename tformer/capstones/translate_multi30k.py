@@ -33,6 +33,7 @@ class TranslateMulti30k(Capstone):
                                  f"download cache, else a download")
 
     def prepare(self) -> None:
+        """`self.data`, the Multi30k folder run() reads: `--data DIR` once checked, else the cache or a download."""
         from ..utils.errors import UserError
         if self.own["data"] is None:
             self.data = multi30k(None)                  # the cache, or a download; offline: DataUnavailableError
