@@ -135,8 +135,9 @@ constraints: torch
 clean:
 	rm -rf $(VENV) .pytest_cache solutions build
 
-# The four capstones' CPU tier (GPU tier on CUDA), one after another, into runs/capstone-NAME; resumable.
-# TFORMER_SMALL does not apply: a capstone is its CPU (or GPU) tier by definition.
+# Every capstone's CPU tier (GPU tier on CUDA), one after another in chapter order, into runs/capstone-NAME;
+# resumable. TFORMER_SMALL does not apply: a capstone is its CPU (or GPU) tier by definition.
 capstones: install
-	@echo "make capstones: the CPU/GPU tier of vit, clip, translate, moe (TFORMER_SMALL is ignored)"
-	for name in vit clip translate moe; do $(VENV)/bin/tformer capstone $$name || exit $$?; done
+	@echo "make capstones: the CPU/GPU tier of every capstone (TFORMER_SMALL is ignored)"
+	for name in $$($(PY) -c "from tformer.capstones import CAPSTONES; print(*CAPSTONES)"); do \
+	  $(VENV)/bin/tformer capstone $$name || exit $$?; done

@@ -96,7 +96,7 @@ def test_cosine_schedule_warms_up_then_follows_a_half_cosine_to_zero():
 
 
 def test_image_training_runs_on_the_trainer_and_leaves_the_global_rng_alone():
-    from tformer.training.vision import train_classifier
+    from tformer.capstones.vision_training import train_classifier
     from tformer.data.images import ImageSplit
     g = torch.Generator().manual_seed(0)
     data = ImageSplit(torch.randn(20, 1, 8, 8, generator=g), torch.randint(0, 3, (20,), generator=g),

@@ -1,14 +1,13 @@
 """`tformer capstone NAME`: each capstone at a tiny size through the real entry point (result.json and
 report.md written, an interrupted run resumes to the same result, a second job on the folder refused),
-bad input as one line and exit 2, the chapter cells' `show`, and the committed references' recipes."""
+bad input as one line and exit 2, one subcommand per capstone found in tformer/capstones/ with its own
+options, the chapter cells' `show`, and the committed references' recipes."""
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-from tformer.capstones import CAPSTONES, reference_dir, run_capstone, show
-from tformer.capstones.runfolder import Options
+from tformer.capstones import CAPSTONES, Capstone, Options, reference_dir, run_capstone, show
 from tformer.cli import main
 from tformer.training.checkpoint import RunLock
 
@@ -87,7 +86,8 @@ def test_an_interrupted_capstone_resumes_to_the_same_result(name, tmp_path, mult
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["capstone", "nope"], "unknown capstone 'nope'"),
+    (["capstone", "nope"], "invalid choice: 'nope'"),
+    (["capstone", "vit", "--data", "DIR"], "unrecognized arguments: --data"),       # translate's option, not vit's
     (["capstone", "moe", "--text", "EMPTY"], "is empty"),
     (["capstone", "moe", "--text", "LATIN1"], "is not UTF-8"),
     (["capstone", "translate", "--data", "DIR"], "lacks the Multi30k files"),
@@ -97,7 +97,11 @@ def test_bad_input_is_one_line_and_exit_2(argv, says, tmp_path, capsys):
     (tmp_path / "LATIN1").write_bytes("Müller".encode("latin-1"))
     (tmp_path / "DIR").mkdir()
     argv = [str(tmp_path / a) if a in ("EMPTY", "LATIN1", "DIR") else a for a in argv]
-    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    try:
+        code = main([*argv, "--out", str(tmp_path / "out")])
+    except SystemExit as e:                                 # argparse's own checks exit from parse_args
+        code = e.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "out").exists()                 # nothing written for bad input
@@ -120,29 +124,26 @@ def test_a_chapter_cell_shows_a_finished_run_folder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", list(CAPSTONES))
-def test_each_committed_reference_matches_todays_recipe(name, monkeypatch):
+def test_each_committed_reference_matches_todays_recipe(name):
     ref = reference_dir(name) / "result.json"
     if not ref.exists():
         pytest.skip(f"no committed reference for {name} yet")
     res = json.loads(ref.read_text())
-    monkeypatch.setattr("tformer.capstones.translate.multi30k", lambda folder: Path("."))  # no download
-    import importlib
-    mod = importlib.import_module(f"tformer.capstones.{CAPSTONES[name][0]}")
-    today = json.loads(json.dumps(mod.prepare(name, Options(time_budget=None)).config))
+    today = json.loads(json.dumps(CAPSTONES[name]().config()))          # config() reads no data: no download
     assert res["config"] == today, (f"data/capstones/{name} is stale: its recipe differs from today's; regenerate it "
                                     f"with `{res['command']}` and copy result.json there")
     for key in ("command", "git_commit", "device_name", "date", "wall_minutes", "cpu_minutes"):
         assert res[key], key
     if name in ("vit", "clip"):                            # every part ran its recipe to the end, none cut by time
-        from tformer.capstones.vision import _steps
+        from tformer.capstones.vit_digits import steps
         from tformer.data.images import load_digits
         n = len(load_digits().y_train)
         parts = [(res["config"]["train"] if name == "vit" else res["config"]["tower"]["train"],
                   res["steps"] if name == "vit" else res["tower_steps"])]
         if name == "clip":
             parts.append((res["config"]["train"], res["steps"]))
-        for tc, steps in parts:
-            assert steps == [_steps(n, tc, Options())] * len(steps), f"{name}: a part stopped early: {steps}"
+        for tc, steps_made in parts:
+            assert steps_made == [steps(n, tc)] * len(steps_made), f"{name}: a part stopped early: {steps_made}"
 
 
 def test_the_translate_cell_shows_translations_and_attention_and_the_reference_ships_no_dataset_text(
@@ -185,3 +186,46 @@ def test_a_reference_line_names_command_date_cores_and_torch_not_local_paths_or_
         assert part in line, (part, line)
     for gone in ("../shared", "+changes", "d7b03e4", "load", "3.1"):
         assert gone not in line, (gone, line)
+
+
+def test_the_command_lists_every_capstone_found_with_its_chapter_and_line(capsys):
+    from tformer.cli import build_parser
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["capstone", "--help"])
+    text = "".join(capsys.readouterr().out.split())            # argparse wraps the lines where it likes
+    assert set(CAPSTONES) == {"vit", "clip", "translate", "moe", "grpo"}
+    for name, cls in CAPSTONES.items():
+        assert issubclass(cls, Capstone) and cls.summary and cls.chapter
+        assert "".join(f"{name} (ch. {cls.chapter}) {cls.summary}".split()) in text, name
+
+
+def test_a_capstone_is_one_class_and_its_own_options_reach_it_alone(tmp_path):
+    """The registry holds every Capstone subclass with a name; each subcommand takes the common options and
+    its capstone's own; run_capstone refuses another capstone's option; the recorded command keeps the
+    own options, and the one a reference shows puts a path's metavar in place of a local path."""
+    from tformer.capstones.show import public_command
+    assert {a.dest for a in CAPSTONES["translate"].own_options()} == {"data"}
+    assert {a.dest for a in CAPSTONES["moe"].own_options()} == {"text"}
+    assert CAPSTONES["vit"].own_options() == []
+    with pytest.raises(TypeError):
+        run_capstone("vit", tmp_path / "out", tiny=True, text="code.txt")
+    assert not (tmp_path / "out").exists()
+    cap = CAPSTONES["moe"](Options(time_budget=80, threads=2, own={"text": "/home/me/code.txt"}))
+    assert cap.command() == "tformer capstone moe --time-budget 80 --text /home/me/code.txt --threads 2"
+    assert public_command(cap.command(), "moe") == "tformer capstone moe --time-budget 80 --text FILE --threads 2"
+    assert public_command("tformer capstone vit --threads 2", "vit") == "tformer capstone vit --threads 2"
+
+
+def test_config_overlays_tiny_and_gpu_and_caps_steps_once_for_all(monkeypatch):
+    class Toy(Capstone):
+        RECIPE = {"model": {"d": 128, "layers": 4}, "train": {"steps": 1000, "lr": 1e-3}, "seeds": [0, 1, 2]}
+        TINY = {"model": {"d": 16}, "seeds": [0]}
+        GPU = {"train": {"lr": 3e-3}}
+        STEPS = ("train.steps",)
+    assert Toy().config() == Toy.RECIPE and Toy().config() is not Toy.RECIPE
+    tiny = Toy(Options(tiny=True, max_steps=5)).config()
+    assert tiny == {"model": {"d": 16, "layers": 4}, "train": {"steps": 5, "lr": 1e-3}, "seeds": [0], "max_steps": 5}
+    assert Toy.RECIPE["model"]["d"] == 128                                     # the class's recipe is untouched
+    import torch as _torch
+    monkeypatch.setattr("tformer.utils.device.device", lambda **kw: _torch.device("cuda"))
+    assert Toy().config()["train"]["lr"] == 3e-3

@@ -174,7 +174,7 @@ def write_caption_folder(folder, per_colour=6):
 
 
 def test_image_captions_load_through_datasets_and_a_clip_learns_them(tmp_path):
-    from tformer.training.vision import train_clip
+    from tformer.capstones.vision_training import train_clip
     from tformer.data.images import load_image_captions
     from tformer.training.metrics import retrieval_recall
     write_caption_folder(tmp_path / "caps" / "train")

@@ -123,7 +123,7 @@ def test_a_bad_tformer_device_is_one_line_at_the_command_line(value):
 # -- nobody else decides -------------------------------------------------------------------------------------
 # Asking torch which accelerators exist, or choosing "cuda" by hand, belongs in tformer/utils/device.py.
 # Allowed elsewhere: CUDA RNG state and synchronisation, which act on whatever device a run uses.
-ALLOWED = {("training/checkpoint.py", "_rng_state"), ("training/checkpoint.py", "_set_rng_state"),
+ALLOWED = {("training/checkpoint.py", "rng_state"), ("training/checkpoint.py", "set_rng_state"),
            ("measure/timing.py", "synchronize"), ("utils/gpu.py", "dist_plan"),   # its GPU count
            ("doctor.py", "environment")}
 

@@ -164,8 +164,9 @@ def test_an_sft_run_folder_loads_only_with_its_recipe(tmp_path):
 
 
 def test_the_capstone_starts_from_the_notebooks_recipe():
-    from tformer.capstones.grpo import RECIPE
-    from tformer.training.sft_start import notebook_recipe
+    from tformer.capstones.grpo_tasks import GRPOTasks
+    RECIPE = GRPOTasks.RECIPE
+    from tformer.capstones.sft_start import notebook_recipe
 
     small = notebook_recipe(small=True)
     for key in ("model", "vocab_size", "pretrain"):
@@ -177,7 +178,7 @@ def test_the_capstone_starts_from_the_notebooks_recipe():
 def test_the_sft_start_loads_only_with_its_recipe_and_tokenizer(tmp_path):
     from tformer.data.text import train_tokenizer
     from tformer.models import GPT, GPTConfig
-    from tformer.training.sft_start import load_sft_start, notebook_recipe, save_sft_start
+    from tformer.capstones.sft_start import load_sft_start, notebook_recipe, save_sft_start
 
     tok = train_tokenizer(["User: What is 1 + 2? Assistant: 3 " * 20], vocab_size=300)
     other = train_tokenizer(["User: Sort 3 1 2. Assistant: 1 2 3 " * 20], vocab_size=300)

@@ -1,6 +1,7 @@
 """tformer.training: schedule, label smoothing, Trainer (exact resume, accumulation, averaging)."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -128,6 +129,33 @@ def test_resume_gives_identical_weights(tmp_path):
     w2.state.batch_in_epoch = 0
     w2.fit()
     assert not torch.equal(w2.module[0].weight, full.module[0].weight)
+
+
+def test_fit_returns_the_whole_history_across_a_stop_and_a_crash(tmp_path):
+    """What fit returns holds every step of the run once: the steps before a resume come from last.pt, and
+    the steps a crash made the resumed run repeat (after the last save) are not counted twice."""
+    def steps(out):
+        return [r["step"] for r in out["history"] if "loss" in r]
+
+    whole = Trainer(make_model(), mse_sum, Shuffled(), cfg(log_every=1), out_dir=tmp_path / "whole").fit()
+    assert steps(whole) == list(range(1, 21))
+    folder = tmp_path / "cut"
+    first = Trainer(make_model(), mse_sum, Shuffled(), cfg(log_every=1), out_dir=folder).fit(steps=9)   # stopped
+    assert steps(first) == list(range(1, 10))
+    calls = {"n": 0}
+
+    def crashes_at_step_12(model, batch):                  # saved at step 9 (the stop), then 14: dies in between
+        calls["n"] += 1
+        if calls["n"] == 12 - 9:
+            raise KeyboardInterrupt
+        return mse_sum(model, batch)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(make_model(), crashes_at_step_12, Shuffled(), cfg(log_every=1), out_dir=folder).fit()
+    last = Trainer(make_model(), mse_sum, Shuffled(), cfg(log_every=1), out_dir=folder).fit()
+    assert steps(last) == list(range(1, 21))
+    assert [r["loss"] for r in last["history"] if "loss" in r] == [r["loss"] for r in whole["history"] if "loss" in r]
+    logged = [r["step"] for r in map(json.loads, (folder / "log.jsonl").read_text().splitlines()) if "loss" in r]
+    assert logged.count(10) == 2                           # the log file repeats the replayed steps; history does not
 
 
 def test_checkpoint_files_atomic(tmp_path):

@@ -6,7 +6,7 @@ import torch
 from tformer.models import ViT, ViTConfig
 from tformer.models.vit import patchify
 from tformer.data.augment import random_affine
-from tformer.training.vision import train_classifier
+from tformer.capstones.vision_training import train_classifier
 from tformer.data.images import load_digits
 from tformer.training.metrics import recall_at_k
 

@@ -27,13 +27,14 @@ this map; tests/test_layout.py keeps the three in agreement.
                  params (published models' counts)                                  ch. 13
     models/      transformer (encoder-decoder), gpt, bert, vit, clip, rnn (LSTM baselines)
     training/    schedules, losses, checkpoint (atomic save, run lock, RNG state), distributed, trainer,
-                 metrics; sft, lora, dpo, grpo; the recipes sft_start and vision (ViT / CLIP)  ch. 10-13
+                 metrics; the methods sft, lora, dpo, grpo                                     ch. 10-13
     inference/   decode (greedy, beam), paged_cache, engine (continuous batching), quantize,
                  speculative, rag                                                              ch. 10-14
     measure/     timing (step time, peak memory, op counts), flash (the flash kernel, tokens/s, MFU)
     translate/   the translation capstone: presets, pipeline, peer, cli (`tformer translate`)      ch. 10
-    capstones/   `tformer capstone NAME`: runfolder, vision (vit, clip), translate, moe, grpo; show,
-                 cli                                                                           ch. 10-13
+    capstones/   `tformer capstone NAME`: base (the Capstone protocol, the registry), runfolder, show,
+                 cli; one module per capstone, named for what it trains (`tformer capstone --help`
+                 lists them); the notebooks' recipes sft_start and vision_training (ViT / CLIP)  ch. 10-13
     serve/       `tformer serve` (an OpenAI-compatible server): runs, app, export (`tformer export
                  --to hf`), cli                                                                   ch. 14
     grading/     check("chNN.name", fn) and `tformer grade`

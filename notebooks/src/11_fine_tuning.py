@@ -23,7 +23,7 @@
 # * `tformer/training/losses.py: causal_lm_loss` (the SFT loss is this loss with the prompt's labels ignored)
 # * `tformer/training/lora.py: lora_forward, LoRALinear, add_lora, merge_lora, trainable_params`
 # * `tformer/training/trainer.py: Trainer, train_steps`, the one training loop every step below uses
-# * `tformer/training/sft_start.py: notebook_recipe, pretrain, training_chats, sft_batches, save_sft_start` (the chapter's
+# * `tformer/capstones/sft_start.py: notebook_recipe, pretrain, training_chats, sft_batches, save_sft_start` (the chapter's
 #   SFT start, shared with the next notebook and the GRPO capstone; its data holds the two tasks with checkable
 #   answers, from `tformer/training/grpo.py`, that the next notebook rewards)
 
@@ -44,7 +44,8 @@ from tformer.training.lora import LoRALinear, add_lora, merge_lora, trainable_pa
 from tformer.training.metrics import distinct_n
 from tformer.models import GPT, GPTConfig
 from tformer.training.sft import KINDS, encode_chat, encode_chats, exact_match, instruction_set, prompt_ids, sft_step_loss
-from tformer.training import sft_start, train_steps
+from tformer.capstones import sft_start
+from tformer.training import train_steps
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL

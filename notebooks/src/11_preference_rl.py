@@ -18,7 +18,7 @@
 #
 # **Where the code lives.**
 # * `tformer/training/sft.py: encode_chats, exact_match, sequence_logprob, instruction_set, prompt_ids`
-# * `tformer/training/sft_start.py: notebook_recipe, load_sft_start, train_sft_start` (the SFT start: the previous
+# * `tformer/capstones/sft_start.py: notebook_recipe, load_sft_start, train_sft_start` (the SFT start: the previous
 #   notebook's run folder, or trained here by the same recipe)
 # * `tformer/training/dpo.py: dpo_loss, preference_pairs`
 # * `tformer/training/grpo.py: group_advantages, grpo_loss, k3_kl, start_from, grpo_step, sample_answers, problems, pass_at_k`
@@ -37,7 +37,8 @@ import tformer
 from tformer.data.text import offline_text, train_tokenizer
 from tformer.grading import check
 from tformer.inference.rag import TfidfRetriever
-from tformer.training import grpo, sft_start, train_steps
+from tformer.capstones import sft_start
+from tformer.training import grpo, train_steps
 from tformer.training.dpo import dpo_loss, preference_pairs
 from tformer.training.losses import causal_lm_loss
 from tformer.training.sft import NAMES, PLACES, encode_chats, exact_match, fact, sequence_logprob

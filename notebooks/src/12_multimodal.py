@@ -27,7 +27,7 @@
 # * `tformer/models/clip.py: clip_loss, CLIP, CLIPConfig` (with `CLIP.from_hf_clip`)
 # * `tformer/data/images.py: load_digits, load_cifar10, load_image_captions`, `tformer/data/augment.py: random_affine`
 # * `tformer/data/captions.py: digit_captions, caption_ids`
-# * `tformer/training/vision.py: train_classifier, train_clip, predict`
+# * `tformer/capstones/vision_training.py: train_classifier, train_clip, predict`
 # * `tformer/training/metrics.py: accuracy, recall_at_k, retrieval_recall`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (the language model of the VLM)
 
@@ -50,7 +50,7 @@ from tformer.models.clip import clip_loss
 from tformer.models.vit import patchify
 from tformer.data.augment import random_affine
 from tformer.data.captions import CAPTION_VOCAB, TRAIN_TEMPLATES, ZERO_SHOT_TEMPLATES, caption_ids, digit_captions
-from tformer.training.vision import predict, train_classifier
+from tformer.capstones.vision_training import predict, train_classifier
 from tformer.data.images import CIFAR10_NAMES, load_digits
 from tformer.training.metrics import accuracy, recall_at_k
 
@@ -189,7 +189,7 @@ plt.show()
 # %% [markdown]
 # **The one-minute version and the real one.** The ViT trained above is the one-minute version of the
 # capstone (small mode: a narrower model, 4 epochs, one seed). The capstone itself is one command,
-# `tformer capstone vit`: the recipe of `tformer/capstones/vision.py` (d=128, 2 layers, dropout 0.1,
+# `tformer capstone vit`: the recipe of `tformer/capstones/vit_digits.py` (d=128, 2 layers, dropout 0.1,
 # label smoothing 0.1, 60 epochs, no augmentation), three seeds of at most 3 minutes.
 #
 # Its head reads the
@@ -409,7 +409,7 @@ if SMALL or dev.type != "cuda":
     print("Flickr8k CLIP run skipped: it needs full mode (TFORMER_SMALL=0), a CUDA GPU, and the network once "
           "(then the `datasets` cache).")
 else:
-    from tformer.training.vision import train_clip
+    from tformer.capstones.vision_training import train_clip
     from tformer.data.images import load_image_captions
     from tformer.training.metrics import retrieval_recall
     try:

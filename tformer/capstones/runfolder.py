@@ -7,19 +7,17 @@
     DIR/result.json     the headline ("metric", "value"), config, steps, tokens, minutes, machine, commit
     DIR/report.md       the result in words, with the plots beside it (DIR/*.png)
 
-`run_capstone(name, out)` is what `tformer capstone NAME` calls. It ignores TFORMER_SMALL: a capstone is
-its CPU tier on a CPU and its GPU tier on CUDA, by definition.
+`run_capstone(name, out)` (base.py) opens one for the capstone `name` and runs it there.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,13 +25,6 @@ import torch
 
 from ..training.checkpoint import RunLock, atomic_write_text
 
-CAPSTONES = {          # name -> (module, chapter, one line)
-    "vit": ("vision", 12, "a ViT from scratch on scikit-learn's digits: test accuracy, mean of 3 seeds"),
-    "clip": ("vision", 12, "a CLIP-style aligner on digits (LiT: vit's tower frozen): zero-shot accuracy"),
-    "translate": ("translate", 10, "a Transformer on Multi30k de->en in 30 minutes: sacreBLEU beam-4"),
-    "moe": ("moe", 13, "dense vs MoE 8x top-2 GPTs on the Python standard library: validation loss"),
-    "grpo": ("grpo", 11, "GRPO from an SFT model on verifiable tasks, 3 seeds: held-out exact answers gained"),
-}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,20 +38,20 @@ def reference_dir(name: str) -> Path:
     return ROOT / "data" / "capstones" / name
 
 
-class Stopped(Exception):
-    """A part stopped on purpose (`stop_after`) before its end: the run resumes with the same command."""
-
-
 @dataclass
 class Options:
+    """How this session runs a capstone: the options every capstone takes, and the capstone's own."""
     time_budget: float | None = None     # minutes for the whole capstone; None = the recipe's
-    data: str | None = None              # --data DIR (translate)
-    text: str | None = None              # --text FILE (moe)
     max_steps: int | None = None         # cap every part's steps (a smoke test at a tiny size)
     stop_after: int | None = None        # stop a part after this many steps in this session (tests)
     progress: bool = True
     tiny: bool = False                   # the test size: the smallest model that runs the real code
     threads: int | None = None           # torch CPU threads; None = every core
+    own: dict = field(default_factory=dict)   # the capstone's own options given, by dest: {"data": "DIR"}
+
+
+class Stopped(Exception):
+    """A part stopped on purpose (`stop_after`) before its end: the run resumes with the same command."""
 
 
 def git_commit() -> str:
@@ -97,10 +88,12 @@ def machine() -> dict:
 
 
 class CapstoneRun:
-    """An open run folder (a context manager that holds its lock). Recipes call `part(key, train)`."""
+    """An open run folder (a context manager that holds its lock). Capstones call `part(key, train)`, then
+    `finish`. `command` is the command line that makes (or resumes) the run, for result.json."""
 
-    def __init__(self, name: str, out: str | os.PathLike, config: dict, opts: Options):
+    def __init__(self, name: str, out: str | os.PathLike, config: dict, opts: Options, command: str = ""):
         self.name, self.out, self.config, self.opts = name, Path(out), config, opts
+        self.command = command or f"tformer capstone {name}"
         self.lock = RunLock(self.out)
         self.state: dict = {"wall_s": 0.0, "cpu_s": 0.0, "sessions": 0, "parts": {}}
         self._t0 = self._c0 = 0.0
@@ -169,13 +162,6 @@ class CapstoneRun:
         total = self.opts.time_budget if self.opts.time_budget is not None else default_minutes
         return total * share
 
-    def command(self) -> str:
-        """The command line that makes (or resumes) this run."""
-        o = self.opts
-        return " ".join([f"tformer capstone {self.name}"] + [f"{flag} {v}" for flag, v in (
-            ("--time-budget", None if o.time_budget is None else f"{o.time_budget:g}"), ("--data", o.data),
-            ("--text", o.text), ("--threads", o.threads), ("--max-steps", o.max_steps)) if v is not None])
-
     # -- the end ------------------------------------------------------------------------------------------
     def finish(self, result: dict, report: str, figures: dict[str, Any] | None = None) -> dict:
         """Write result.json (the recipe's fields plus the common ones) and report.md with its plots."""
@@ -184,7 +170,7 @@ class CapstoneRun:
                 "wall_minutes": round(self.state["wall_s"] / 60, 2), "cpu_minutes": round(self.state["cpu_s"] / 60, 2),
                 "sessions": self.state["sessions"], **machine(), "git_commit": git_commit(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "command": self.command()}
+                "command": self.command}
         atomic_write_text(self.out / "result.json", json.dumps(full, indent=1))
         lines = [f"# Capstone `{self.name}`", "", report.strip(), ""]
         for fname, fig in (figures or {}).items():
@@ -197,27 +183,3 @@ class CapstoneRun:
                   f"torch {full['torch']}, {full['date']}.", ""]
         atomic_write_text(self.out / "report.md", "\n".join(lines))
         return full
-
-
-def run_capstone(name: str, out: str | os.PathLike | None = None, **options) -> dict | None:
-    """Run (or resume) capstone `name` in `out`; returns result.json's content, or None when a part
-    stopped early on purpose (`stop_after`). Raises RunInUseError when another job holds the folder."""
-    if name not in CAPSTONES:
-        from ..utils.errors import UserError
-        raise UserError(f"unknown capstone {name!r}; choose one of {', '.join(CAPSTONES)}")
-    opts = Options(**options)
-    if opts.time_budget is not None and not opts.time_budget > 0:
-        from ..utils.errors import UserError
-        raise UserError(f"--time-budget must be > 0 minutes, got {opts.time_budget}")
-    module = importlib.import_module(f"{__package__}.{CAPSTONES[name][0]}")
-    recipe = module.prepare(name, opts)                # checks the input before anything is written
-    from ..utils.runtime import set_threads
-    set_threads(opts.threads)                           # the CPU tier: every core (or --threads), whatever TFORMER_SMALL says
-    out = Path(out) if out is not None else default_out(name)
-    with CapstoneRun(name, out, recipe.config, opts) as run:
-        try:
-            return recipe.run(run)
-        except Stopped as e:
-            if opts.progress:
-                print(f"capstone {name}: stopped in part {e}; the same command resumes it", file=sys.stderr)
-            return None

@@ -1,9 +1,10 @@
 """What a chapter's capstone cell shows: a finished run (runs/capstone-NAME), else the committed reference.
 
     load_result       the run's result.json, else data/capstones/NAME/result.json
-    describe, show    the headline, its provenance, the curves (and for translate the examples and a
-                      cross-attention heat map)
-    save_reference    a finished run -> data/capstones/NAME/, without the dataset's own text (NOT_SHIPPED)
+    describe, show    the headline, its provenance and the training curves, then what the capstone's own
+                      `Capstone.show` adds (translate: the examples and a cross-attention heat map)
+    save_reference    a finished run -> data/capstones/NAME/, without the dataset's own text (the
+                      capstone's NOT_SHIPPED)
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import re
 from pathlib import Path
 
+from .base import capstones, local_path
 from .runfolder import default_out, reference_dir
 
 
@@ -27,9 +29,14 @@ def load_result(name: str, folder: str | os.PathLike | None = None) -> tuple[dic
     return None, "none"
 
 
-def public_command(command: str) -> str:
-    """The command as a learner types it: a local data folder becomes DIR."""
-    return re.sub(r"(--data|--text)(=|\s+)\S+", r"\1\2DIR", command)
+def public_command(command: str, name: str) -> str:
+    """The command as a learner types it: the value of each of capstone `name`'s options that is a path on
+    the machine that ran it (`type=local_path`) becomes the option's metavar (`--data DIR`)."""
+    for a in capstones()[name].own_options() if name in capstones() else []:
+        if a.type is local_path:
+            flag = re.escape(a.option_strings[0])
+            command = re.sub(rf"({flag})(=|\s+)\S+", lambda m: f"{m[1]}{m[2]}{a.metavar}", command)
+    return command
 
 
 def machine_line(res: dict) -> str:
@@ -45,7 +52,7 @@ def describe(res: dict, where: str) -> str:
     """One paragraph: the headline, its seeds, the machine and the command that made it."""
     label = (f"your run ({where[4:]})" if where.startswith("run ") else
              f"the committed reference (data/capstones/{res['capstone']}), made with "
-             f"`{public_command(res['command'])}` {machine_line(res)}")
+             f"`{public_command(res['command'], res['capstone'])}` {machine_line(res)}")
     per = f" per seed {res['per_seed']}" if "per_seed" in res else ""
     return (f"{res['capstone']}: {res['metric']} = {res['value']}{per}; {res['wall_minutes']} wall min, "
             f"{res['cpu_minutes']} CPU min. Source: {label}.")
@@ -53,15 +60,15 @@ def describe(res: dict, where: str) -> str:
 
 def show(name: str, folder: str | os.PathLike | None = None, plot: bool = True) -> dict | None:
     """Print what the capstone reached (the learner's run if there is one, else the reference) and plot
-    its curves; returns the result (None when neither exists, after saying how to make one)."""
+    its curves, then what the capstone itself shows (`Capstone.show`); returns the result (None when
+    neither exists, after saying how to make one)."""
+    if name not in capstones():
+        raise ValueError(f"unknown capstone {name!r}; choose one of {', '.join(capstones())}")
     res, where = load_result(name, folder)
     if res is None:
         print(f"no {name} run yet: `tformer capstone {name}` makes one (in runs/capstone-{name})")
         return None
     print(describe(res, where))
-    if name == "moe":
-        for k in ("dense_val_loss", "moe_val_loss", "tokens_per_s"):
-            print(f"  {k}: {res.get(k)}")
     if plot and res.get("curves"):
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(5, 3))
@@ -70,50 +77,21 @@ def show(name: str, folder: str | os.PathLike | None = None, plot: bool = True) 
         ax.set_xlabel("step"), ax.set_ylabel("training loss"), ax.legend(fontsize=7)
         ax.set_title(f"{name}: {where if where == 'reference' else 'your run'}")
         plt.show()
-    if name == "translate":
-        show_translations(res, plot)
+    capstones()[name].show(res, where, plot)
     if where == "reference":
         print(f"the real one on this machine: `tformer capstone {name}` (writes runs/capstone-{name})")
     return res
 
 
-# What a committed reference leaves out: Multi30k's sentences are the dataset's, not the course's (the model's
-# own translations and the attention weights stay). A local run keeps everything.
-NOT_SHIPPED = {"translate": {"examples": ("src", "ref"), "attention": ("src_tokens",)}}
-
-
-def show_translations(res: dict, plot: bool = True) -> None:
-    """The ten test translations (beside their sources and references when the run has them) and the
-    cross-attention of the first one, target tokens against source tokens."""
-    for i, e in enumerate(res.get("examples", [])):
-        print(f"\n[{i}] model:     {e['hyp']}" + (f"\n    source:    {e['src']}\n    reference: {e['ref']}"
-                                                   if "src" in e else ""))
-    if "src" not in (res.get("examples") or [{}])[0]:
-        print("\n(the sources and references are Multi30k's test_2016_flickr lines 1-10, not shipped with the "
-              "course; your own run shows them)")
-    att = res.get("attention")
-    if not (plot and att):
-        return
-    import matplotlib.pyplot as plt
-    w = att["weights"]
-    fig, ax = plt.subplots(figsize=(0.35 * len(w[0]) + 2, 0.3 * len(w) + 1.5))
-    ax.imshow(w, cmap="Blues", aspect="auto", vmin=0)
-    src = att.get("src_tokens") or [str(j) for j in range(len(w[0]))]
-    ax.set_xticks(range(len(src)), src, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(att["tgt_tokens"])), att["tgt_tokens"], fontsize=8)
-    ax.set_xlabel("source token" + ("" if att.get("src_tokens") else " (position)")), ax.set_ylabel("target token (input)")
-    ax.set_title("cross-attention, last decoder layer, mean of heads")
-    plt.show()
-
-
 def save_reference(name: str, run: str | os.PathLike | None = None) -> Path:
-    """Copy a finished run's result.json to data/capstones/NAME/ (minus NOT_SHIPPED) with a report.md of
-    its headline; returns the folder. `python -m tools.capstones reference NAME [RUN]`."""
+    """Copy a finished run's result.json to data/capstones/NAME/ (minus the capstone's NOT_SHIPPED) with a
+    report.md of its headline; returns the folder. `python -m tools.capstones reference NAME [RUN]`."""
     from ..training.checkpoint import atomic_write_text
     from .runfolder import reference_dir
+    not_shipped = capstones()[name].NOT_SHIPPED
     run = Path(run) if run is not None else default_out(name)
     res = json.loads((run / "result.json").read_text(encoding="utf-8"))
-    for key, fields in NOT_SHIPPED.get(name, {}).items():
+    for key, fields in not_shipped.items():
         items = res.get(key)
         for item in items if isinstance(items, list) else [items] if items else []:
             for f in fields:
@@ -122,6 +100,7 @@ def save_reference(name: str, run: str | os.PathLike | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "result.json", json.dumps(res, indent=1) + "\n")
     report = (run / "report.md").read_text(encoding="utf-8").split("\n\n")
-    keep = [p for p in report if not p.startswith("![") and not (name in NOT_SHIPPED and p.startswith("- "))]  # no plots shipped
+    # no plots shipped; a capstone that ships less also drops its report's list (the examples, in translate's)
+    keep = [p for p in report if not p.startswith("![") and not (not_shipped and p.startswith("- "))]
     atomic_write_text(out / "report.md", "\n\n".join(keep).rstrip() + "\n")
     return out

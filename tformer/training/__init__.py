@@ -1,4 +1,5 @@
-"""Training (chapter 10, reused by chapters 11-13).
+"""Training (chapter 10, reused by chapters 11-13): the primitives and the methods. The recipes that use
+them (the capstones, the chapters' SFT start and image training) live in tformer/capstones/.
 
     schedules    the paper's warmup then 1/sqrt(step) (`noam_lr`), constant, linear and cosine decay
     losses       label-smoothed cross-entropy; causal_lm_loss (the one next-token loss), lm_loss (the Trainer's
@@ -9,12 +10,10 @@
     trainer      TrainConfig and the Trainer: accumulation, clipping, autocast, validation, exact resume
     metrics      BLEU (sacreBLEU and tokenized), accuracy, perplexity, recall@k, the power-law fit, Chinchilla N and D
     sft, lora, dpo   chat template and prompt-masked labels; low-rank adapters; preference optimisation
-    sft_start    the chapter's SFT start: its recipe, pretraining, SFT data and run, the run folder
     grpo         GRPO: group-relative advantages, the clipped loss with a k3 KL, verifiable tasks, pass@k
-    vision       train_classifier (ViT) and train_clip: the Trainer with the ViT / CLIP recipe
 
 `from tformer.training import Trainer, TrainConfig, noam_lr, ...` takes the first five's public names;
-import the recipes (`tformer.training.sft`, ...) by their module.
+import the methods (`tformer.training.sft`, ...) by their module.
 """
 from .checkpoint import (CheckpointError, CheckpointWriteError, RunInUseError, RunLock, acquire_run_lock,
                          atomic_save, atomic_write_text, average_checkpoints, load_checkpoint, previous_path,

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 
-from .distributed import _dist_on
+from .distributed import is_distributed
 
 
 class CheckpointError(RuntimeError):
@@ -167,13 +167,13 @@ class RunLock:
 def acquire_run_lock(folder: str | os.PathLike) -> RunLock | None:
     """Rank 0 locks `folder` for the whole (torchrun) job; every rank raises RunInUseError if it is taken."""
     lock, msg = None, None
-    rank = dist.get_rank() if _dist_on() else 0
+    rank = dist.get_rank() if is_distributed() else 0
     if rank == 0:
         try:
             lock = RunLock(folder).acquire()
         except RunInUseError as e:
             msg = str(e)
-    if _dist_on():
+    if is_distributed():
         box = [msg]
         dist.broadcast_object_list(box, src=0)
         msg = box[0]
@@ -207,7 +207,9 @@ def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, torch.T
     return {k: (total[k] / len(paths)).to(last[k].dtype) if last[k].is_floating_point() else last[k] for k in total}
 
 
-def _rng_state() -> dict:
+def rng_state() -> dict:
+    """Every random generator's state (torch, Python, CUDA when present, NumPy when installed): what a
+    checkpoint saves so that a resumed run draws the same numbers."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -219,7 +221,8 @@ def _rng_state() -> dict:
     return state
 
 
-def _set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` returned."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():

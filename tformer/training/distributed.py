@@ -9,7 +9,6 @@ import torch.distributed as dist
 from ..utils.gpu import dist_plan, local_world_size
 
 
-
 def setup_distributed(device: torch.device | str | None = None) -> tuple[int, int, int]:
     """Join the process group `torchrun` describes (WORLD_SIZE > 1) and return (rank, world, local_rank).
 
@@ -31,5 +30,6 @@ def setup_distributed(device: torch.device | str | None = None) -> tuple[int, in
     return dist.get_rank(), dist.get_world_size(), local
 
 
-def _dist_on() -> bool:
+def is_distributed() -> bool:
+    """Whether this process is one rank of a running process group of more than one (torchrun)."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

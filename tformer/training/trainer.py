@@ -14,7 +14,8 @@ rises linearly for `warmup` steps, then decays as 1/sqrt(step). Adam(0.9, 0.98, 
                (tgt_out != 0).sum()
 
     trainer = Trainer(model, loss_fn, batches, TrainConfig(max_steps=1000, warmup=100, lr=1e-3), out_dir="runs/x")
-    trainer.fit()                                # resumes from runs/x/last.pt when it exists
+    out = trainer.fit()                          # resumes from runs/x/last.pt when it exists
+    out["val_loss"], out["history"]              # the last record; every record of the run, resumes included
 
 It gives: a tqdm progress bar, gradient accumulation and clipping, bf16 autocast on CUDA, periodic
 validation, atomic checkpoints (a temporary file then `os.replace`, so a crash never leaves a torn
@@ -42,8 +43,8 @@ import torch.nn as nn
 
 from ..utils.device import amp_dtype, resolve as resolve_device
 from ..utils.gpu import grad_scaler
-from .checkpoint import CheckpointError, _rng_state, _set_rng_state, atomic_save, load_checkpoint, previous_path
-from .distributed import _dist_on
+from .checkpoint import CheckpointError, atomic_save, load_checkpoint, previous_path, rng_state, set_rng_state
+from .distributed import is_distributed
 from .schedules import RunScheduler, make_scheduler
 
 
@@ -150,8 +151,8 @@ class Trainer:
         self.cfg = config or TrainConfig()
         self.device = resolve_device(device)     # tformer.utils.device: --device, else CUDA, else MPS, else CPU
         self.module = model.to(self.device)
-        self.rank = dist.get_rank() if _dist_on() else 0
-        self.world = dist.get_world_size() if _dist_on() else 1
+        self.rank = dist.get_rank() if is_distributed() else 0
+        self.world = dist.get_world_size() if is_distributed() else 1
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -234,10 +235,10 @@ class Trainer:
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         st = self.state
-        rng = [_rng_state()]
+        rng = [rng_state()]
         if self.world > 1:                          # every rank's RNG (dropout masks differ per rank)
             rng = [None] * self.world
-            dist.all_gather_object(rng, _rng_state())
+            dist.all_gather_object(rng, rng_state())
         return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng, "world": self.world,
                 "train": {k: v for k, v in asdict(st).items()}, "config": asdict(self.cfg), "extra": self.extra_state}
@@ -263,7 +264,7 @@ class Trainer:
             self.scaler.load_state_dict(ck["scaler"])
         self.state = TrainState(**ck["train"])
         rng = ck["rng"]
-        _set_rng_state(rng[self.rank] if len(rng) == self.world else rng[0])
+        set_rng_state(rng[self.rank] if len(rng) == self.world else rng[0])
 
     def _snapshot(self) -> None:
         """Weights only, for checkpoint averaging; keeps the last `keep_snapshots`."""
@@ -343,7 +344,10 @@ class Trainer:
     def fit(self, steps: int | None = None) -> dict:
         """Train until `cfg.max_steps` or the time budget (or `steps` more steps, to stop early on purpose).
 
-        Returns the last log record. Writes last.pt (and validates) at the end.
+        Returns the last log record (step, loss, lr, tokens_per_s, minutes and the validation metrics) with
+        "history": every record of the whole run in order, the steps before a resume included, each step
+        once (`state.history`, which last.pt carries; log.jsonl repeats the steps a crash made it replay).
+        Writes last.pt (and validates) at the end.
         """
         from tqdm import tqdm
 
@@ -405,7 +409,7 @@ class Trainer:
         final = {"step": st.step, "minutes": st.elapsed / 60, **self.evaluate()}
         if final.keys() - {"step", "minutes"}:
             self._log(final)
-        return {**record, **final}
+        return {**record, **final, "history": list(st.history)}
 
     def _log(self, record: dict, bar=None) -> None:
         self.state.history.append(record)
@@ -427,6 +431,5 @@ def train_steps(model: nn.Module, loss_fn: Callable[[nn.Module, Any], LossOut], 
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, fused=fusable(params))
     cfg = TrainConfig(max_steps=steps, lr=lr, schedule=schedule, warmup=max(1, steps // 10), log_every=10,
                       progress=False)
-    trainer = Trainer(model, loss_fn, batches, cfg, optimizer=opt, device=device)
-    trainer.fit()
-    return [r["loss"] for r in trainer.state.history if "loss" in r]
+    history = Trainer(model, loss_fn, batches, cfg, optimizer=opt, device=device).fit()["history"]
+    return [r["loss"] for r in history if "loss" in r]

@@ -162,8 +162,9 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
               dataset: str | None = None, pair: str = "en-de", src: str | None = None, tgt: str | None = None,
               time_budget: float | None = None, max_steps: int | None = None, device: str | None = None,
               progress: bool = True, stop_after: int | None = None, **overrides) -> dict:
-    """Train (or resume) the run in `out`; returns the final log record (loss, lr, tokens/s, val_loss) and the
-    training precision ("precision": "float32", or the autocast dtype).
+    """Train (or resume) the run in `out`; returns the final log record (loss, lr, tokens/s, val_loss), the
+    training precision ("precision": "float32", or the autocast dtype) and "history", every record of the
+    run, the steps before a resume included (`Trainer.fit`).
 
     Without `data`/`dataset` it trains on the built-in offline corpus (English -> German unless src/tgt
     say otherwise); `preset` defaults to "tiny" for a new run and to the run's own on resume.

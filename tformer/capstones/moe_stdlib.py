@@ -1,4 +1,4 @@
-"""The chapter 13 capstone: a dense GPT against an MoE GPT (8 experts, top-2) at equal active parameters
+"""The `moe` capstone (chapter 13): a dense GPT against an MoE GPT (8 experts, top-2) at equal active parameters
 and equal tokens, 3 seeds each, on a code corpus every machine has offline: the Python standard
 library's own source.
 
@@ -15,10 +15,8 @@ through 2 x (d_ff / 2) hidden units either way (attention, embeddings and norms 
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,23 +27,65 @@ from ..moe import MoE, MoEConfig
 from ..training.checkpoint import atomic_save, load_checkpoint
 from ..training.losses import lm_loss
 from ..training.trainer import Trainer, TrainConfig, adamw
-from .runfolder import CapstoneRun, Options
+from .base import Capstone, local_path
+from .runfolder import CapstoneRun
 
-RECIPE = {
-    "model": dict(d_model=128, n_layers=4, n_heads=4, context_length=128, dropout=0.0),
-    "d_ff": 512,                                   # dense FFN width = top_k x expert width
-    "moe": dict(n_experts=8, top_k=2, balance_weight=0.01),
-    "vocab_size": 4096,
-    # 1000 steps of 32 x 128 tokens: 4.1M tokens per run, the same for both models (equal tokens)
-    "train": dict(batch_size=32, max_steps=1000, lr=2e-3, warmup=60, weight_decay=0.1, schedule="cosine"),
-    "val_batches": 20, "eval_every": 100,
-    "seeds": [0, 1, 2],
-    "budget_minutes": 60.0,
-    "corpus": "python-stdlib",
-}
-TINY = {"model": dict(d_model=16, n_layers=1, n_heads=2, context_length=16, dropout=0.0), "d_ff": 32,
-        "vocab_size": 300, "val_batches": 2, "eval_every": 0, "seeds": [0],
-        "train": dict(batch_size=4, max_steps=6, lr=2e-3, warmup=2, weight_decay=0.1, schedule="cosine")}
+
+class MoEStdlib(Capstone):
+    name, chapter = "moe", 13
+    summary = "dense vs MoE 8x top-2 GPTs on the Python standard library: validation loss"
+    RECIPE = {
+        "model": dict(d_model=128, n_layers=4, n_heads=4, context_length=128, dropout=0.0),
+        "d_ff": 512,                                   # dense FFN width = top_k x expert width
+        "moe": dict(n_experts=8, top_k=2, balance_weight=0.01),
+        "vocab_size": 4096,
+        # 1000 steps of 32 x 128 tokens: 4.1M tokens per run, the same for both models (equal tokens)
+        "train": dict(batch_size=32, max_steps=1000, lr=2e-3, warmup=60, weight_decay=0.1, schedule="cosine"),
+        "val_batches": 20, "eval_every": 100,
+        "seeds": [0, 1, 2],
+        "budget_minutes": 60.0,
+        "corpus": "python-stdlib",
+    }
+    TINY = {"model": dict(d_model=16, n_layers=1, n_heads=2, context_length=16, dropout=0.0), "d_ff": 32,
+            "vocab_size": 300, "val_batches": 2, "eval_every": 0, "seeds": [0],
+            "train": dict(batch_size=4, max_steps=6, lr=2e-3, warmup=2, weight_decay=0.1, schedule="cosine")}
+    STEPS = ("train.max_steps",)
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument("--text", type=local_path, default=None, metavar="FILE",
+                            help="a UTF-8 text file to train on instead of the Python standard library's source")
+
+    def prepare(self) -> None:
+        from ..utils.errors import UserError
+        if self.own["text"] is None:
+            return
+        p = Path(self.own["text"])
+        if not p.is_file():
+            raise UserError(f"--text {p} is not a file; give a UTF-8 text file")
+        raw = p.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"--text {p} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                            f"convert it, e.g. `iconv -f latin1 -t utf-8 {p}`") from None
+        if not text.strip():
+            raise UserError(f"--text {p} is empty: nothing to train on")
+
+    def config(self) -> dict:
+        config = super().config()
+        if self.own["text"] is not None:
+            config["corpus"] = f"text:{Path(self.own['text']).resolve()}"
+        return config
+
+    def run(self, run: CapstoneRun) -> dict:
+        return run_moe(run, run.config, self.own["text"])
+
+    @classmethod
+    def show(cls, result: dict, where: str, plot: bool = True) -> None:
+        """The two models' validation losses per seed and their training speeds."""
+        for k in ("dense_val_loss", "moe_val_loss", "tokens_per_s"):
+            print(f"  {k}: {result.get(k)}")
 
 
 def gpt_config(model: dict, vocab_size: int, d_ff: int, moe: dict | None) -> GPTConfig:
@@ -74,7 +114,7 @@ def read_corpus(text_file: str | None) -> tuple[str, str, dict]:
     """(train text, validation text, description)."""
     if text_file is not None:
         raw = Path(text_file).read_bytes()
-        text = raw.decode("utf-8")                             # checked in prepare()
+        text = raw.decode("utf-8")                             # checked by prepare()
         lines = text.splitlines(keepends=True)
         cut = max(1, int(len(lines) * 0.95))
         train, val = "".join(lines[:cut]), "".join(lines[cut:]) or "".join(lines[-1:])
@@ -109,39 +149,6 @@ def corpus_ids(run: CapstoneRun, recipe: dict, text_file: str | None) -> dict:
     return d
 
 
-# -- the recipe -----------------------------------------------------------------------------------------
-@dataclass
-class MoERecipe:
-    config: dict
-    opts: Options
-
-    def run(self, run: CapstoneRun) -> dict:
-        return run_moe(run, self.config, self.opts)
-
-
-def prepare(name: str, opts: Options) -> MoERecipe:
-    from ..utils.errors import UserError
-    config = copy.deepcopy(RECIPE)
-    if opts.tiny:
-        config.update(copy.deepcopy(TINY))
-    if opts.text is not None:
-        p = Path(opts.text)
-        if not p.is_file():
-            raise UserError(f"--text {p} is not a file; give a UTF-8 text file")
-        raw = p.read_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise UserError(f"--text {p} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
-                            f"convert it, e.g. `iconv -f latin1 -t utf-8 {p}`") from None
-        if not text.strip():
-            raise UserError(f"--text {p} is empty: nothing to train on")
-        config["corpus"] = f"text:{p.resolve()}"
-    if opts.max_steps is not None:
-        config["train"]["max_steps"] = min(config["train"]["max_steps"], opts.max_steps)
-    return MoERecipe(config, opts)
-
-
 def _val_batches(ids: torch.Tensor, recipe: dict) -> LMBatches:
     b, t = recipe["train"]["batch_size"], recipe["model"]["context_length"]
     n = max(1, min(recipe["val_batches"], (len(ids) - 1) // (b * t)))
@@ -164,8 +171,9 @@ def busiest_expert(model: GPT, batch) -> float:
     return round(worst, 3)
 
 
-def run_moe(run: CapstoneRun, recipe: dict, opts: Options) -> dict:
-    corpus = corpus_ids(run, recipe, opts.text)
+def run_moe(run: CapstoneRun, recipe: dict, text_file: str | None) -> dict:
+    opts = run.opts
+    corpus = corpus_ids(run, recipe, text_file)
     vocab = corpus["info"]["vocab_size"]
     tc = recipe["train"]
     seeds = recipe["seeds"]
@@ -189,7 +197,7 @@ def run_moe(run: CapstoneRun, recipe: dict, opts: Options) -> dict:
                 st = trainer.state
                 if not (st.step >= tc["max_steps"] or (budget is not None and st.elapsed >= budget * 60)):
                     return None
-                rows = st.history
+                rows = rec["history"]                       # every record of the run, resumes included
                 logged = [r for r in rows if "loss" in r]
                 out = {"kind": kind, "seed": seed, "val_loss": round(rec["val_loss"], 4), "steps": st.step,
                        "tokens": int(st.tokens), "minutes": round(st.elapsed / 60, 3),

@@ -1,5 +1,5 @@
-"""The chapter 10 capstone: `tformer translate`'s pipeline on Multi30k de->en, preset `small`, 30 minutes
-(the CPU tier; on CUDA the GPU tier: preset `gpu`, 5 minutes; not yet measured through this command).
+"""The `translate` capstone (chapter 10): `tformer translate`'s pipeline on Multi30k de->en, preset `small`,
+30 minutes (the CPU tier; on CUDA the GPU tier: preset `gpu`, 5 minutes; not yet measured through this command).
 
 The training part is `tformer.translate.train_run` into RUN/train (its own run folder: BPE, atomic
 checkpoints, snapshots, averaging); then test_2016_flickr is translated greedily and with beam 4 and
@@ -8,31 +8,37 @@ download (offline without --data: one line says so).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..data.sources import MULTI30K_FILES, multi30k
-from .runfolder import CapstoneRun, Options
-
-RECIPE = {"preset": "small", "src": "de", "tgt": "en", "budget_minutes": 30.0, "test": "test_2016_flickr",
-          "beams": [1, 4], "alpha": 0.6, "examples": 10}
-TINY = {"preset": "tiny", "budget_minutes": 1.0}
+from .base import Capstone, local_path
+from .runfolder import CapstoneRun
 
 
-@dataclass
-class TranslateRecipe:
-    config: dict
-    data: Path
-    opts: Options
+class TranslateMulti30k(Capstone):
+    name, chapter = "translate", 10
+    summary = "a Transformer on Multi30k de->en in 30 minutes: sacreBLEU beam-4"
+    RECIPE = {"preset": "small", "src": "de", "tgt": "en", "budget_minutes": 30.0, "test": "test_2016_flickr",
+              "beams": [1, 4], "alpha": 0.6, "examples": 10}
+    GPU = {"preset": "gpu", "budget_minutes": 5.0}
+    TINY = {"preset": "tiny", "budget_minutes": 1.0}
+    # Multi30k's sentences are the dataset's, not the course's: a committed reference keeps the model's own
+    # translations and the attention weights, not the sources and references (a local run keeps everything)
+    NOT_SHIPPED = {"examples": ("src", "ref"), "attention": ("src_tokens",)}
 
-    def run(self, run: CapstoneRun) -> dict:
-        return run_translate(run, self.config, self.data)
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument("--data", type=local_path, default=None, metavar="DIR",
+                            help=f"a folder with the Multi30k files ({', '.join(MULTI30K_FILES)}); default: the "
+                                 f"download cache, else a download")
 
-
-def prepare(name: str, opts: Options) -> TranslateRecipe:
-    from ..utils.errors import UserError
-    if opts.data is not None:
-        folder = Path(opts.data)
+    def prepare(self) -> None:
+        """`self.data`, the Multi30k folder run() reads: `--data DIR` once checked, else the cache or a download."""
+        from ..utils.errors import UserError
+        if self.own["data"] is None:
+            self.data = multi30k(None)                  # the cache, or a download; offline: DataUnavailableError
+            return
+        folder = Path(self.own["data"])
         if not folder.is_dir():
             raise UserError(f"--data {folder} is not a folder; give the folder with the Multi30k files "
                             f"({', '.join(MULTI30K_FILES)})")
@@ -40,16 +46,41 @@ def prepare(name: str, opts: Options) -> TranslateRecipe:
         if missing:
             raise UserError(f"--data {folder} lacks the Multi30k files {', '.join(missing)}; give the folder that "
                             f"holds {', '.join(MULTI30K_FILES)}")
-    else:
-        folder = multi30k(None)                         # the cache, or a download; offline: DataUnavailableError
-    from ..utils.device import device as policy_device
-    gpu_tier = {"preset": "gpu", "budget_minutes": 5.0} if policy_device(capstone=True).type == "cuda" else {}  # GPU tier
-    config = {**RECIPE, **gpu_tier, **(TINY if opts.tiny else {})}
-    if opts.max_steps is not None:
-        config["max_steps"] = opts.max_steps
-    from ..translate.presets import get_preset
-    config["recipe"] = get_preset(config["preset"]).to_dict()   # the preset's fields: a changed preset shows
-    return TranslateRecipe(config, folder, opts)
+        self.data = folder
+
+    def config(self) -> dict:
+        from ..translate.presets import get_preset
+        config = super().config()
+        config["recipe"] = get_preset(config["preset"]).to_dict()   # the preset's fields: a changed preset shows
+        return config
+
+    def run(self, run: CapstoneRun) -> dict:
+        return run_translate(run, run.config, self.data)
+
+    @classmethod
+    def show(cls, result: dict, where: str, plot: bool = True) -> None:
+        """The ten test translations (beside their sources and references when the run has them) and the
+        cross-attention of the first one, target tokens against source tokens."""
+        for i, e in enumerate(result.get("examples", [])):
+            print(f"\n[{i}] model:     {e['hyp']}" + (f"\n    source:    {e['src']}\n    reference: {e['ref']}"
+                                                       if "src" in e else ""))
+        if "src" not in (result.get("examples") or [{}])[0]:
+            print("\n(the sources and references are Multi30k's test_2016_flickr lines 1-10, not shipped with the "
+                  "course; your own run shows them)")
+        att = result.get("attention")
+        if not (plot and att):
+            return
+        import matplotlib.pyplot as plt
+        w = att["weights"]
+        fig, ax = plt.subplots(figsize=(0.35 * len(w[0]) + 2, 0.3 * len(w) + 1.5))
+        ax.imshow(w, cmap="Blues", aspect="auto", vmin=0)
+        src = att.get("src_tokens") or [str(j) for j in range(len(w[0]))]
+        ax.set_xticks(range(len(src)), src, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(att["tgt_tokens"])), att["tgt_tokens"], fontsize=8)
+        ax.set_xlabel("source token" + ("" if att.get("src_tokens") else " (position)"))
+        ax.set_ylabel("target token (input)")
+        ax.set_title("cross-attention, last decoder layer, mean of heads")
+        plt.show()
 
 
 def cross_attention(model, bpe, src: str, hyp: str) -> dict:
@@ -81,8 +112,7 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
                         max_steps=recipe.get("max_steps"), progress=run.opts.progress, stop_after=run.opts.stop_after)
         if not (folder / "choice.json").exists():            # finish_run writes it when training ended
             return None
-        import json
-        rows = [json.loads(x) for x in (folder / "log.jsonl").read_text().splitlines() if x.strip()]
+        rows = rec["history"]                                 # every record of the run, resumes included
         steps = [r for r in rows if "loss" in r and "step" in r]
         last = steps[-1] if steps else {}
         from ..training.checkpoint import load_checkpoint

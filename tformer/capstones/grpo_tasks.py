@@ -1,4 +1,4 @@
-"""The chapter 11 capstone: GRPO on verifiable rewards, 3 seeds, against the SFT model it starts from.
+"""The `grpo` capstone (chapter 11): GRPO on verifiable rewards, 3 seeds, against the SFT model it starts from.
 
 The recipe is the chapter's, run longer than a notebook may: byte-level BPE on the offline corpus, a
 small GPT pretrained on it, SFT on the chapter's instruction set plus the training prompts of the two
@@ -17,9 +17,7 @@ resumes at its last save, a finished part is never run again.
 """
 from __future__ import annotations
 
-import copy
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,45 +26,34 @@ from ..data.text import offline_text, train_tokenizer
 from ..models.gpt import GPT, GPTConfig
 from ..training import grpo
 from ..training.checkpoint import atomic_save, load_checkpoint
-from ..training.sft_start import train_sft_start
+from .base import Capstone
 from .runfolder import CapstoneRun, Options
-
-RECIPE = {
-    "model": dict(d_model=64, n_layers=2, n_heads=4, context_length=64),
-    "vocab_size": 1024,
-    "pretrain": dict(steps=150, batch_size=16, lr=3e-3, weight_decay=0.1),
-    "sft": dict(n_train=2000, steps=600, batch_size=16, lr=3e-3),
-    "grpo": dict(iterations=150, prompts=16, group=8, lr=3e-4, updates=2, eps=0.2, beta=0.04, temperature=1.0,
-                 max_new=10),
-    "test_prompts": 400, "samples": 8, "eval_every": 50, "save_every": 25,
-    "seeds": [0, 1, 2],
-}
-TINY = {"model": dict(d_model=16, n_layers=1, n_heads=2, context_length=128), "vocab_size": 300,
-        "pretrain": dict(steps=4, batch_size=4, lr=3e-3, weight_decay=0.1),
-        "sft": dict(n_train=40, steps=4, batch_size=8, lr=3e-3),
-        "grpo": dict(RECIPE["grpo"], iterations=4, prompts=4, group=4, max_new=6),
-        "test_prompts": 16, "samples": 4, "eval_every": 2, "save_every": 2, "seeds": [0, 1],
-        "corpus_chars": 20000}                  # the tests' size: a slice of the corpus
+from .sft_start import train_sft_start
 
 
-@dataclass
-class GRPORecipe:
-    config: dict
-    opts: Options
+class GRPOTasks(Capstone):
+    name, chapter = "grpo", 11
+    summary = "GRPO from an SFT model on verifiable tasks, 3 seeds: held-out exact answers gained"
+    RECIPE = {
+        "model": dict(d_model=64, n_layers=2, n_heads=4, context_length=64),
+        "vocab_size": 1024,
+        "pretrain": dict(steps=150, batch_size=16, lr=3e-3, weight_decay=0.1),
+        "sft": dict(n_train=2000, steps=600, batch_size=16, lr=3e-3),
+        "grpo": dict(iterations=150, prompts=16, group=8, lr=3e-4, updates=2, eps=0.2, beta=0.04, temperature=1.0,
+                     max_new=10),
+        "test_prompts": 400, "samples": 8, "eval_every": 50, "save_every": 25,
+        "seeds": [0, 1, 2],
+    }
+    TINY = {"model": dict(d_model=16, n_layers=1, n_heads=2, context_length=128), "vocab_size": 300,
+            "pretrain": dict(steps=4, batch_size=4, lr=3e-3, weight_decay=0.1),
+            "sft": dict(n_train=40, steps=4, batch_size=8, lr=3e-3),
+            "grpo": dict(iterations=4, prompts=4, group=4, max_new=6),
+            "test_prompts": 16, "samples": 4, "eval_every": 2, "save_every": 2, "seeds": [0, 1],
+            "corpus_chars": 20000}                  # the tests' size: a slice of the corpus
+    STEPS = ("pretrain.steps", "sft.steps", "grpo.iterations")
 
     def run(self, run: CapstoneRun) -> dict:
-        return run_grpo(run, self.config, self.opts)
-
-
-def prepare(name: str, opts: Options) -> GRPORecipe:
-    config = copy.deepcopy(RECIPE)
-    if opts.tiny:
-        config.update(copy.deepcopy(TINY))
-    if opts.max_steps is not None:
-        for part in ("pretrain", "sft"):
-            config[part]["steps"] = min(config[part]["steps"], opts.max_steps)
-        config["grpo"]["iterations"] = min(config["grpo"]["iterations"], opts.max_steps)
-    return GRPORecipe(config, opts)
+        return run_grpo(run, run.config)
 
 
 def evaluate(model, tok, data, end_id: int, samples: int, max_new: int, seed: int = 0) -> dict:
@@ -84,7 +71,7 @@ def evaluate(model, tok, data, end_id: int, samples: int, max_new: int, seed: in
 
 
 def train_sft(folder: Path, recipe: dict, progress: bool) -> dict:
-    """The base model and its SFT (the chapter's recipe, `tformer.training.sft_start`); saves folder/sft.pt
+    """The base model and its SFT (the chapter's recipe, `tformer.capstones.sft_start`); saves folder/sft.pt
     (weights, config, tokenizer)."""
     folder.mkdir(parents=True, exist_ok=True)
     text = offline_text()[:recipe.get("corpus_chars")]
@@ -159,7 +146,8 @@ def train_grpo_seed(folder: Path, sft_folder: Path, recipe: dict, seed: int, opt
             "samples_seen": len(log) * g["prompts"] * g["group"]}
 
 
-def run_grpo(run: CapstoneRun, recipe: dict, opts: Options) -> dict:
+def run_grpo(run: CapstoneRun, recipe: dict) -> dict:
+    opts = run.opts
     sft = run.part("sft", lambda folder: train_sft(folder, recipe, opts.progress), "base model and SFT")
     seeds = recipe["seeds"]
     parts = [run.part(f"grpo-seed{s}", lambda folder, s=s: train_grpo_seed(folder, run.part_dir("sft"), recipe, s, opts),

@@ -32,11 +32,11 @@ import torch
 
 from ..data.text import LMBatches, encode, split_stream
 from ..models.gpt import GPT, GPTConfig
+from ..training import grpo
+from ..training.losses import lm_loss
+from ..training.sft import KINDS, RUNS, Turn, encode_chats, instruction_set, load_run, save_run, sft_step_loss
+from ..training.trainer import train_steps
 from ..utils.runtime import seed_everything
-from . import grpo
-from .sft import KINDS, RUNS, Turn, encode_chats, instruction_set, load_run, save_run, sft_step_loss
-from .losses import lm_loss
-from .trainer import train_steps
 
 RUN_FOLDER = RUNS / "11_fine_tuning"          # where notebook 11_fine_tuning leaves its SFT model
 

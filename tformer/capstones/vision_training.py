@@ -1,7 +1,8 @@
-"""Training an image classifier (ViT) and a CLIP-style aligner (chapter 12) with `tformer.training.Trainer`.
+"""Chapter 12's recipes in its notebook: an image classifier (ViT) and a CLIP-style aligner, trained with
+`tformer.training.Trainer`.
 
 Both use the ViT/CLIP recipe: AdamW without decay on biases, norms, positions and the class token
-(`trainer.adamw`), linear warmup then a half cosine to 0 (`schedules.CosineSchedule`), no gradient clipping,
+(`tformer.training.adamw`), linear warmup then a half cosine to 0 (`schedules.CosineSchedule`), no gradient clipping,
 fp32. Batches are drawn from one `torch.Generator` (shuffling, captions, augmentation), so a seed gives
 the same run. Each returns a `History`: the loss of every step, test accuracy after every epoch.
 """
@@ -17,8 +18,8 @@ import torch.nn.functional as F
 
 from ..data.captions import caption_ids
 from ..data.images import ImageCaptions, ImageSplit
-from .metrics import accuracy
-from .trainer import Trainer, TrainConfig, adamw
+from ..training.metrics import accuracy
+from ..training.trainer import Trainer, TrainConfig, adamw
 
 
 @dataclass
@@ -91,8 +92,7 @@ def _fit(model: nn.Module, loss_fn, batches, total: int, lr: float, weight_decay
     t0 = time.perf_counter()
     trainer = Trainer(model, loss_fn, batches, cfg, val_fn=val_fn, device=device,
                       optimizer=adamw(model, lr, weight_decay, betas, eps))
-    trainer.fit()
-    records = trainer.state.history
+    records = trainer.fit()["history"]
     return History(loss=[r["loss"] for r in records if "loss" in r],
                    test_acc=[r["test_acc"] for r in records if "test_acc" in r], seconds=time.perf_counter() - t0)
 
