@@ -208,6 +208,25 @@ def test_no_import_cycles_among_the_benchmarks():
     assert not loops, "import cycles among benchmarks/:\n  " + "\n  ".join(" <-> ".join(c) for c in loops)
 
 
+def private_imports(root: Path = PACKAGE) -> list[str]:
+    """`from M import _name` anywhere in the package: a private name used outside its module (gettext's `_`
+    is the one public underscore)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                found += [f"{path.relative_to(root.parent)}:{node.lineno} imports {a.name} from {node.module}"
+                          for a in node.names if a.name.startswith("_") and a.name != "_" and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name(tmp_path):
+    assert private_imports() == [], "make the name public (it crosses modules): " + "; ".join(private_imports())
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from .b import _helper, _\n")
+    assert private_imports(tmp_path / "pkg") == ["pkg/a.py:1 imports _helper from b"]        # the check sees one
+
+
 def test_the_test_sees_an_import_back_up(tmp_path, monkeypatch):
     # a ground module that imports the trainer inside a function is caught, with its file and line
     bad = tmp_path / "tformer" / "utils" / "bad.py"
