@@ -156,7 +156,7 @@ class _SelfAttentionVariant(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__(d_model, n_heads, None, dropout=dropout, bias=bias)
 
-    def _heads(self, x, context, cache, need_weights, rope):
+    def _heads(self, x, context, cache, need_weights, rope, positions=None):
         name = type(self).__name__
         check_rank(x, 3, f"{name}(x)", "(B, T, d_model)")
         if context is not None or cache is not None or need_weights:
@@ -165,7 +165,7 @@ class _SelfAttentionVariant(MultiHeadAttention):
         q, k, v = self.qkv(x).split([d, d, d], dim=-1)
         q, k, v = (split_heads(z, self.n_heads) for z in (q, k, v))    # (B, H, T, hd)
         if rope is not None:
-            q, k = rope(q), rope(k)
+            q, k = rope(q, 0, positions), rope(k, 0, positions)
         return q, k, v
 
     def _merge(self, y):
@@ -190,9 +190,10 @@ class TiledAttention(_SelfAttentionVariant):
         super().__init__(d_model, n_heads, dropout, bias)
         self.block = block
 
-    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, need_weights=False):
+    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, positions=None,
+                need_weights=False):
         """x (B, T, d_model) -> (B, T, d_model). Attention dropout is not applied."""
-        q, k, v = self._heads(x, context, cache, need_weights, rope)
+        q, k, v = self._heads(x, context, cache, need_weights, rope, positions)
         return self._merge(tiled_attention(q, k, v, mask, is_causal, self.block))
 
 
@@ -212,7 +213,8 @@ class LinformerAttention(_SelfAttentionVariant):
         self.E = nn.Parameter(torch.randn(k, max_len) / math.sqrt(k))  # (k, max_len)
         self.F = self.E if share_kv else nn.Parameter(torch.randn(k, max_len) / math.sqrt(k))
 
-    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, need_weights=False):
+    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, positions=None,
+                need_weights=False):
         """x (B, T, d_model) -> (B, T, d_model); mask: key padding (B, 1, 1, T) only."""
         if is_causal:
             raise ValueError("LinformerAttention: cannot be causal (each projected key mixes all positions, "
@@ -220,7 +222,7 @@ class LinformerAttention(_SelfAttentionVariant):
         t = x.shape[1]
         if t > self.max_len:
             raise ValueError(f"LinformerAttention: sequence of {t} exceeds max_len={self.max_len} of the projections")
-        q, k, v = self._heads(x, context, cache, need_weights, rope)
+        q, k, v = self._heads(x, context, cache, need_weights, rope, positions)
         keep = _key_padding(mask, x.shape[0], t, "LinformerAttention")
         if keep is not None:                                           # padded keys contribute nothing
             k, v = k * keep, v * keep
@@ -312,9 +314,10 @@ class PerformerAttention(_SelfAttentionVariant):
     def redraw_features(self) -> None:
         self.w.copy_(orthogonal_gaussian(self.n_features, self.head_dim, self.generator).to(self.w))
 
-    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, need_weights=False):
+    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, positions=None,
+                need_weights=False):
         """x (B, T, d_model) -> (B, T, d_model); mask: key padding (B, 1, 1, T) only."""
-        q, k, v = self._heads(x, context, cache, need_weights, rope)
+        q, k, v = self._heads(x, context, cache, need_weights, rope, positions)
         keep = _key_padding(mask, x.shape[0], x.shape[1], "PerformerAttention")
         y = performer_attention(q, k, v, self.w.to(q.dtype), is_causal, keep, self.chunk)
         return self._merge(y)

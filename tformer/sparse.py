@@ -185,20 +185,22 @@ class PatternAttention(MultiHeadAttention):
             m = m.repeat(self.n_heads // m.shape[0], 1, 1)
         return m
 
-    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, need_weights=False):
+    def forward(self, x, context=None, mask=None, *, is_causal=False, rope=None, cache=None, positions=None,
+                need_weights=False):
         """x (B, T, d_model) -> (B, T, d_model); self-attention only, no KV cache."""
         if context is not None or cache is not None:
             raise ValueError("PatternAttention: self-attention over a whole sequence only (no context, no cache)")
         t = x.shape[1]
         if self.window is None:
             m = combine_masks(mask, self._pattern_mask(t, x.device))
-            return super().forward(x, mask=m, is_causal=is_causal, rope=rope, need_weights=need_weights)
+            return super().forward(x, mask=m, is_causal=is_causal, rope=rope, positions=positions,
+                                   need_weights=need_weights)
         if mask is not None or need_weights:
             raise ValueError("PatternAttention(window=): the banded kernel takes no extra mask and returns no weights")
         b, _, d = x.shape
         q, k, v = self.qkv(x).split([d, d, d], dim=-1)
         q, k, v = (split_heads(z, self.n_heads) for z in (q, k, v))    # (B, H, T, hd)
         if rope is not None:
-            q, k = rope(q), rope(k)
+            q, k = rope(q, 0, positions), rope(k, 0, positions)
         y = sliding_window_attention(q, k, v, self.window, causal=is_causal)
         return self.out(merge_heads(y))                                # (B, H, T, hd) -> (B, T, d)

@@ -47,8 +47,7 @@ from torch.nn.attention import sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import tformer
-from tformer.utils import gpu
-from tformer.utils import device as policy
+from tformer.utils import device as policy, gpu
 from tformer.measure.flash import force_flash, lm_throughput, run_with_flash, sdpa_backends_used
 from tformer.grading import check
 from tformer.data.text import LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
