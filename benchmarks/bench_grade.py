@@ -33,10 +33,13 @@ sys.path.insert(0, str(ROOT))
 
 import nbformat  # noqa: E402
 
-from tformer.grading import REGISTRY, cells as cellplan, classroom  # noqa: E402
-from tformer.grading import exercises  # noqa: E402,F401
-from tformer.grading.runner import run_notebook  # noqa: E402
+from tformer.grading import REGISTRY  # noqa: E402
+from tformer.grading.classroom import cells as cellplan, gradebook, notebooks, run  # noqa: E402
+from tformer.grading import load_exercises  # noqa: E402
+from tformer.grading.classroom.runner import run_notebook  # noqa: E402
 from tools.notebooks import build  # noqa: E402
+
+load_exercises()                                   # registers every chapter
 
 CHECK = re.compile(r"""check\(\s*["']([\w.]+)["']\s*,\s*(\w+)\s*\)""")
 
@@ -68,8 +71,8 @@ def cell_times(sol_dir: Path, root: Path) -> dict[str, dict[int, float]]:
     for nb in sol_dir.glob("*.ipynb"):
         (one / nb.name).write_bytes(nb.read_bytes())
     t0 = time.perf_counter()
-    classroom.grade_class(one.parent, root / "timing-out", skip=False, progress=False, log=lambda *a: None)
-    journal = classroom.Journal(root / "timing-out" / "journal.jsonl")
+    run.grade_class(one.parent, root / "timing-out", skip=False, progress=False, log=lambda *a: None)
+    journal = gradebook.Journal(root / "timing-out" / "journal.jsonl")
     journal.close()
     times = {stem: {int(i): s for i, s in rec["report"]["cell_seconds"].items()} for (_, stem), rec in journal.records.items()}
     cached.write_text(json.dumps(times))
@@ -106,7 +109,7 @@ def build_class(root: Path, students: int, realistic: bool) -> tuple[Path, dict]
             src = learner_dir if pick == "blank" else sol_dir
             nb = nbformat.read(str(src / f"{stem}.ipynb"), as_version=4)
             if pick == "mistakes":
-                for name in classroom.exercises_of(Path(stem + ".ipynb")):
+                for name in notebooks.exercises_of(Path(stem + ".ipynb")):
                     if REGISTRY[name].mistakes:
                         _inject(nb, name, rng.choice(sorted(REGISTRY[name].mistakes)))
             if stem == edited_stem:
@@ -142,7 +145,7 @@ def main(argv=None) -> int:
         print(f"built a class of {args.students} students in {time.perf_counter() - t0:.0f} s ({cls})")
         shutil.rmtree(root / "out", ignore_errors=True)          # a fresh run, not a resumed one
         t0 = time.perf_counter()
-        grades = classroom.grade_class(cls, root / "out", workers=args.workers)
+        grades = run.grade_class(cls, root / "out", workers=args.workers)
         wall = time.perf_counter() - t0
         per_stem: dict[str, list[float]] = {}
         for s in grades["students"]:

@@ -12,7 +12,9 @@ import torch
 from exercise_solutions import SOLUTIONS
 from exercise_solutions.ch13 import balance_loss
 from tformer.grading import REGISTRY, check, set_mode
-from tformer.grading import exercises  # noqa: F401  (registers every chapter)
+from tformer.grading import load_exercises
+
+load_exercises()                                        # registers every chapter
 
 ALL = sorted(n for n in REGISTRY if not n.startswith("test."))
 

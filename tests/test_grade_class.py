@@ -18,10 +18,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tformer.grading import REGISTRY, classroom, cells as cellplan
-from tformer.grading import exercises  # noqa: F401  (registers every chapter)
-from tformer.grading.runner import run_notebook
+from tformer.grading import REGISTRY, load_exercises
+from tformer.grading.classroom import cells as cellplan, gradebook, lms, notebooks, run, submissions
+from tformer.grading.classroom.runner import run_notebook
 from tools.notebooks import SRC, build_notebook
+
+load_exercises()                                        # registers every chapter
 
 STEMS = ("01_attention", "02_self_attention", "03_multi_head_attention")
 SLEEPER = "3071.5"                    # the seconds of the process a broken notebook leaves behind
@@ -108,7 +110,7 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("grade_class")
     cls = build_class(root)
     out = root / "out"
-    grades = classroom.grade_class(cls, out, timeout=8, workers=2, memory=3 << 30, progress=False)
+    grades = run.grade_class(cls, out, timeout=8, workers=2, memory=3 << 30, progress=False)
     return cls, out, grades
 
 
@@ -127,7 +129,7 @@ def test_gradebook_cell_for_cell(graded):
 def test_grades_json_has_hashes_seeds_statuses_and_the_file_not_graded(graded):
     cls, out, grades = graded
     data = json.loads((out / "grades.json").read_text())
-    assert data["grader"] == classroom.grader_hash() and len(data["grader"]) == 64
+    assert data["grader"] == run.grader_hash() and len(data["grader"]) == 64
     st = {s["student"]: s for s in data["students"]}
     ace = {nb["notebook"]: nb for nb in st["ace"]["notebooks"]}
     assert ace["01_attention"]["file"] == "01_attention (1).ipynb" and ace["01_attention"]["ignored"] == ["01_attention.ipynb"]
@@ -203,7 +205,7 @@ def test_resume_after_kill_and_regrade_after_a_checker_change(tmp_path, monkeypa
     assert 2 <= len(before) < 6, len(before)
     with journal.open("a") as f:                                         # a line cut short by the kill
         f.write('{"student": "a", "notebook": "02_self_att')
-    grades = classroom.grade_class(cls, out, workers=2, progress=False)
+    grades = run.grade_class(cls, out, workers=2, progress=False)
     after = [json.loads(line) for line in journal.read_text().splitlines()[len(before) + 1:]]
     keys = [(r["student"], r["notebook"]) for r in before + after]
     assert len(keys) == len(set(keys)) == 6                              # nothing graded twice, nothing lost
@@ -211,21 +213,21 @@ def test_resume_after_kill_and_regrade_after_a_checker_change(tmp_path, monkeypa
     rows = list(csv.reader((out / "gradebook.csv").open()))
     assert [r[0] for r in rows[1:]] == ["a", "b", "c"]
     # the same command again grades nothing; a changed checker grades everything again
-    classroom.grade_class(cls, out, workers=2, progress=False)
+    run.grade_class(cls, out, workers=2, progress=False)
     assert len(journal.read_text().splitlines()) == 7                    # the six, and the cut line
-    monkeypatch.setattr(classroom, "grader_hash", lambda: "0" * 64)
-    classroom.grade_class(cls, out, workers=2, progress=False)
+    monkeypatch.setattr(run, "grader_hash", lambda: "0" * 64)
+    run.grade_class(cls, out, workers=2, progress=False)
     assert len(journal.read_text().splitlines()) == 13
 
 
 def test_lms_names_and_class_folder_errors(tmp_path, capsys):
     from tformer.cli import main
-    known = classroom.known_stems()
-    assert classroom.notebook_stem("04_positional_encoding (1).ipynb", known) == "04_positional_encoding"
-    assert classroom.notebook_stem("11_llms (1).ipynb", known) == "11_llms"
-    assert classroom.notebook_stem("11_llms-2.ipynb", known) == "11_llms"
-    assert classroom.notebook_stem("01_tiny copy.ipynb", known) == "01_tiny"
-    assert classroom.notebook_stem("notes.ipynb", known) is None
+    known = notebooks.known_stems()
+    assert notebooks.notebook_stem("04_positional_encoding (1).ipynb", known) == "04_positional_encoding"
+    assert notebooks.notebook_stem("11_llms (1).ipynb", known) == "11_llms"
+    assert notebooks.notebook_stem("11_llms-2.ipynb", known) == "11_llms"
+    assert notebooks.notebook_stem("01_tiny copy.ipynb", known) == "01_tiny"
+    assert notebooks.notebook_stem("notes.ipynb", known) is None
     _write(tmp_path / "mixed" / "01_attention.ipynb", ["x = 1"])
     _write(tmp_path / "mixed" / "alice" / "01_attention.ipynb", ["x = 1"])
     assert main(["grade", str(tmp_path / "mixed"), "--out", str(tmp_path / "o")]) == 2
@@ -250,7 +252,7 @@ def test_cell_plan_rule():
 def test_every_exercise_on_the_fast_path(tmp_path):
     """Every chapter through the class's fast path: the solution notebooks pass every exercise, the learner
     notebooks read "not attempted", and each registered mistake injected into a notebook is named."""
-    from tformer.grading.runner import exercises_of
+    from tformer.grading.classroom.notebooks import exercises_of
     stems = sorted(p.stem for p in SRC.glob("[0-9][0-9]*_*.py"))
     rounds = max(len(ex.mistakes) for ex in REGISTRY.values())
     want: dict[tuple[str, str], tuple[str, str]] = {}
@@ -274,7 +276,7 @@ def test_every_exercise_on_the_fast_path(tmp_path):
                             f"{fn} = _R[{name!r}].mistakes[{mistake!r}]\n")
                 want[(f"mistakes{k}", name)] = ("failed", mistake)
             _write(tmp_path / "class" / f"mistakes{k}" / f"{stem}.ipynb", cells)
-    grades = classroom.grade_class(tmp_path / "class", tmp_path / "out", progress=False)
+    grades = run.grade_class(tmp_path / "class", tmp_path / "out", progress=False)
     got = {}
     for s in grades["students"]:
         for nb in s["notebooks"]:
@@ -287,7 +289,7 @@ def test_every_exercise_on_the_fast_path(tmp_path):
 
 
 def test_feedback_pages_and_report(graded, monkeypatch):
-    from tformer.grading import feedback
+    from tformer.grading.classroom import feedback
     _, out, grades = graded
     pages = {p.stem: p.read_text() for p in (out / "feedback").glob("*.html")}
     assert sorted(pages) == sorted(EXPECTED)
@@ -318,14 +320,14 @@ CANVAS_EXPORT = """Student,ID,SIS User ID,SIS Login ID,Section,Attention quiz (1
 
 
 def test_canvas_download_roster_and_gradebook_import(tmp_path):
-    from tformer.grading import feedback
+    from tformer.grading.classroom import feedback
     cls = tmp_path / "submissions"                                       # Canvas's bulk download: one flat folder
     _write(cls / "lovelaceada_4101_99001_01_attention.ipynb", _cells("01_attention", True))
     _write(cls / "turingalan_LATE_4102_99002_01_attention-1.ipynb", _cells("01_attention", False))
     roster = tmp_path / "canvas-export.csv"
     roster.write_text(CANVAS_EXPORT)
-    assert sorted(feedback.read_roster(roster)) == ["4101", "4102"]
-    grades = classroom.grade_class(cls, tmp_path / "out", progress=False, lms="canvas", roster=roster)
+    assert sorted(lms.read_roster(roster)) == ["4101", "4102"]
+    grades = run.grade_class(cls, tmp_path / "out", progress=False, lms="canvas", roster=roster)
     assert [(s["student"], s["canvas_id"], s["total"]) for s in grades["students"]] == [
         ("lovelaceada_4101", "4101", 4), ("turingalan_4102", "4102", 0)]
     rows = list(csv.reader((tmp_path / "out" / "canvas.csv").open()))
@@ -339,8 +341,8 @@ def test_canvas_download_roster_and_gradebook_import(tmp_path):
 def test_a_worker_cannot_write_a_file_past_its_limit(tmp_path):
     """The file-size limit: the write (into the worker's temporary folder, the one it may write to) fails in its
     cell (Python ignores SIGXFSZ), the notebook goes on."""
-    from tformer.grading.runner import grade_cells
-    from tformer.grading.sandbox import Limits, WarmProcess
+    from tformer.grading.classroom.runner import grade_cells
+    from tformer.grading.classroom.sandbox import Limits, WarmProcess
     warm = WarmProcess({"TFORMER_GRADE": "learner", "MPLBACKEND": "Agg"}, Limits(memory=4 << 30, file_size=1 << 20))
     try:
         cells = [(0, "import torch\nfrom tformer.grading import check"),
@@ -364,7 +366,7 @@ def test_shards_merged_equal_one_run(graded, tmp_path):
     cls, out, grades = graded
     parts = [tmp_path / f"part{k}" for k in (1, 2)]
     for k, part in enumerate(parts, 1):
-        classroom.grade_class(cls, part, timeout=8, workers=2, memory=3 << 30, progress=False, shard=(k, 2),
+        run.grade_class(cls, part, timeout=8, workers=2, memory=3 << 30, progress=False, shard=(k, 2),
                               log=lambda *a: None)
     names = [sorted(s["student"] for s in json.loads((p / "grades.json").read_text())["students"]) for p in parts]
     assert sorted(names[0] + names[1]) == sorted(s["student"] for s in grades["students"])   # each once
@@ -384,7 +386,7 @@ def test_verify_reproduces_the_verdicts_and_names_a_changed_notebook(graded, tmp
     copy = tmp_path / "class"
     for who in ("ace", "mistakes"):                                  # two students: the others are "gone"
         shutil.copytree(cls / who, copy / who)
-    res = classroom.verify(out / "grades.json", copy, timeout=8, workers=2, log=lambda *a: None)
+    res = run.verify(out / "grades.json", copy, timeout=8, workers=2, log=lambda *a: None)
     assert res["differ"] == [] and res["changed"] == [] and res["checked"] >= 4, res
     assert any(g.startswith("blank/") for g in res["gone"])
     nb = copy / "mistakes" / "01_attention.ipynb"
@@ -396,13 +398,13 @@ def test_weights_and_overrides(graded, tmp_path):
     """A teacher's weights rescale the points a passed exercise earns; an override wins over the autograde,
     and the student's feedback shows its reason; unknown names are one-line errors."""
     import copy
-    from tformer.grading import feedback
+    from tformer.grading.classroom import feedback
     _, _, grades = graded
     g = copy.deepcopy(grades)
     (tmp_path / "w.txt").write_text("# heavier attention\nch01.attention = 10\n")
     (tmp_path / "o.csv").write_text("student,exercise,points,reason\nmistakes,ch01.attention,2,the scale is in "
                                     "a comment below the cell\n")
-    classroom.apply_teacher(g, classroom.read_weights(tmp_path / "w.txt"), classroom.read_overrides(tmp_path / "o.csv"))
+    gradebook.score(g, gradebook.read_weights(tmp_path / "w.txt"), gradebook.read_overrides(tmp_path / "o.csv"))
     ace = next(s for s in g["students"] if s["student"] == "ace")
     old_ace = next(s for s in grades["students"] if s["student"] == "ace")
     assert ace["exercises"]["ch01.attention"]["earned"] == 10 and ace["total"] == old_ace["total"] + 10 - 3
@@ -412,8 +414,8 @@ def test_weights_and_overrides(graded, tmp_path):
     page = feedback.feedback_page(mis, g["exercises"])
     assert "Set by your teacher: the scale is in a comment below the cell" in page and "2/10" in page
     (tmp_path / "bad.txt").write_text("ch01.atention = 3\n")
-    with pytest.raises(classroom.ClassError, match="ch01.atention"):
-        classroom.read_weights(tmp_path / "bad.txt")
+    with pytest.raises(submissions.ClassError, match="ch01.atention"):
+        gradebook.read_weights(tmp_path / "bad.txt")
 
 
 def test_only_regrades_one_exercise_and_keeps_the_rest(graded, tmp_path):
@@ -424,7 +426,7 @@ def test_only_regrades_one_exercise_and_keeps_the_rest(graded, tmp_path):
     again = tmp_path / "out"
     shutil.copytree(out, again)
     lines = []
-    g = classroom.grade_class(cls, again, timeout=8, workers=2, memory=3 << 30, progress=False,
+    g = run.grade_class(cls, again, timeout=8, workers=2, memory=3 << 30, progress=False,
                               only="ch01.attention", log=lines.append)
     assert (again / "gradebook.csv").read_text() == (out / "gradebook.csv").read_text()
     before = {(s["student"], nb["notebook"]): nb for s in grades["students"] for nb in s["notebooks"]}
@@ -437,3 +439,22 @@ def test_only_regrades_one_exercise_and_keeps_the_rest(graded, tmp_path):
                     assert rows[x["exercise"]]["seeds"] == x["seeds"]          # kept, not graded again
                 elif x.get("torch_seed") is not None and nb["status"] == "graded":
                     assert rows[x["exercise"]]["seeds"] != x["seeds"]          # graded again, fresh seeds
+
+
+def test_the_grader_hash_covers_every_module_of_the_grader_but_the_pages(tmp_path):
+    """A checker fix regrades: changing the bytes of any module of tformer/grading (the checker, the runner and
+    the worker in classroom/ included) changes the hash; the feedback pages' module does not."""
+    import shutil
+    import tformer.grading
+    copy = tmp_path / "grading"
+    shutil.copytree(Path(tformer.grading.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__", "locale"))
+    base = run.grader_hash(copy)
+    assert base == run.grader_hash(copy) and len(base) == 64
+    for rel in ("core.py", "compare.py", "classroom/runner.py", "classroom/worker.py", "exercises/ch01.py"):
+        f = copy / rel
+        text = f.read_text()
+        f.write_text(text + "\n# a fix\n")
+        assert run.grader_hash(copy) != base, rel
+        f.write_text(text)
+    (copy / "classroom" / "feedback.py").write_text("# other pages\n")
+    assert run.grader_hash(copy) == base

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import nbformat
 
-from tformer.grading import similarity
-from tformer.grading.classroom import Submission
+from tformer.grading.classroom import similarity
+from tformer.grading.classroom.submissions import Submission
 
 ATTENTION = '''
 def my_attention(q, k, v, mask=None):

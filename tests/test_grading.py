@@ -15,10 +15,12 @@ import torch
 import tformer
 from tformer.grading import REGISTRY, Case, Exercise, check, compare, register, set_mode
 from tformer.grading import core
-from tformer.grading import exercises  # noqa: F401  (registers every chapter)
+from tformer.grading import load_exercises
 
 from exercise_solutions.ch01 import attention as _attention, softmax as _softmax
 from exercise_solutions.ch03 import split_heads as _split
+
+load_exercises()                                        # registers every chapter
 
 
 @pytest.fixture(autouse=True)
@@ -214,7 +216,7 @@ def test_tformer_grade_on_a_tiny_notebook(tmp_path, capsys, loop_exercise):
 def test_tformer_grade_cannot_be_forged(tmp_path):
     """Patching the comparison, reading the expected answer from the caller's frames, registering a new
     exercise and writing a made-up report all happen in the worker's process: none of it changes the grade."""
-    from tformer.grading.runner import grade
+    from tformer.grading.classroom.runner import grade
     _notebook(tmp_path / "01_cheats.ipynb", [
         "import json, os, sys, torch\nimport tformer.grading.core as core\nfrom tformer.grading import check",
         # patch the comparison and the judge, then hand in a wrong softmax
@@ -244,7 +246,7 @@ def test_tformer_grade_cannot_be_forged(tmp_path):
 def test_what_the_worker_sends_cannot_run_code_in_the_grader(tmp_path):
     """The notebook replaces the worker's encoder with one that sends a pickle that would run a command when
     loaded: the grader loads with weights_only, refuses it, and grades the exercise as an error."""
-    from tformer.grading.runner import run_notebook
+    from tformer.grading.classroom.runner import run_notebook
     marker = tmp_path / "pwned"
     _notebook(tmp_path / "01_evil.ipynb", [
         "import os, torch\nfrom tformer.grading import check",
@@ -281,7 +283,7 @@ def test_tformer_grade_bad_path(tmp_path, capsys):
 
 
 def test_not_run_exercises_are_listed(tmp_path):
-    from tformer.grading.runner import run_notebook
+    from tformer.grading.classroom.runner import run_notebook
     _notebook(tmp_path / "06_empty.ipynb", ["x = 1"])
     rep = run_notebook(tmp_path / "06_empty.ipynb", timeout=120)
     assert {r.exercise for r in rep.rows} == {n for n in REGISTRY if n.startswith("ch06.")}
@@ -322,7 +324,7 @@ def test_in_place_edits_do_not_leak_between_reference_learner_and_mistakes():
 
 def test_each_notebook_owes_its_own_exercises(temp_exercise, tmp_path):
     """A chapter split into two notebooks: exercises registered with `notebook=` go to that notebook only."""
-    from tformer.grading.runner import exercises_of
+    from tformer.grading.classroom.notebooks import exercises_of
     one = lambda: [Case("one", (torch.ones(1),))]  # noqa: E731
     temp_exercise(Exercise("ch97.first", "t", reference=lambda x: x, edge_cases=one, random_case=None, n_random=0,
                            notebook="97_first_part"))

@@ -16,7 +16,9 @@ import torch
 from tools import i18n
 from tformer.grading import REGISTRY, Case, Exercise, check, register, set_mode
 from tformer.grading import core
-from tformer.grading import exercises  # noqa: F401  (registers every chapter)
+from tformer.grading import load_exercises
+
+load_exercises()                                        # registers every chapter
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = i18n.translated_chapters()
@@ -403,7 +405,7 @@ def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
     """`tformer grade --lang zh` (or TFORMER_LANG=zh): the table's column headers, statuses and totals are
     Chinese, aligned by terminal width; the exercise names, points and the JSON's keys and statuses stay English."""
     from tformer.cli import main
-    from tformer.grading.runner import NotebookReport, Row, format_table
+    from tformer.grading.classroom.runner import NotebookReport, Row, format_table
     monkeypatch.delenv("TFORMER_LANG", raising=False)       # restored after the test: --lang sets it
     rep = NotebookReport("notebooks/01_attention.ipynb", "ch01",
                          [Row("ch01.softmax", 2, True, "passed"), Row("ch01.attention", 3, False, "not attempted")],
@@ -422,7 +424,7 @@ def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
     # test above); the notebook's run is replaced by the report above, so no worker starts here
     monkeypatch.delenv("TFORMER_LANG")
     nbformat.write(nbformat.v4.new_notebook(), tmp_path / "01_attention.ipynb")
-    monkeypatch.setattr("tformer.grading.runner.run_notebook", lambda path, timeout, small: rep)
+    monkeypatch.setattr("tformer.grading.classroom.runner.run_notebook", lambda path, timeout, small: rep)
     out = tmp_path / "report.json"
     assert main(["grade", str(tmp_path), "--json", str(out), "--lang", "zh"]) == 0
     printed = capsys.readouterr().out

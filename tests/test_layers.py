@@ -29,7 +29,7 @@ LAYERS = [
     ("training and inference", ["tformer.training", "tformer.inference"],
      "training a model; generating from it"),
     ("measurement", ["tformer.measure"], "timing, tokens/s and MFU of training and inference"),
-    ("commands", ["tformer.capstones", "tformer.translate", "tformer.serve", "tformer.grading",
+    ("commands", ["tformer.capstones", "tformer.translate", "tformer.serve", "tformer.grading", "tformer.grading.classroom",
                   "tformer.doctor", "tformer.cli", "tformer.__main__"],
      "what a learner or a teacher types: tformer capstone | translate | serve | grade | doctor"),
 ]

@@ -20,7 +20,7 @@ import sys
 import traceback
 
 COMMANDS = [
-    "tformer.grading.cli",        # tformer grade PATH
+    "tformer.grading.classroom.cli",   # tformer grade PATH
     "tformer.translate.cli",      # tformer translate ...
     "tformer.doctor",       # tformer doctor [--json]
     "tformer.serve.cli",          # tformer serve, tformer export

@@ -8,7 +8,7 @@
    from the tested ones (requirements/constraints.txt, torch's pin in the Makefile), whether the hub answers.
 2. Backend parity: the course's kernels run on the chosen device in float32 (the policy's dtype where it
    autocasts) and on the CPU in float64, compared within each check's stated tolerance with the grader's
-   comparison (tformer.grading.core.compare). On a CPU the chosen device is the CPU: float32 against float64.
+   comparison (tformer.grading.compare.compare). On a CPU the chosen device is the CPU: float32 against float64.
    One line each: PASS with the largest error, or FAIL naming the operation, the error and what to do.
    On MPS it also tries bf16 autocast and stores whether it passed: the policy reads that (bf16 only if so).
 3. What to expect: a GPT training step measured in tokens/s here, and from its FLOP rate the estimated time
@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .cli import add_debug
 from .data.sources import cache_dir
-from .grading.core import flatten_tensors, compare
+from .grading.compare import compare, flatten_tensors
 from .measure.flash import lm_throughput
 from .models.gpt import GPT, GPTConfig
 from .moe import MoE, MoEConfig

@@ -37,7 +37,10 @@ PO_DIR = LOCALE / LANG / "LC_MESSAGES"
 TRANSLATED = LOCALE / "translated.txt"
 ZH_NOTEBOOKS = ROOT / "notebooks" / "zh"
 GRADING_PO = ROOT / "tformer" / "grading" / "locale" / LANG / "LC_MESSAGES" / "tformer.po"
-GRADING_SOURCES = [ROOT / "tformer" / "grading" / f"{m}.py" for m in ("core", "runner", "cli", "classroom", "feedback")]
+GRADING = ROOT / "tformer" / "grading"
+# every grading module with `_("...")` calls: the checker's and the teacher's (classroom/)
+GRADING_SOURCES = sorted(p for p in (*GRADING.glob("*.py"), *(GRADING / "classroom").glob("*.py"))
+                         if "_(" in p.read_text(encoding="utf-8"))
 LANDING = ROOT / "book" / "index.md"
 README = ROOT / "README.md"
 README_ZH = ROOT / "README.zh-CN.md"
@@ -195,7 +198,8 @@ def grading_messages() -> list[tuple[str, str]]:
     found = [(m, where) for _, m, where in sorted(found)]
     # the hints and named mistakes of the exercises the translated chapters check (by the names in their
     # `check("chNN.name", ...)` calls: chapter 11's notebooks share the ch11 prefix, one translated apart)
-    from tformer.grading import core, exercises  # noqa: F401  (registers every exercise)
+    from tformer.grading import core
+    core.load_exercises()
     names = set()
     for stem in translated_chapters():
         names |= set(CHECK_CALL.findall((SRC / f"{stem}.py").read_text()))

@@ -1,11 +1,13 @@
-"""Graded exercises: `check("ch01.attention", my_fn)` in a notebook; `tformer grade PATH` for a teacher.
+"""Graded exercises: `check("ch01.attention", my_fn)` in a notebook (the learner's half), and `tformer grade`
+(classroom/, the teacher's half, which a notebook never loads).
 
-core.py (the checker), exercises/ (each chapter's exercises), inputs.py (shared seeded inputs), cli.py
-(`tformer grade`: one learner's notebooks, the grading loop), worker.py (the process that runs a notebook),
-classroom.py (`tformer grade CLASS --out OUT`: a whole class), cells.py (the cells a class's notebooks must
-run), sandbox.py (the warm process, the workers' limits), feedback.py (feedback pages, the class report,
-the Canvas file).
+core.py (the checker: cases, time limit, disabled references, judge, `check`), compare.py (what "equal"
+means: shape, dtype, tolerance, and the message that says what differs), messages.py (the checker's messages
+and their Chinese translation), inputs.py (shared seeded inputs), exercises/ (each chapter's exercises,
+registered by `load_exercises()`), classroom/ (`tformer grade`: one learner's notebooks or a whole class,
+graded in workers out of the learner's reach; its docstring is its map).
 """
-from .core import REGISTRY, Case, Exercise, Result, check, compare, get_mode, register, set_mode
+from .core import REGISTRY, Case, Exercise, Result, check, compare, get_mode, load_exercises, register, set_mode
 
-__all__ = ["check", "Case", "Exercise", "Result", "REGISTRY", "register", "compare", "set_mode", "get_mode"]
+__all__ = ["check", "Case", "Exercise", "Result", "REGISTRY", "register", "compare", "set_mode", "get_mode",
+           "load_exercises"]

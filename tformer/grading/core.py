@@ -24,10 +24,7 @@ notebook and `judge` in its own process, which alone holds the expected answers 
 from __future__ import annotations
 
 import contextlib
-import functools
-import gettext
 import inspect
-import json
 import os
 import signal
 import sys
@@ -42,48 +39,11 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .compare import compare, flatten_tensors  # noqa: F401  (part of the exercise API)
+from .messages import N_, _, language  # noqa: F401  (the exercises' messages)
+
 MODES = ("learner", "strict", "blank")
 _mode: str | None = None
-LOCALE_DIR = Path(__file__).resolve().parent / "locale"
-
-
-@functools.lru_cache(maxsize=8)
-def _notebook_language(path: str) -> str:
-    """The `language` in a notebook's metadata ("zh-CN" in notebooks/zh/), "" if none or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return str(json.load(f).get("metadata", {}).get("language", ""))
-    except (OSError, ValueError, AttributeError):
-        return ""
-
-
-def language() -> str:
-    """The learner's language for the checker's messages: "zh" or "en". TFORMER_LANG (zh, zh_CN, en, ...)
-    first; else the metadata of the notebook this kernel runs (Jupyter gives kernels its path in
-    JPY_SESSION_NAME; the grading worker sets TFORMER_LANG from the notebook it runs)."""
-    lang = os.environ.get("TFORMER_LANG", "")
-    if not lang:
-        nb = os.environ.get("JPY_SESSION_NAME", "")       # the notebook's path (an older server: its URL path,
-        if nb.endswith(".ipynb") and not os.path.exists(nb):   # and the kernel runs in the notebook's folder)
-            nb = os.path.basename(nb)
-        lang = _notebook_language(nb) if nb.endswith(".ipynb") else ""
-    return "zh" if lang.lower().replace("-", "_").startswith("zh") else "en"
-
-
-@functools.lru_cache(maxsize=1)
-def _catalog() -> gettext.NullTranslations:
-    return gettext.translation("tformer", localedir=str(LOCALE_DIR), languages=["zh_CN"], fallback=True)
-
-
-def N_(message: str) -> str:
-    """Marks a message for the catalog where it is defined; `_()` translates it where it is shown."""
-    return message
-
-
-def _(message: str) -> str:
-    """A checker message in the learner's language (the catalog tformer/grading/locale/zh_CN/.../tformer.po);
-    placeholders ({expected}, {got}, ...) are filled after translation, so numbers and names stay as they are."""
-    return _catalog().gettext(message) if language() == "zh" else message
 
 
 def set_mode(mode: str | None) -> None:
@@ -155,6 +115,14 @@ def register(ex: Exercise) -> Exercise:
         raise ValueError(f"exercise {ex.name!r} registered twice")
     REGISTRY[ex.name] = ex
     return ex
+
+
+def load_exercises() -> dict[str, Exercise]:
+    """Register every chapter's exercises (tformer/grading/exercises/) and return the registry: the one way
+    the grader, the worker and the tools load them."""
+    from . import exercises
+    exercises.load()
+    return REGISTRY
 
 
 _REFERENCE_CALLED = "tformer-grading: the reference was called"
@@ -249,70 +217,6 @@ def _time_limit(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-
-
-def flatten_tensors(x) -> list[torch.Tensor]:
-    """The tensors in x (a tensor, nested tuples or lists of them, plain numbers) in order; a list of ints is one."""
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, list) and x and all(type(i) is int for i in x):   # a list of ids: one sequence (length, then
-        return [torch.tensor(x)]                                         # the first differing position)
-    if isinstance(x, (tuple, list)):
-        return [t for item in x for t in flatten_tensors(item)]
-    if isinstance(x, (int, float, bool)):
-        return [torch.tensor(x)]
-    if isinstance(x, dict) and "tformer_unsupported" in x:       # a value a grading worker could not send
-        raise TypeError(_("expected a tensor (or a tuple of tensors), got {got}").format(got=x['tformer_unsupported']))
-    raise TypeError(_("expected a tensor (or a tuple of tensors), got {got}").format(got=type(x).__name__))
-
-
-def _pair(e: float, g: float) -> str:
-    """'expected E, got G' with as many digits as it takes for E and G to differ, and the relative error."""
-    for digits in (5, 8, 12, 17):
-        a, b = f"{e:.{digits}g}", f"{g:.{digits}g}"
-        if a != b:
-            break
-    rel = abs(g - e) / abs(e) if e not in (0.0,) and abs(e) != float("inf") else None
-    return (_("expected {expected}, got {got}").format(expected=a, got=b)
-            + (_(", relative error {rel}").format(rel=f"{rel:.2g}") if rel is not None and rel == rel else ""))
-
-
-def compare(got, expected, atol: float, rtol: float, nan_equal: bool = True) -> str | None:
-    """None if `got` matches `expected`; otherwise what differs (shape, dtype, largest difference).
-    Integer and bool outputs must have the expected dtype exactly and equal values; float outputs the
-    expected dtype and values within atol + rtol * |expected| (NaN matches NaN if `nan_equal`)."""
-    try:
-        g_list = flatten_tensors(got)
-    except TypeError as e:
-        return str(e)
-    e_list = flatten_tensors(expected)
-    if len(g_list) != len(e_list):
-        return _("expected {expected} output tensor(s), got {got}").format(expected=len(e_list), got=len(g_list))
-    for i, (g, e) in enumerate(zip(g_list, e_list)):
-        which = _("output {i}: ").format(i=i) if len(e_list) > 1 else ""
-        if tuple(g.shape) != tuple(e.shape):
-            return which + _("expected shape {expected}, got {got}").format(expected=tuple(e.shape), got=tuple(g.shape))
-        if g.dtype != e.dtype:
-            return which + _("expected dtype {expected}, got {got}").format(expected=e.dtype, got=g.dtype)
-        if not e.is_floating_point():
-            if not torch.equal(g, e):
-                bad = tuple((g != e).nonzero()[0].tolist())
-                return which + _("values differ, first at index {index}: expected {expected}, got {got}").format(
-                    index=bad, expected=e[bad].item(), got=g[bad].item())
-            continue
-        g64, e64 = g.detach().double(), e.detach().double()
-        both_nan = torch.isnan(g64) & torch.isnan(e64) & nan_equal  # NaN where NaN is expected counts as equal
-        if (torch.isnan(g64) & ~both_nan).any():
-            return which + _("got NaN where the expected output has none (shape {shape})").format(shape=tuple(e.shape))
-        same_inf = torch.isinf(g64) & (g64 == e64)                # +-inf where the same inf is expected
-        diff = (g64 - e64).abs().nan_to_num(nan=float("inf")).masked_fill(both_nan | same_inf, 0.0)
-        if not torch.all(diff <= atol + rtol * e64.abs().nan_to_num(nan=0.0, posinf=0.0)):
-            idx = tuple(torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
-            idx = tuple(int(j) for j in idx)
-            return which + _("shape {shape} {dtype} ok, values differ: largest difference {diff} at index {index} "
-                             "({pair})").format(shape=tuple(e.shape), dtype=e.dtype, diff=f"{diff.max().item():.3g}",
-                                                index=idx, pair=_pair(e64[idx].item(), g64[idx].item()))
-    return None
 
 
 def _compare(ex: Exercise, got, expected, case: Case, nan_equal: bool = True) -> str | None:
@@ -518,7 +422,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
 def exercise(name: str) -> Exercise:
     """The registered exercise `name` (importing every chapter's exercises first if needed)."""
     if name not in REGISTRY:
-        from . import exercises  # noqa: F401  (registers every chapter's exercises)
+        load_exercises()
     if name not in REGISTRY:
         raise KeyError(_("no exercise named {name}; known: {known}").format(name=repr(name), known=sorted(REGISTRY)))
     return REGISTRY[name]

@@ -1,6 +1,10 @@
-"""Every chapter's exercises; importing this package registers them all (one module per chapter)."""
+"""Every chapter's exercises, one module per chapter (ch01.py ... ch15.py), each `register(Exercise(...))`-ing
+its own. Nothing registers on import: `load()` (tformer.grading.load_exercises) imports them all, once."""
 import importlib
 import pkgutil
 
-for _m in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_m.name}")
+
+def load() -> None:
+    """Import (and so register) every chapter's exercises; a second call does nothing."""
+    for m in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{m.name}")

@@ -2,12 +2,12 @@
 
     tformer grade notebooks/                  # every NN_*.ipynb in the folder, in order
     tformer grade notebooks/01_attention.ipynb --json report.json
-    tformer grade CLASS --out OUT             # a class: tformer/grading/classroom.py
+    tformer grade CLASS --out OUT             # a class: tformer/grading/classroom/run.py
     tformer grade CLASS --out OUT_2 --shard 2/8     # one part of a class; then:
     tformer grade --merge OUT_1 ... OUT_8 --out OUT
     tformer grade --verify OUT/grades.json CLASS    # the same verdicts again, with the recorded seeds
 
-How one notebook is graded is tformer/grading/runner.py. Prints one table per notebook (exercise, points,
+How one notebook is graded is tformer/grading/classroom/runner.py. Prints one table per notebook (exercise, points,
 passed) with a total, and writes the same as JSON.
 """
 from __future__ import annotations
@@ -17,31 +17,33 @@ import os
 import sys
 from pathlib import Path
 
-from .runner import find_notebooks, grade
+from .notebooks import find_notebooks
+from .runner import grade
 
 
 def _main(args: argparse.Namespace) -> int:
     """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
     notebook runs; --require-all with points missing is exit 1."""
-    from ..utils.errors import UserError
-    from . import classroom
+    from ...utils.errors import UserError
+    from ..core import REGISTRY
+    from . import gradebook, run, submissions
     if args.lang:
         os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
     if args.verify is not None:
         if args.path is None or not Path(args.verify).is_file():
             raise UserError("--verify OUT/grades.json CLASS: give the grades.json of a class run and the class folder")
         try:
-            res = classroom.verify(Path(args.verify), Path(args.path), timeout=args.timeout or classroom.CLASS_TIMEOUT,
+            res = run.verify(Path(args.verify), Path(args.path), timeout=args.timeout or run.CLASS_TIMEOUT,
                                    workers=args.workers)
-        except (classroom.ClassError, ValueError, KeyError) as e:
+        except (submissions.ClassError, ValueError, KeyError) as e:
             raise UserError(f"--verify: {e}") from None
         return 1 if res["differ"] or res["changed"] or res["gone"] else 0
     if args.merge:
         if args.out is None or args.path is not None:
             raise UserError("--merge OUT1 OUT2 ... combines shards into --out OUT: give --out and no CLASS")
         try:
-            classroom.merge(args.merge, Path(args.out), lms=args.lms, roster=args.roster)
-        except classroom.ClassError as e:
+            gradebook.merge(args.merge, Path(args.out), lms=args.lms, roster=args.roster)
+        except submissions.ClassError as e:
             raise UserError(str(e)) from None
         return 0
     if args.path is None:
@@ -59,19 +61,19 @@ def _main(args: argparse.Namespace) -> int:
             except ValueError as e:
                 raise UserError(f"--memory {e}") from None
         try:
-            classroom.read_class(Path(args.path))
-        except classroom.ClassError as e:
+            submissions.read_class(Path(args.path))
+        except submissions.ClassError as e:
             raise UserError(str(e)) from None
         if args.roster is not None and not Path(args.roster).is_file():
             raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
-        if args.only is not None and args.only not in classroom.REGISTRY:
+        if args.only is not None and args.only not in REGISTRY:
             raise UserError(f"--only {args.only}: no such exercise (e.g. ch01.attention)")
         try:
-            weights = classroom.read_weights(args.weights) if args.weights else None
-            overrides = classroom.read_overrides(args.overrides) if args.overrides else None
-        except (OSError, classroom.ClassError) as e:
+            weights = gradebook.read_weights(args.weights) if args.weights else None
+            overrides = gradebook.read_overrides(args.overrides) if args.overrides else None
+        except (OSError, submissions.ClassError) as e:
             raise UserError(str(e)) from None
-        classroom.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or classroom.CLASS_TIMEOUT,
+        run.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or run.CLASS_TIMEOUT,
                               weights=weights, overrides=overrides, only=args.only,
                               workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
                               lms=args.lms, roster=args.roster, shard=args.shard)
@@ -80,10 +82,10 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
                         f"give another report path")
     path = Path(args.path)
-    if path.is_dir() and classroom.has_student_folders(path):
+    if path.is_dir() and submissions.has_student_folders(path):
         try:
-            classroom.read_class(path)
-        except classroom.ClassError as e:
+            submissions.read_class(path)
+        except submissions.ClassError as e:
             raise UserError(str(e)) from None
         raise UserError(f"{path} holds student folders: grade a class with `tformer grade {path} --out OUT`")
     try:
@@ -99,8 +101,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def add_cli(sub) -> None:
-    from ..cli import add_debug, positive_int
-    from .classroom import CLASS_TIMEOUT, parse_shard
+    from ...cli import add_debug, positive_int
+    from .run import CLASS_TIMEOUT, parse_shard
 
     def shard(text: str) -> tuple[int, int]:
         try:

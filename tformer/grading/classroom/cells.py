@@ -25,13 +25,12 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
-import json
 import symtable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-RELEASED_DIRS = (ROOT / "notebooks", ROOT / "notebooks" / "zh")
+from .notebooks import RELEASED_DIRS, read_cells, released_notebooks
+
 _BUILTINS = frozenset(dir(builtins))
 _MUTATORS = frozenset({"update", "append", "extend", "insert", "pop", "popitem", "clear", "setdefault", "remove",
                        "add", "discard", "sort", "reverse", "load_state_dict", "add_module", "register_buffer",
@@ -51,16 +50,13 @@ def normalize(source: str) -> str:
 def released_cells(dirs: tuple[Path, ...] = RELEASED_DIRS) -> dict[str, frozenset[str]]:
     """Notebook stem -> the normalized sources of its released code cells (English and Chinese)."""
     found: dict[str, set[str]] = {}
-    for d in dirs:
-        for path in sorted(Path(d).glob("[0-9][0-9]*_*.ipynb")):
+    for stem, paths in released_notebooks(dirs).items():
+        for path in paths:
             try:
-                nb = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                cells = read_cells(path)
+            except ValueError:
                 continue
-            for cell in nb.get("cells", []):
-                if cell.get("cell_type") == "code":
-                    src = cell.get("source", "")
-                    found.setdefault(path.stem, set()).add(normalize("".join(src) if isinstance(src, list) else src))
+            found.setdefault(stem, set()).update(normalize(src) for src in cells)
     return {stem: frozenset(cells) for stem, cells in found.items()}
 
 

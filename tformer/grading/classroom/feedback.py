@@ -4,22 +4,19 @@
                                   (the smallest failing case, the named mistake), the cells that raised
     OUT/report.html               the score distribution (an inline SVG figure), the pass rate per exercise,
                                   the named mistakes by count, the students whose notebooks errored or timed out
-    OUT/canvas.csv                (--lms canvas) a file Canvas's gradebook import accepts
 
 The pages are self-contained (no script, no font, no image file, no network) and read offline. Their labels
 are in the class's language (`--lang zh`: Chinese, from the checker's catalog); the checker's messages are in
-the language they were graded in. Everything is built from grades.json's content (tformer/grading/classroom.py).
+the language they were graded in. Everything is built from grades.json's content (tformer/grading/classroom/run.py).
 """
 from __future__ import annotations
 
-import csv
 import html
-import io
 import re
 from collections import Counter
 from pathlib import Path
 
-from .core import _, language
+from ..messages import _, language
 
 _CSS = """body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
 table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem}
@@ -181,40 +178,3 @@ def write_pages(out: Path, grades: dict) -> None:
     for s in grades["students"]:
         (folder / feedback_name(s["student"])).write_text(feedback_page(s, grades["exercises"]), encoding="utf-8")
     (Path(out) / "report.html").write_text(report_page(grades), encoding="utf-8")
-
-
-# --- Canvas -----------------------------------------------------------------------------------------------
-
-CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-
-
-def read_roster(path: Path) -> dict[str, dict]:
-    """Canvas's gradebook export (Grades > Export) as a roster: its Canvas user ID -> the row's first five
-    columns. The export's "Points Possible" row and test students without an ID are skipped."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.DictReader(f))
-    roster = {}
-    for r in rows:
-        uid = (r.get("ID") or "").strip()
-        if uid.isdigit():
-            roster[uid] = {c: (r.get(c) or "").strip() for c in CANVAS_COLUMNS}
-    return roster
-
-
-def canvas_csv(grades: dict, roster: dict[str, dict] | None = None, assignment: str = "tformer {chapter}") -> str:
-    """A Canvas gradebook import: the columns Student, ID, SIS User ID, SIS Login ID and Section, then one
-    assignment column per chapter (a new column creates that assignment on import), a "Points Possible"
-    row first. A student is matched by the roster's ID (Canvas's user id, also in the names of a Canvas bulk
-    download) when the grades carry one, else only by the folder's name in Student."""
-    chapters = sorted({x["chapter"] for x in grades["exercises"]})
-    possible = {c: sum(x["points"] for x in grades["exercises"] if x["chapter"] == c) for c in chapters}
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CANVAS_COLUMNS + [assignment.format(chapter=c) for c in chapters])
-    w.writerow(["Points Possible", "", "", "", ""] + [possible[c] for c in chapters])
-    for s in grades["students"]:
-        uid = str(s.get("canvas_id") or "")
-        known = (roster or {}).get(uid, {})
-        w.writerow([known.get("Student") or s["student"], uid, known.get("SIS User ID", ""),
-                    known.get("SIS Login ID", ""), known.get("Section", "")] + [s["chapters"][c] for c in chapters])
-    return buf.getvalue()

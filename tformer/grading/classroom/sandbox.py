@@ -1,6 +1,6 @@
 """Where a class's notebooks run: workers forked from a warm process, under limits, killed with all they spawned.
 
-    python -m tformer.grading.sandbox FD        (started by tformer/grading/classroom.py, never by hand)
+    python -m tformer.grading.sandbox FD        (started by tformer/grading/classroom/run.py, never by hand)
 
 Starting Python and importing torch takes seconds, more than grading most notebooks does. So `tformer grade
 CLASS` starts one *warm process* that imports torch, tformer, the grader's exercise modules, IPython and the
@@ -9,7 +9,7 @@ expected answer (those exist only in the grader's process), so no worker inherit
 
 For each notebook the grader sends the warm process two pipe ends over a Unix socket (SCM_RIGHTS). It forks a
 *keeper*, which starts a new session, sets the limits, and, where the kernel allows an unprivileged user and
-PID namespace, enters one; the keeper forks the *worker*, which runs tformer/grading/worker.py's loop on the
+PID namespace, enters one; the keeper forks the *worker*, which runs tformer/grading/classroom/worker.py's loop on the
 pipes. In a PID namespace the worker is its init: when the grader kills it, the kernel kills every process the
 notebook started, those that called `setsid` included. Without namespaces the keeper is a child subreaper: the
 notebook's orphans become its children, and it kills them all when the worker is gone.
@@ -29,7 +29,6 @@ worker runs as before and the grader says so once.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -44,19 +43,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .landlock import landlock_abi, landlock_enforce, landlock_ruleset, libc, prctl, worker_paths
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
-_PR_SET_NO_NEW_PRIVS = 38
-_SYS_LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
-_LANDLOCK_CREATE_RULESET_VERSION = 1
-_LANDLOCK_RULE_PATH_BENEATH = 1
-# LANDLOCK_ACCESS_FS_*: ABI 1 knows the first 13 bits (EXECUTE .. MAKE_SYM)
-_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
-_FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
-_FS_FILE_ONLY = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 GiB = 1 << 30
 
 
@@ -133,7 +125,7 @@ class WarmProcess:
         self.limits = limits
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.sandbox", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.classroom.sandbox", str(theirs.fileno())],
                                      pass_fds=[theirs.fileno()], env={**os.environ, **env},
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
                                      start_new_session=True)
@@ -211,24 +203,13 @@ class WarmProcess:
 
 # --- the warm process's side ----------------------------------------------------------------------------------
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _prctl(option: int, value: int) -> bool:
-    try:
-        return _libc().prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 def _enter_namespaces() -> bool:
     """A new user and PID namespace (the next child is its init); False where the kernel refuses."""
     if not sys.platform.startswith("linux"):
         return False
     uid, gid = os.getuid(), os.getgid()
     try:
-        if _libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
+        if libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
             return False
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as f:
@@ -236,105 +217,6 @@ def _enter_namespaces() -> bool:
         return True
     except (OSError, AttributeError):
         return False
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version; 0 where there is none (not Linux, an old kernel, Landlock disabled)."""
-    nrs = _SYS_LANDLOCK.get(os.uname().machine) if sys.platform.startswith("linux") else None
-    if nrs is None:
-        return 0
-    try:
-        libc = _libc()
-        libc.syscall.restype = ctypes.c_long
-        abi = libc.syscall(ctypes.c_long(nrs[0]), None, ctypes.c_size_t(0),
-                           ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
-    except (OSError, AttributeError):
-        return 0
-    return max(0, int(abi))                           # -1: ENOSYS, EOPNOTSUPP
-
-
-def _fs_rights(abi: int) -> int:
-    """Every filesystem access right the ABI knows (ABI 2 adds REFER, 3 TRUNCATE, 5 IOCTL_DEV)."""
-    rights = (1 << 13) - 1
-    for since, bit in ((2, _FS_REFER), (3, _FS_TRUNCATE), (5, _FS_IOCTL_DEV)):
-        if abi >= since:
-            rights |= bit
-    return rights
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1                                        # struct landlock_path_beneath_attr is packed
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def landlock_ruleset(read: list, write: list, abi: int | None = None) -> int:
-    """A Landlock ruleset's fd: `read` folders (or files) readable and executable, `write` ones fully usable,
-    nothing else; raises OSError where the kernel refuses. Paths that do not exist are left out."""
-    abi = landlock_abi() if abi is None else abi
-    if abi <= 0:
-        raise OSError(38, "Landlock is not available")
-    create, add, _ = _SYS_LANDLOCK[os.uname().machine]
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
-    handled = _fs_rights(abi)
-    attr = ctypes.c_uint64(handled)                   # struct landlock_ruleset_attr, its first field is enough
-    fd = libc.syscall(ctypes.c_long(create), ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
-    if fd < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"landlock_create_ruleset: {os.strerror(e)}")
-    try:
-        for paths, rights in ((read, _FS_READ), (write, handled)):
-            for path in paths:
-                try:
-                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                except OSError:
-                    continue
-                try:
-                    allowed = rights & handled
-                    if not os.path.isdir(path):
-                        allowed &= _FS_FILE_ONLY
-                    rule = _PathBeneath(allowed, pfd)
-                    if libc.syscall(ctypes.c_long(add), ctypes.c_int(fd), ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
-                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-                        e = ctypes.get_errno()
-                        raise OSError(e, f"landlock_add_rule {path}: {os.strerror(e)}")
-                finally:
-                    os.close(pfd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def landlock_enforce(ruleset_fd: int) -> None:
-    """Restrict the calling thread (and all it starts) to the ruleset, for good; raises OSError on failure."""
-    if not _prctl(_PR_SET_NO_NEW_PRIVS, 1):
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
-    if libc.syscall(ctypes.c_long(_SYS_LANDLOCK[os.uname().machine][2]), ctypes.c_int(ruleset_fd),
-                    ctypes.c_uint32(0)) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"landlock_restrict_self: {os.strerror(e)}")
-
-
-def worker_paths(own: list, tmp: Path, closed: Path | None = None) -> tuple[list[str], list[str]]:
-    """What a worker may read (and execute) and what it may write: see the module's docstring. `own` is the
-    student's folder (or files), `closed` the class folder (default: the parent of the first of `own`): a
-    folder of Python's search path that holds the class (the grader started from it, say) is left out."""
-    import site
-    import tformer
-    from tformer.data import sources
-    own = [str(Path(p).resolve()) for p in own]
-    cls = Path(closed).resolve() if closed else Path(own[0]).parent
-    read = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
-            site.getusersitepackages(), str(Path(tformer.__file__).resolve().parent), str(sources._CHECKOUT_DATA),
-            str(sources.cache_dir()), "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc",
-            "/sys", "/dev", "/run", str(Path(sys.executable).resolve().parent)}
-    read |= {p for p in sys.path if p and os.path.isdir(p)}
-    read = sorted(p for p in {str(Path(p).resolve()) for p in read if p}
-                  if os.path.exists(p) and not cls.is_relative_to(p))
-    return read + own, [str(tmp), "/dev/null", "/dev/shm"]
 
 
 def _children(pid: int) -> list[int]:
@@ -395,11 +277,11 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
     """Forked from the warm process: limits, namespaces (or a subreaper), the worker, then clean-up."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # the warm process gone: so is this keeper
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # the warm process gone: so is this keeper
     _set_limits(int(req["memory"]), int(req["file_size"]))
     namespaced = _enter_namespaces()
     if not namespaced:
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        prctl(_PR_SET_CHILD_SUBREAPER, 1)
     tmp = tempfile.mkdtemp(prefix="worker-", dir=req.get("tmp"))
     ruleset, abi = -1, landlock_abi()
     if abi:
@@ -414,7 +296,7 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
         os.close(go_w)
         os.read(go_r, 1)
         os.close(go_r)
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)    # this keeper gone: so is the worker (and its namespace)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)    # this keeper gone: so is the worker (and its namespace)
         if not namespaced:
             os.setpgid(0, 0)
         _run_worker(req, fd_in, fd_out, ruleset, tmp)
@@ -452,8 +334,9 @@ def _preload(modules: list[str]) -> None:
     import importlib
     import matplotlib
     matplotlib.use("Agg")
-    for name in ["torch", "numpy", "matplotlib.pyplot", "tformer", "tformer.grading.core",
-                 "tformer.grading.exercises", "tformer.grading.worker", "IPython.core.interactiveshell", *modules]:
+    from ..core import load_exercises
+    load_exercises()                                  # the exercises (the worker needs their names and limits)
+    for name in ["torch", "numpy", "matplotlib.pyplot", "tformer", "tformer.grading.classroom.worker", "IPython.core.interactiveshell", *modules]:
         try:
             importlib.import_module(name)
         except Exception:                             # an optional extra not installed: the notebook will say so
@@ -461,7 +344,7 @@ def _preload(modules: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # the grader gone: so is this process
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # the grader gone: so is this process
     sock = socket.socket(fileno=int(argv[0]))
     first = json.loads(sock.recv(1 << 16) or b"{}")
     _preload(first.get("preload", []))

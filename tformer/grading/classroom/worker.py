@@ -1,6 +1,6 @@
 """The grading worker: runs a learner's notebook for `tformer grade`, outside the grader's process.
 
-    python -m tformer.grading.worker        (started by tformer/grading/cli.py, never by hand)
+    python -m tformer.grading.classroom.worker   (started by runner.py, never by hand)
 
 It executes the notebook's code cells in order in an IPython shell (magics work, a cell that raises does
 not stop the run), with `check` replaced by a collector: a check cell only hands over the learner's
@@ -17,7 +17,7 @@ answers `{"cell": i}` before each cell and `{"collected": names}` after it, so t
 stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...]}`. Each exercise request
 carries a `torch_seed`: torch's, Python's and NumPy's global generators are seeded with it before the
 learner's function runs, so a function that draws random numbers gives the same outputs on every run.
-The same loop runs in a process forked from the warm process of tformer/grading/sandbox.py (`serve`).
+The same loop runs in a process forked from the warm process of tformer/grading/classroom/sandbox.py (`serve`).
 """
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ def serve(proto_in, proto_out) -> int:
     """Run the cells the grader sends, then answer its requests until it closes the channel."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from . import core
-    from . import exercises  # noqa: F401  (registers every chapter's exercises)
     import tformer.grading as grading
+    from .. import core
+    core.load_exercises()
 
     collected: dict = {}
 

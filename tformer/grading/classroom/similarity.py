@@ -16,13 +16,14 @@ from __future__ import annotations
 import ast
 import hashlib
 import itertools
-import json
 from collections import defaultdict
 from pathlib import Path
 
+from .notebooks import RELEASED_DIRS, ROOT, read_cells, released_notebooks
+
 MIN_NODES = 30          # an answer shorter than this many AST nodes is not distinctive
 COMMON = 0.2            # an answer shared by more than this share of the answering students (and > 2) is common
-SOURCES = Path(__file__).resolve().parents[2] / "notebooks" / "src"     # the published solutions
+SOURCES = ROOT / "notebooks" / "src"                # the published solutions
 
 
 class _Canon(ast.NodeTransformer):
@@ -95,17 +96,11 @@ def _functions_and_checks(sources: list[str]) -> tuple[dict[str, ast.FunctionDef
     return fns, checks
 
 
-def _code_cells(path: Path) -> list[str]:
+def _cells(path: Path) -> list[str]:
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_cells(path)
+    except ValueError:                                # an unreadable notebook hands in nothing to compare
         return []
-    out = []
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") == "code":
-            src = cell.get("source", "")
-            out.append("".join(src) if isinstance(src, list) else src)
-    return out
 
 
 def answer_shapes(sources: list[str]) -> dict[str, tuple[str, int]]:
@@ -126,11 +121,10 @@ def _published(stem: str, released: dict[str, list[str]]) -> tuple[dict, dict]:
 def answers_of(subs, released_dirs: tuple[Path, ...] | None = None) -> dict[str, dict[str, dict]]:
     """student -> exercise -> {"shape": a hash of the normalized AST, "nodes", "stub", "reference"}: what
     grades.json keeps of each answer, enough to compare students across shards (`merge`)."""
-    from .cells import RELEASED_DIRS
     released: dict[str, list[str]] = defaultdict(list)
-    for d in released_dirs or RELEASED_DIRS:
-        for path in sorted(Path(d).glob("[0-9][0-9]*_*.ipynb")):
-            released[path.stem] += _code_cells(path)
+    for stem, paths in released_notebooks(released_dirs or RELEASED_DIRS).items():
+        for path in paths:
+            released[stem] += _cells(path)
     published, out = {}, {}
     for sub in subs:
         mine = out.setdefault(sub.student, {})
@@ -138,7 +132,7 @@ def answers_of(subs, released_dirs: tuple[Path, ...] | None = None) -> dict[str,
             if stem not in published:
                 published[stem] = _published(stem, released)
             solutions, stubs = published[stem]
-            for ex, (text, nodes) in sorted(answer_shapes(_code_cells(path)).items()):
+            for ex, (text, nodes) in sorted(answer_shapes(_cells(path)).items()):
                 mine[ex] = {"shape": hashlib.sha256(text.encode()).hexdigest()[:16], "nodes": nodes,
                             "stub": ex in stubs and text == stubs[ex][0],
                             "reference": ex in solutions and text == solutions[ex][0]}
@@ -173,5 +167,5 @@ def flag_answers(answers: dict[str, dict[str, dict]]) -> dict:
 
 
 def flag(subs, released_dirs: tuple[Path, ...] | None = None) -> dict:
-    """`flag_answers` of a class's submissions (`classroom.read_class`)."""
+    """`flag_answers` of a class's submissions (`submissions.read_class`)."""
     return flag_answers(answers_of(subs, released_dirs))

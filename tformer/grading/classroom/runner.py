@@ -1,8 +1,8 @@
 """Grading one learner's notebooks, out of the learner's reach: the worker process, the cells it runs, the
-judged rows and the report (`tformer grade PATH`; a class's grading, tformer/grading/classroom.py, uses the
+judged rows and the report (`tformer grade PATH`; a class's grading, tformer/grading/classroom/run.py, uses the
 same pieces).
 
-For each notebook a fresh worker process (tformer/grading/worker.py) runs its code cells in small mode,
+For each notebook a fresh worker process (tformer/grading/classroom/worker.py) runs its code cells in small mode,
 with `check` replaced by a collector that keeps each exercise's function (a cell that raises does not stop
 the run). This process, the grader, then sends the worker each exercise's inputs (the fixed edge cases and
 random cases with fresh seeds), receives the learner's outputs, kills the worker, and only then computes
@@ -20,7 +20,6 @@ import io
 import json
 import os
 import random
-import re
 import select
 import signal
 import struct
@@ -34,14 +33,15 @@ from pathlib import Path
 
 import torch
 
-from .core import REGISTRY, N_, Outcome, Result, _, exercise_cases, named_mistakes, judge
+from ..core import REGISTRY, Outcome, Result, exercise_cases, judge, load_exercises, named_mistakes
+from ..messages import N_, _
+from .notebooks import chapter_of, exercises_of, find_notebooks, read_cells
 from .worker import MAX_FRAME, write_frame
 
-_CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
 # the table's statuses in the report's language (TFORMER_LANG or --lang, through the checker's catalog);
 # the JSON keeps them in English
 _STATUSES = (N_("passed"), N_("failed"), N_("not attempted"), N_("error"), N_("timeout"), N_("not run"))
-# the labels of a class's feedback pages and report (tformer/grading/feedback.py), in the same catalog
+# the labels of a class's feedback pages and report (tformer/grading/classroom/feedback.py), in the same catalog
 _FEEDBACK_LABELS = (N_("missing"), N_("Feedback for {student}"), N_("{earned} of {possible} points"),
                     N_("notebook"), N_("verdict"), N_("message"), N_("Cells that raised"),
                     N_("Notebooks not handed in: {names}"), N_("Also handed in, not graded (an older file): {files}"),
@@ -82,34 +82,6 @@ class NotebookReport:
         return sum(r.points for r in self.rows)
 
 
-def find_notebooks(path: Path) -> list[Path]:
-    """A notebook, or every `NN_*.ipynb` directly in a folder (sorted by chapter)."""
-    if path.is_file():
-        if path.suffix != ".ipynb":
-            raise ValueError(f"tformer grade: {path} is not a notebook (.ipynb)")
-        return [path]
-    if path.is_dir():
-        found = sorted(p for p in path.glob("*.ipynb") if _CHAPTER.match(p.name))
-        if not found:
-            raise ValueError(f"tformer grade: no chapter notebooks (NN_name.ipynb) in {path}")
-        return found
-    raise FileNotFoundError(f"tformer grade: {path} does not exist")
-
-
-def chapter_of(nb_path: Path) -> str | None:
-    m = _CHAPTER.match(nb_path.name)
-    return f"ch{m.group(1)}" if m else None
-
-
-def exercises_of(nb_path: Path) -> list[str]:
-    """The exercises a notebook owes, in registration (= notebook) order: those registered with its stem as
-    `notebook`, else those of its chapter (name prefix chNN.) that name no notebook."""
-    from . import exercises  # noqa: F401  (registers every chapter's exercises)
-    stem, chapter = Path(nb_path).stem, chapter_of(Path(nb_path))
-    return [n for n, ex in REGISTRY.items()
-            if ex.notebook == stem or (not ex.notebook and chapter and n.startswith(chapter + "."))]
-
-
 class _WorkerGone(Exception):
     pass
 
@@ -124,11 +96,11 @@ class _CellStopped(Exception):
 
 
 class _Subprocess:
-    """A worker started as `python -m tformer.grading.worker` in its own session (killed as a group)."""
+    """A worker started as `python -m tformer.grading.classroom.worker` in its own session (killed as a group)."""
 
     def __init__(self, cwd: Path, env: dict):
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.worker"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tformer.grading.classroom.worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      cwd=cwd, env={**os.environ, **env}, start_new_session=True)
         self.rfd, self.wfile = self.proc.stdout.fileno(), self.proc.stdin
@@ -142,7 +114,7 @@ class _Subprocess:
 
 class _Worker:
     """One run of a notebook's code cells in a worker process (a `_Subprocess`, or a process forked by
-    tformer/grading/sandbox.py); speaks the frames of tformer/grading/worker.py."""
+    tformer/grading/classroom/sandbox.py); speaks the frames of tformer/grading/classroom/worker.py."""
 
     def __init__(self, channel, cells: list[tuple[int, str]], cell_timeout: float):
         self.channel = channel
@@ -219,18 +191,15 @@ def _request(worker: _Worker, ex, cases: list, torch_seed: int) -> Outcome:
                    str(msg["error"]), bool(msg["ignored_limit"]))
 
 
-def code_cells(nb_path: Path) -> list[str]:
-    """The sources of a notebook's code cells, in order (ValueError if it is not a readable notebook)."""
-    import nbformat
-    try:
-        nb = nbformat.read(str(nb_path), as_version=4)
-        return [c.source for c in nb.cells if c.cell_type == "code"]
-    except Exception as e:                            # not JSON, not a notebook, unreadable
-        raise ValueError(f"{type(e).__name__}: {e}".splitlines()[0][:200]) from None
-
-
 MAX_STOPPED_CELLS = 3      # cells left out after they ended or stalled the notebook; after that, the rest is not run
 NOT_RUN = N_("check(...) never ran for this exercise")
+
+
+def worker_env(small: bool = True) -> dict[str, str]:
+    """The environment a worker runs a learner's notebook in: learner mode, small or full mode, no windows, no
+    progress bars, the grader's language (its messages end up in the report)."""
+    return {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
+            "TQDM_DISABLE": "1", "TFORMER_LANG": os.environ.get("TFORMER_LANG") or "en"}
 
 
 def fresh_seeds(ex, rng=None) -> dict:
@@ -316,10 +285,9 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: d
         raise ValueError(f"tformer grade needs nbformat and ipykernel ({e}); install them with "
                          "`pip install -e '.[dev]'` (or `make install`)") from None
     nb_path = Path(nb_path)
-    env = {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
-           "TQDM_DISABLE": "1"}
+    env = worker_env(small)
     try:
-        cells = list(enumerate(code_cells(nb_path)))
+        cells = list(enumerate(read_cells(nb_path)))
     except ValueError as e:
         report = NotebookReport(str(nb_path), chapter_of(nb_path))
         report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
@@ -362,7 +330,7 @@ def to_json(reports: list[NotebookReport]) -> dict:
 
 def grade(path: Path, json_path: Path | None = None, timeout: int = 600, small: bool = True) -> dict:
     """Run every notebook under `path`, print the table, write JSON (if json_path); return the JSON dict."""
-    from . import exercises  # noqa: F401  (every module of the grader loaded before any learner code runs)
+    load_exercises()                                  # the grader's modules, before any learner code runs
     reports = [run_notebook(p, timeout, small) for p in find_notebooks(Path(path))]
     print(format_table(reports))
     data = to_json(reports)

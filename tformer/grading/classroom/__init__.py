@@ -1,0 +1,18 @@
+"""The teacher's half of grading: `tformer grade`, for one learner's notebooks or a whole class. A notebook's
+`from tformer.grading import check` loads none of it.
+
+    cli.py          `tformer grade`: the command line, its checks, one line and exit 2 on bad input
+    notebooks.py    the one reader of notebook files and the one rule for which chapter's notebook a file is
+    submissions.py  a class's hand-ins: student folders, a Canvas bulk download, two files for one notebook
+    runner.py       one notebook through a worker: run its cells there, judge the outputs here; the learner's
+                    own `tformer grade PATH` (its table and JSON report)
+    worker.py       the process that runs a learner's cells and calls their functions, never holding an answer
+    sandbox.py      the warm process and its forked workers: limits, namespaces, every process killed after
+    landlock.py     what a worker may read and write (Landlock, through ctypes)
+    cells.py        the cell plan: which cells of a class's notebook must run
+    run.py          the class run: grade every notebook (resumable), verify a recorded run, shards
+    gradebook.py    the journal, grades.json, gradebook.csv, the teacher's weights and overrides, totals, merge
+    feedback.py     each student's feedback page and the class report (HTML, offline)
+    lms.py          Canvas's gradebook import and roster
+    similarity.py   answers that look alike (a report for the teacher, never a change of grade)
+"""

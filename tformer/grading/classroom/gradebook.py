@@ -1,0 +1,293 @@
+"""The gradebook: what a class's grading records and writes, and the teacher's say over it.
+
+    Journal          OUT/journal.jsonl, one line per graded notebook as it finishes (resume after kill -9)
+    build_grades     the journal -> grades.json's content: every student, notebook and exercise, with seeds
+    score            the teacher's weights and overrides, then every total: the one place totals are computed
+    read_weights, read_overrides    the teacher's files, checked line by line
+    finish           writes OUT: grades.json, gradebook.csv, the feedback pages, report.html, the LMS file
+    merge            the OUT folders of shards as one run over the class
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import os
+import threading
+from pathlib import Path
+
+from ..core import REGISTRY
+from .notebooks import course_exercises
+from .submissions import ClassError, Submission
+
+
+class Journal:
+    """OUT/journal.jsonl: one JSON line per graded notebook, flushed and synced as each finishes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lock = threading.Lock()
+        self.records: dict[tuple[str, str], dict] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.records[(rec["student"], rec["notebook"])] = rec      # the last line for a key wins
+                except (ValueError, KeyError, TypeError):
+                    continue                                                   # a line cut by kill -9
+        self.file = open(path, "a", encoding="utf-8")
+        if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+            self.file.write("\n")                        # a line cut by kill -9 stays on its own
+
+    def done(self, student: str, stem: str, sha256: str, grader: str, lang: str = "en") -> dict | None:
+        """The record of a notebook graded with this sha256, grader hash and language (messages), else None."""
+        rec = self.records.get((student, stem))
+        ok = rec and rec.get("sha256") == sha256 and rec.get("grader") == grader and rec.get("lang", "en") == lang
+        return rec if ok else None
+
+    def add(self, rec: dict) -> None:
+        with self.lock:
+            self.records[(rec["student"], rec["notebook"])] = rec
+            self.file.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            self.file.flush()
+            os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _earned(row: dict) -> int:
+    return int(row["points"]) if row.get("passed") else 0
+
+
+def build_grades(subs: list[Submission], journal: Journal, exercises: list[str], settings: dict, grader: str,
+                 failures: dict | None = None) -> dict:
+    """grades.json's content: every student, notebook and exercise, with hashes and seeds."""
+    import torch
+    import tformer
+    students = []
+    for sub in subs:
+        earned = {n: 0 for n in exercises}
+        status = {n: "missing" for n in exercises}
+        notebooks, problems = [], []
+        stems = sorted({n_stem for n_stem in sub.notebooks})
+        for stem in stems:
+            rec = journal.records.get((sub.student, stem))
+            if rec is None or rec.get("grader") != grader:        # not graded by this grader: say so
+                why = (failures or {}).get((sub.student, stem), "not graded (the run was interrupted?)")
+                problems.append(stem)
+                notebooks.append({"notebook": stem, "file": os.path.relpath(sub.notebooks[stem], sub.folder),
+                                  "sha256": "", "status": "not graded", "ignored": sub.ignored.get(stem, []),
+                                  "seconds": 0.0, "cells": 0, "cells_run": [], "cells_edited": [],
+                                  "cell_errors": [why], "exercises": []})
+                continue
+            rep = rec["report"]
+            for row in rep["rows"]:
+                earned[row["exercise"]] = _earned(row)
+                status[row["exercise"]] = row["status"]
+            if rec["status"] != "graded":
+                problems.append(stem)
+            notebooks.append({"notebook": stem, "file": os.path.relpath(rec["file"], sub.folder), "sha256": rec["sha256"],
+                              "status": rec["status"], "ignored": sub.ignored.get(stem, []),
+                              "seconds": round(rep.get("seconds", 0.0), 2), "cells": rec.get("cells", 0),
+                              "cells_run": rec.get("run", []), "cells_edited": rec.get("edited", []),
+                              "cell_errors": rep["cell_errors"],
+                              "exercises": [{**row, "earned": _earned(row)} for row in rep["rows"]]})
+        missing = sorted({stem for stem in settings["notebooks"]} - set(sub.notebooks))
+        students.append({                                         # total, possible, chapters: score()'s
+            "student": sub.student, "canvas_id": sub.canvas_id, "total": 0, "possible": 0, "chapters": {},
+            "exercises": {n: {"earned": earned[n], "status": status[n]} for n in exercises},
+            "notebooks": notebooks, "missing_notebooks": missing, "unrecognized_files": sub.unrecognized,
+            "notebooks_with_errors": problems})
+    return {"grader": grader, "tformer": getattr(tformer, "__version__", ""), "torch": torch.__version__,
+            "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "settings": settings,
+            "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],
+            "students": students}
+
+
+def gradebook_rows(grades: dict) -> list[list]:
+    """gradebook.csv as rows: the header, then one row per student."""
+    ids = [e["id"] for e in grades["exercises"]]
+    chapters = sorted({e["chapter"] for e in grades["exercises"]})
+    rows = [["student", *ids, *chapters, "total", "possible"]]
+    for s in grades["students"]:
+        rows.append([s["student"], *(s["exercises"][n]["earned"] for n in ids), *(s["chapters"][c] for c in chapters),
+                     s["total"], s["possible"]])
+    return rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_outputs(out: Path, grades: dict) -> None:
+    _write_atomic(out / "grades.json", json.dumps(grades, indent=1, ensure_ascii=False) + "\n")
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(gradebook_rows(grades))
+    _write_atomic(out / "gradebook.csv", buf.getvalue())
+
+
+def summary(grades: dict, seconds: float | None = None) -> str:
+    """Students, mean score, the exercises with the lowest pass rate, the students with errors."""
+    st = grades["students"]
+    lines = []
+    if not st:
+        return "no students"
+    possible = st[0]["possible"] or 1
+    mean = sum(s["total"] for s in st) / len(st)
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    lines.append(f"{len(st)} student(s) graded{took}; mean score {mean:.1f}/{possible} ({100 * mean / possible:.0f}%)")
+    rates = []
+    for e in grades["exercises"]:
+        passed = sum(s["exercises"][e["id"]]["earned"] > 0 for s in st)
+        rates.append((passed / len(st), e["id"], passed))
+    rates.sort()
+    if rates:
+        lines.append("lowest pass rates: " + ", ".join(f"{n} {p}/{len(st)}" for _, n, p in rates[:5]))
+    bad = [s for s in st if s["notebooks_with_errors"]]
+    if bad:
+        lines.append(f"{len(bad)} student(s) with notebook errors (see grades.json): "
+                     + ", ".join(f"{s['student']} ({', '.join(s['notebooks_with_errors'])})" for s in bad[:10])
+                     + (", ..." if len(bad) > 10 else ""))
+    else:
+        lines.append("no notebook errors")
+    similar = grades.get("similar") or {}
+    if similar.get("pairs") or similar.get("reference"):
+        lines.append(f"answers that look alike: {len(similar.get('pairs', []))} pair(s); equal to the published "
+                     f"solution: {len(similar.get('reference', []))} (report.html; grades unchanged)")
+    return "\n".join(lines)
+
+
+def read_weights(path: Path) -> dict[str, int]:
+    """A teacher's points per exercise, one `ch01.attention = 5` (or `ch01.attention,5`) per line; # comments."""
+    weights = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        name, _sep, value = line.replace(",", "=").partition("=")
+        name = name.strip()
+        if name not in REGISTRY:
+            raise ClassError(f"{path}:{n}: no exercise named {name!r} (e.g. ch01.attention)")
+        try:
+            weights[name] = int(value)
+        except ValueError:
+            raise ClassError(f"{path}:{n}: expected `exercise = points`, with whole points, got {line!r}") from None
+        if weights[name] < 0:
+            raise ClassError(f"{path}:{n}: points must be >= 0, got {weights[name]}")
+    return weights
+
+
+def read_overrides(path: Path) -> list[dict]:
+    """Manual grades: a CSV with the columns student, exercise, points, reason; each wins over the autograde."""
+    rows = []
+    with Path(path).open(encoding="utf-8", newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), 2):
+            if set(row) < {"student", "exercise", "points", "reason"}:
+                raise ClassError(f"{path}: expected the columns student, exercise, points, reason")
+            if row["exercise"] not in REGISTRY:
+                raise ClassError(f"{path}:{n}: no exercise named {row['exercise']!r}")
+            try:
+                points = int(row["points"])
+            except ValueError:
+                raise ClassError(f"{path}:{n}: points must be a whole number, got {row['points']!r}") from None
+            rows.append({"student": row["student"], "exercise": row["exercise"], "points": points,
+                         "reason": row["reason"].strip()})
+    return rows
+
+
+def score(grades: dict, weights: dict[str, int] | None = None, overrides: list[dict] | None = None) -> None:
+    """Reweight the exercises (a passed exercise earns its weight), apply the manual overrides, then compute
+    every total, chapter total and `possible`, in place: the one place totals are computed. The autograde's
+    status stays beside an override."""
+    weights, overrides = weights or {}, overrides or []
+    for x in grades["exercises"]:
+        x["points"] = weights.get(x["id"], x["points"])
+    points = {x["id"]: x["points"] for x in grades["exercises"]}
+    by_student = {s["student"]: s for s in grades["students"]}
+    unknown = sorted({o["student"] for o in overrides} - set(by_student))
+    if unknown:
+        raise ClassError(f"overrides name students not in the class: {', '.join(unknown)}")
+    for s in grades["students"]:
+        for n, x in s["exercises"].items():
+            x["earned"] = points[n] if x["status"] == "passed" else 0
+            x.pop("override", None)
+        for nb in s["notebooks"]:
+            for x in nb["exercises"]:
+                x["earned"] = points.get(x["exercise"], x["points"]) if x["status"] == "passed" else 0
+    for o in overrides:
+        x = by_student[o["student"]]["exercises"].get(o["exercise"])
+        if x is None:
+            raise ClassError(f"override for {o['student']}: {o['exercise']} is not an exercise of this class")
+        x["earned"], x["override"] = o["points"], {"points": o["points"], "reason": o["reason"]}
+    chapters = sorted({x["chapter"] for x in grades["exercises"]})
+    for s in grades["students"]:
+        s["total"] = sum(x["earned"] for x in s["exercises"].values())
+        s["possible"] = sum(points.values())
+        s["chapters"] = {ch: sum(x["earned"] for n, x in s["exercises"].items() if n.startswith(ch + "."))
+                         for ch in chapters}
+    grades["settings"]["weights"], grades["overrides"] = weights, overrides
+
+
+def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roster: Path | None = None,
+           log=print, weights: dict | None = None, overrides: list | None = None) -> None:
+    """Add each student's answer records and the class's similar answers (a report; no grade changes) to
+    `grades`, apply the teacher's weights and overrides, then write OUT: grades.json, gradebook.csv, the
+    feedback pages, report.html, canvas.csv."""
+    from . import feedback, lms as lms_files, similarity
+    score(grades, weights, overrides)
+    for s in grades["students"]:
+        s["answers"] = answers.get(s["student"], s.get("answers", {}))
+    grades["similar"] = similarity.flag_answers({s["student"]: s["answers"] for s in grades["students"]})
+    write_outputs(out, grades)
+    feedback.write_pages(out, grades)
+    written = ["gradebook.csv", "grades.json", "report.html", "feedback/"]
+    if lms == "canvas":
+        _write_atomic(out / "canvas.csv", lms_files.canvas_csv(grades, lms_files.read_roster(roster) if roster else None))
+        written.append("canvas.csv")
+    log(f"wrote {', '.join(written)} in {out}")
+
+
+def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | None = None, log=print) -> dict:
+    """Combine the grades.json of shards (`--shard K/N` runs) into OUT, as one run over the whole class."""
+    parts = []
+    for o in outs:
+        f = Path(o) / "grades.json"
+        if not f.is_file():
+            raise ClassError(f"{o} holds no grades.json (a folder written by tformer grade CLASS --out)")
+        parts.append((Path(o), json.loads(f.read_text(encoding="utf-8"))))
+    first = parts[0][1]
+    seen: dict[str, Path] = {}
+    for o, g in parts:
+        if g["grader"] != first["grader"]:
+            raise ClassError(f"{o} was graded by other grader code than {parts[0][0]}: grade every shard with "
+                             "the same release")
+        for s in g["students"]:
+            if s["student"] in seen:
+                raise ClassError(f"student {s['student']!r} is in both {seen[s['student']]} and {o}")
+            seen[s["student"]] = o
+    stems = sorted({n for _, g in parts for n in g["settings"]["notebooks"]}, key=lambda s: (s[:2], s))
+    exercises = course_exercises(stems)                        # the whole class's, as one run would have
+    students = sorted((s for _, g in parts for s in g["students"]), key=lambda s: s["student"])
+    for st in students:                                        # a shard may lack a notebook the class has
+        st["exercises"] = {n: st["exercises"].get(n, {"earned": 0, "status": "missing"}) for n in exercises}
+        st["missing_notebooks"] = sorted(set(stems) - {nb["notebook"] for nb in st["notebooks"]})
+    settings = {**first["settings"], "shard": None, "merged": [str(o) for o, _ in parts], "notebooks": stems}
+    grades = {**first, "settings": settings, "students": students,
+              "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],
+              "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    overrides = [o for _, g in parts for o in g.get("overrides", [])]
+    finish(Path(out), grades, {}, lms, roster, log, first["settings"].get("weights"), overrides)
+    log(summary(grades))
+    return grades
+
+
+def reload_journal(path: Path) -> Journal:
+    j = Journal(path)
+    j.close()
+    return j

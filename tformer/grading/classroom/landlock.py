@@ -1,0 +1,136 @@
+"""Landlock (Linux 5.13+, no root needed), through ctypes: what a grading worker may read and write.
+
+    landlock_abi()                 the kernel's Landlock ABI version (0: none)
+    worker_paths(own, tmp, closed) what a worker may read (Python, the package, the course's data, the system's
+                                   folders, its own student's folder or files) and write (its temporary folder)
+    landlock_ruleset(read, write)  a ruleset's fd for those paths, handling only the rights the ABI knows
+    landlock_enforce(fd)           restrict the calling thread, and all it starts, for good
+
+The keeper (sandbox.py) builds the ruleset; the worker enforces it on itself before any learner code runs.
+Another student's folder, a sibling of the worker's own, is neither readable nor writable.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+_PR_SET_NO_NEW_PRIVS = 38
+_SYS_LANDLOCK = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+# LANDLOCK_ACCESS_FS_*: ABI 1 knows the first 13 bits (EXECUTE .. MAKE_SYM)
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+_FS_FILE_ONLY = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+
+def libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def prctl(option: int, value: int) -> bool:
+    try:
+        return libc().prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where there is none (not Linux, an old kernel, Landlock disabled)."""
+    nrs = _SYS_LANDLOCK.get(os.uname().machine) if sys.platform.startswith("linux") else None
+    if nrs is None:
+        return 0
+    try:
+        lc = libc()
+        lc.syscall.restype = ctypes.c_long
+        abi = lc.syscall(ctypes.c_long(nrs[0]), None, ctypes.c_size_t(0),
+                           ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(0, int(abi))                           # -1: ENOSYS, EOPNOTSUPP
+
+
+def _fs_rights(abi: int) -> int:
+    """Every filesystem access right the ABI knows (ABI 2 adds REFER, 3 TRUNCATE, 5 IOCTL_DEV)."""
+    rights = (1 << 13) - 1
+    for since, bit in ((2, _FS_REFER), (3, _FS_TRUNCATE), (5, _FS_IOCTL_DEV)):
+        if abi >= since:
+            rights |= bit
+    return rights
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1                                        # struct landlock_path_beneath_attr is packed
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_ruleset(read: list, write: list, abi: int | None = None) -> int:
+    """A Landlock ruleset's fd: `read` folders (or files) readable and executable, `write` ones fully usable,
+    nothing else; raises OSError where the kernel refuses. Paths that do not exist are left out."""
+    abi = landlock_abi() if abi is None else abi
+    if abi <= 0:
+        raise OSError(38, "Landlock is not available")
+    create, add, _ = _SYS_LANDLOCK[os.uname().machine]
+    lc = libc()
+    lc.syscall.restype = ctypes.c_long
+    handled = _fs_rights(abi)
+    attr = ctypes.c_uint64(handled)                   # struct landlock_ruleset_attr, its first field is enough
+    fd = lc.syscall(ctypes.c_long(create), ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"landlock_create_ruleset: {os.strerror(e)}")
+    try:
+        for paths, rights in ((read, _FS_READ), (write, handled)):
+            for path in paths:
+                try:
+                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    allowed = rights & handled
+                    if not os.path.isdir(path):
+                        allowed &= _FS_FILE_ONLY
+                    rule = _PathBeneath(allowed, pfd)
+                    if lc.syscall(ctypes.c_long(add), ctypes.c_int(fd), ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                        e = ctypes.get_errno()
+                        raise OSError(e, f"landlock_add_rule {path}: {os.strerror(e)}")
+                finally:
+                    os.close(pfd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def landlock_enforce(ruleset_fd: int) -> None:
+    """Restrict the calling thread (and all it starts) to the ruleset, for good; raises OSError on failure."""
+    if not prctl(_PR_SET_NO_NEW_PRIVS, 1):
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    lc = libc()
+    lc.syscall.restype = ctypes.c_long
+    if lc.syscall(ctypes.c_long(_SYS_LANDLOCK[os.uname().machine][2]), ctypes.c_int(ruleset_fd),
+                    ctypes.c_uint32(0)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"landlock_restrict_self: {os.strerror(e)}")
+
+
+def worker_paths(own: list, tmp: Path, closed: Path | None = None) -> tuple[list[str], list[str]]:
+    """What a worker may read (and execute) and what it may write: see the module's docstring. `own` is the
+    student's folder (or files), `closed` the class folder (default: the parent of the first of `own`): a
+    folder of Python's search path that holds the class (the grader started from it, say) is left out."""
+    import site
+    import tformer
+    from tformer.data import sources
+    own = [str(Path(p).resolve()) for p in own]
+    cls = Path(closed).resolve() if closed else Path(own[0]).parent
+    read = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
+            site.getusersitepackages(), str(Path(tformer.__file__).resolve().parent), str(sources._CHECKOUT_DATA),
+            str(sources.cache_dir()), "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc",
+            "/sys", "/dev", "/run", str(Path(sys.executable).resolve().parent)}
+    read |= {p for p in sys.path if p and os.path.isdir(p)}
+    read = sorted(p for p in {str(Path(p).resolve()) for p in read if p}
+                  if os.path.exists(p) and not cls.is_relative_to(p))
+    return read + own, [str(tmp), "/dev/null", "/dev/shm"]

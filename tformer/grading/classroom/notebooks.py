@@ -1,0 +1,97 @@
+"""Notebook files: the one reader of their code cells, and the one rule that says which chapter's notebook
+a file is (the learner's `tformer grade PATH` and a class use both).
+
+    read_cells(path)          the sources of a notebook's code cells (ValueError: not a readable notebook)
+    released_notebooks()      the course's released learner notebooks, by stem (English and Chinese)
+    known_stems()             every notebook of the course by stem ("01_attention", "11_llms", ...)
+    notebook_stem(name)       the notebook a file is, from its name (download suffixes and copies allowed)
+    find_notebooks(path)      a learner's notebooks: a file, or the chapter notebooks of a folder
+    exercises_of(stem)        the exercises a notebook owes, in notebook order
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..core import REGISTRY, load_exercises
+
+ROOT = Path(__file__).resolve().parents[3]
+RELEASED_DIRS = (ROOT / "notebooks", ROOT / "notebooks" / "zh")
+_CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
+_CHAPTER_STEM = re.compile(r"(?<![0-9])(\d\d[a-z]?_[a-z0-9_]*[a-z0-9])")
+_DOWNLOAD_SUFFIX = re.compile(r"(\s*\(\d+\)|[-_ ]\d{1,3}|[-_ ]copy|\s+copy\s*\d*)+$", re.IGNORECASE)
+
+
+def read_cells(path: Path) -> list[str]:
+    """The sources of a notebook's code cells, in order (ValueError if it is not a readable notebook)."""
+    import nbformat
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+        return [c.source for c in nb.cells if c.cell_type == "code"]
+    except Exception as e:                            # not JSON, not a notebook, unreadable
+        raise ValueError(f"{type(e).__name__}: {e}".splitlines()[0][:200]) from None
+
+
+def released_notebooks(dirs: tuple[Path, ...] = RELEASED_DIRS) -> dict[str, list[Path]]:
+    """Notebook stem -> the released learner notebooks of that stem (notebooks/ and notebooks/zh/)."""
+    found: dict[str, list[Path]] = {}
+    for d in dirs:
+        for path in sorted(Path(d).glob("[0-9][0-9]*_*.ipynb")):
+            found.setdefault(path.stem, []).append(path)
+    return found
+
+
+def known_stems() -> list[str]:
+    """The course's notebooks by stem ("01_attention", "11_llms", ...): the released ones and the sources."""
+    stems = set(released_notebooks())
+    stems |= {p.stem for p in (ROOT / "notebooks" / "src").glob("[0-9][0-9]*_*.py")}
+    return sorted(stems)
+
+
+def notebook_stem(filename: str, known: list[str]) -> str | None:
+    """The notebook a file is, from its name: `04_positional_encoding (1).ipynb` -> "04_positional_encoding".
+    A known stem found in the name wins (the longest); else a chapter-like name with download suffixes
+    stripped ("01_tiny" from "01_tiny-2.ipynb"); None if the name holds no chapter number."""
+    base = filename[:-len(".ipynb")] if filename.lower().endswith(".ipynb") else filename
+    flat = re.sub(r"[\s\-]+", "_", base.lower())
+    for stem in sorted(known, key=len, reverse=True):
+        at = flat.find(stem)
+        if at >= 0 and (at == 0 or not flat[at - 1].isdigit()) and not flat[at + len(stem):at + len(stem) + 1].isalpha():
+            return stem
+    stripped = _DOWNLOAD_SUFFIX.sub("", base).strip()
+    m = _CHAPTER_STEM.match(stripped.lower()) if stripped[:2].isdigit() else None
+    return m.group(1) if m and m.end() == len(stripped) else None
+
+
+def find_notebooks(path: Path) -> list[Path]:
+    """A notebook, or every `NN_*.ipynb` directly in a folder (sorted by chapter)."""
+    if path.is_file():
+        if path.suffix != ".ipynb":
+            raise ValueError(f"tformer grade: {path} is not a notebook (.ipynb)")
+        return [path]
+    if path.is_dir():
+        found = sorted(p for p in path.glob("*.ipynb") if _CHAPTER.match(p.name))
+        if not found:
+            raise ValueError(f"tformer grade: no chapter notebooks (NN_name.ipynb) in {path}")
+        return found
+    raise FileNotFoundError(f"tformer grade: {path} does not exist")
+
+def chapter_of(nb_path: Path) -> str | None:
+    m = _CHAPTER.match(nb_path.name)
+    return f"ch{m.group(1)}" if m else None
+
+def exercises_of(nb_path: Path) -> list[str]:
+    """The exercises a notebook owes, in registration (= notebook) order: those registered with its stem as
+    `notebook`, else those of its chapter (name prefix chNN.) that name no notebook."""
+    load_exercises()
+    stem, chapter = Path(nb_path).stem, chapter_of(Path(nb_path))
+    return [n for n, ex in REGISTRY.items()
+            if ex.notebook == stem or (not ex.notebook and chapter and n.startswith(chapter + "."))]
+
+
+def course_exercises(stems: list[str]) -> list[str]:
+    """The exercises the notebooks `stems` owe, in chapter order (a chapter's notebooks by name)."""
+    out: list[str] = []
+    for stem in sorted(stems, key=lambda s: (s[:2], s)):
+        out += [n for n in exercises_of(Path(stem + ".ipynb")) if n not in out]
+    return out

@@ -1,0 +1,286 @@
+"""The class run: `tformer grade CLASS --out OUT` grades every student's notebooks in parallel, resumably, and
+`--verify` grades them again with the recorded seeds.
+
+Each notebook is graded as one learner's is (tformer/grading/classroom/runner.py: the learner's code runs in a
+worker that never holds an answer, the grader judges), with three differences that make a class fast:
+
+- Only the cells the exercises need run (cells.py): a cell that differs from every released cell always runs;
+  released cells that define nothing an exercise's function needs are skipped.
+- Workers are forked from a warm process that imported torch and tformer once (sandbox.py), under a memory
+  and file-size limit, each in its own PID namespace where the kernel allows (everything a notebook starts dies
+  with its worker) and under Landlock (landlock.py), up to one per core at a time.
+- A class's per-cell limit is short (`CLASS_TIMEOUT`); a cell that overruns it or ends its process is
+  reported and left out of a second run, so the exercises collected before it are still graded.
+
+A notebook with the same sha256 graded by the same grader code (`grader_hash`) is not graded again; a changed
+checker regrades. What is written to OUT is gradebook.py's.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..core import REGISTRY, load_exercises
+from ..messages import _
+from . import cells as cellplan
+from .gradebook import Journal, build_grades, finish, reload_journal, summary
+from .notebooks import chapter_of, course_exercises, exercises_of, read_cells
+from .runner import NOT_RUN, NotebookReport, Row, grade_cells, worker_env
+from .submissions import read_class
+
+CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
+                              # thread on a busy 2-core machine: 52 s (chapter 10)
+
+
+def grader_hash(folder: Path | None = None) -> str:
+    """sha256 of the grader's code: every .py of tformer/grading (`folder`), subfolders included, but the pages
+    module classroom/feedback.py; the modules its references and mistakes live in; the torch version. A grade
+    recorded under another hash is graded again."""
+    import torch
+    load_exercises()
+    grading = Path(folder) if folder is not None else Path(__file__).resolve().parents[1]
+    pages = grading / "classroom" / "feedback.py"
+    files = {f for f in grading.rglob("*.py") if f != pages}
+    for ex in REGISTRY.values():
+        for fn in (ex.reference, ex.edge_cases, ex.random_case, ex.compare, *ex.mistakes.values()):
+            try:
+                f = inspect.getsourcefile(fn) if fn is not None else None
+            except TypeError:
+                f = None
+            if f and not Path(f).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+                files.add(Path(f).resolve())
+    h = hashlib.sha256(torch.__version__.encode())
+    for f in sorted(files, key=lambda f: (f.is_relative_to(grading), str(f.relative_to(grading)) if f.is_relative_to(grading) else str(f))):
+        name = f.relative_to(grading).as_posix() if f.is_relative_to(grading) else f.name
+        h.update(name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = True,
+                   seeds: dict | None = None, only: str | None = None) -> dict:
+    """One notebook's record for the journal: its sha256, the cells run and skipped, the report (of the
+    exercise `only`, when given)."""
+    data = path.read_bytes()
+    record = {"file": str(path), "sha256": hashlib.sha256(data).hexdigest()}
+    owed = [only] if only else exercises_of(Path(stem + ".ipynb"))
+    try:
+        cells = read_cells(path)
+    except ValueError as e:
+        report = NotebookReport(str(path), chapter_of(Path(stem + ".ipynb")))
+        report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
+        report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in owed]
+        return {**record, "status": "invalid", "cells": 0, "run": [], "report": asdict(report)}
+    plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
+    report = grade_cells(Path(stem + ".ipynb"), [(i, cells[i]) for i in plan.run], launch, timeout, seeds, owed)
+    report.notebook = str(path)
+    status = "errors" if report.cell_errors else "graded"
+    return {**record, "status": status, "cells": len(cells), "run": plan.run, "edited": plan.edited,
+            "report": asdict(report)}
+
+
+def _preload_modules() -> list[str]:
+    """The torch, tformer, numpy, matplotlib, transformers and tqdm modules the released notebooks import (the warm
+    process loads them once, so a notebook's import cell takes milliseconds)."""
+    import ast
+    mods = set()
+    for cells in cellplan.released_cells().values():
+        for src in cells:
+            try:
+                tree = ast.parse(cellplan._python(src))
+            except Exception:
+                continue
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+                mods |= {n for n in names if n.split(".")[0] in ("tformer", "torch", "numpy", "matplotlib", "transformers", "tqdm")}
+    return sorted(mods)
+
+
+def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> int | None:
+    """Call one(task, spawn) for every task, `workers` at a time; spawn(folder, own, class_folder) forks a
+    worker for a notebook in `folder`, allowed to read only `own` of the class (tformer/grading/classroom/sandbox.py),
+    from one warm process started only when there is work. Returns the Landlock ABI the workers ran under
+    (0: none; None: no work)."""
+    from .sandbox import WarmProcess
+    if not tasks:
+        return None
+    warm = WarmProcess(worker_env(small), limits, _preload_modules())
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    try:
+        for f in concurrent.futures.as_completed([pool.submit(one, t, warm.spawn) for t in tasks]):
+            f.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        if warm.namespaced is False:
+            log("tformer grade: this kernel gives no unprivileged PID namespace; a subreaper kills what notebooks start")
+        if warm.landlock == 0:
+            log("tformer grade: this kernel has no Landlock; workers could read other students' folders and write "
+                "wherever this user can")
+        warm.close()
+    pool.shutdown()
+    return warm.landlock
+
+
+def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
+                memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
+                log=print, lms: str | None = None, roster: Path | None = None,
+                shard: tuple[int, int] | None = None, weights: dict | None = None,
+                overrides: list | None = None, only: str | None = None) -> dict:
+    """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades."""
+    load_exercises()                                          # the grader's modules, before any learner code runs
+    from .sandbox import available_cores, machine_limits
+    t0 = time.perf_counter()
+    subs = read_class(path)
+    if shard is not None:                                      # K/N: the students of shard K, by id
+        subs = [s for s in subs if shard_of(s.student, shard[1]) == shard[0] - 1]
+        overrides = [o for o in overrides or [] if o["student"] in {s.student for s in subs}]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = workers or available_cores()
+    limits = machine_limits(workers, memory)
+    grader = grader_hash()
+    stems = sorted({s for sub in subs for s in sub.notebooks}, key=lambda s: (s[:2], s))
+    exercises_ = course_exercises(stems)
+    settings = {"timeout": timeout, "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
+                "threads_per_worker": limits.threads, "small": small, "skip_released_cells": skip, "notebooks": stems,
+                "shard": f"{shard[0]}/{shard[1]}" if shard else None}
+    if skip and not cellplan.released_cells():
+        log("tformer grade: no released notebooks found next to the package (notebooks/): every cell runs")
+    journal = Journal(out / "journal.jsonl")
+    lang = "zh" if (os.environ.get("TFORMER_LANG") or "").lower().startswith("zh") else "en"
+    tasks, left = [], {}
+    for sub in subs:
+        left[sub.student] = 0
+        for stem, nb in sub.notebooks.items():
+            sha = _sha256(nb)
+            redo = only is not None and only in exercises_of(Path(stem + ".ipynb"))
+            if redo or journal.done(sub.student, stem, sha, grader, lang) is None:
+                tasks.append((sub, stem, nb))
+                left[sub.student] += 1
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(subs), unit="student", desc="grading", file=sys.stderr, dynamic_ncols=True)
+        bar.update(sum(1 for sub in subs if left[sub.student] == 0))
+    lock = threading.Lock()
+    failures: dict[tuple[str, str], str] = {}
+
+    def one(task, spawn):
+        sub, stem, nb = task
+        old = journal.done(sub.student, stem, _sha256(nb), grader, lang) if only else None
+        try:
+            own = list(sub.notebooks.values()) if sub.canvas_id else [sub.folder]   # a Canvas folder is shared
+            rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, path), timeout, skip,
+                                 only=only if old else None)
+            if rec is not None and old is not None:             # --only: this exercise's row replaces its old one
+                new = {r["exercise"]: r for r in rec["report"]["rows"]}
+                rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
+                rec = {**old, "report": {**old["report"], "rows": rows}}
+        except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
+            failures[(sub.student, stem)] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)]}")
+            rec = None
+        if rec is not None:
+            journal.add({"student": sub.student, "notebook": stem, "grader": grader, "lang": lang, **rec})
+        with lock:
+            left[sub.student] -= 1
+            if left[sub.student] == 0 and bar is not None:
+                bar.update(1)
+
+    try:
+        settings["landlock_abi"] = in_warm_workers(tasks, one, workers, limits, small, log)   # 0: no sandbox
+    finally:
+        journal.close()
+        if bar is not None:
+            bar.close()
+    grades = build_grades(subs, reload_journal(out / "journal.jsonl"), exercises_, settings, grader, failures)
+    from . import similarity
+    finish(out, grades, similarity.answers_of(subs), lms, roster, log, weights, overrides)
+    log(summary(grades, time.perf_counter() - t0))
+    return grades
+
+
+def verify(grades_path: Path, path: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
+           memory: int | None = None, log=print) -> dict:
+    """Grade CLASS again with the seeds grades.json recorded: every notebook whose sha256 changed (or that is
+    gone), and every exercise whose status or named mistakes differ. A learner can show their own work so."""
+    from .sandbox import available_cores, machine_limits
+    grades = json.loads(Path(grades_path).read_text(encoding="utf-8"))
+    subs = {s.student: s for s in read_class(path)}
+    result = {"changed": [], "gone": [], "differ": [], "checked": 0,
+              "same_grader": grades.get("grader") == grader_hash()}
+    tasks = []
+    for st in grades["students"]:
+        for nb in st["notebooks"]:
+            if not nb.get("sha256"):
+                continue                                              # never graded: nothing to reproduce
+            file = subs[st["student"]].notebooks.get(nb["notebook"]) if st["student"] in subs else None
+            where = f"{st['student']}/{nb['notebook']}"
+            if file is None:
+                result["gone"].append(where)
+            elif _sha256(file) != nb["sha256"]:
+                result["changed"].append(where)
+            else:
+                tasks.append((st["student"], where, nb, file))
+    workers = workers or available_cores()
+    lock = threading.Lock()
+
+    def one(task, spawn):
+        student, where, nb, file = task
+        seeds = {x["exercise"]: {"cases": x["seeds"], "torch_seed": x["torch_seed"]} for x in nb["exercises"]
+                 if x.get("torch_seed") is not None}
+        sub = subs[student]
+        own = list(sub.notebooks.values()) if sub.canvas_id else [sub.folder]
+        rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve(), own, path), timeout,
+                             grades["settings"].get("skip_released_cells", True), seeds)
+        again = {r["exercise"]: r for r in rec["report"]["rows"]}
+        with lock:
+            result["checked"] += 1
+            for x in nb["exercises"]:
+                y = again.get(x["exercise"], {})
+                if (x["status"], x.get("mistakes", [])) != (y.get("status"), y.get("mistakes", [])):
+                    result["differ"].append({"notebook": where, "exercise": x["exercise"], "recorded": x["status"],
+                                             "now": y.get("status"), "mistakes": [x.get("mistakes", []),
+                                                                                  y.get("mistakes", [])]})
+
+    in_warm_workers(tasks, one, workers, machine_limits(workers, memory), grades["settings"].get("small", True), log)
+    if not result["same_grader"]:
+        log("tformer grade --verify: grades.json was written by other grader code; verdicts may differ for that reason")
+    log(f"tformer grade --verify: {result['checked']} notebook(s) graded again with the recorded seeds; "
+        f"{len(result['differ'])} verdict(s) differ; {len(result['changed'])} notebook(s) changed since, "
+        f"{len(result['gone'])} gone")
+    for d in result["differ"]:
+        log(f"  {d['notebook']} {d['exercise']}: recorded {d['recorded']}, now {d['now']}")
+    for w in result["changed"]:
+        log(f"  {w}: changed since it was graded (another sha256)")
+    return result
+
+
+def shard_of(student: str, n: int) -> int:
+    """0..n-1: the shard a student belongs to, from the id alone (the same on every machine and run)."""
+    return int(hashlib.sha256(student.encode("utf-8")).hexdigest(), 16) % n
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' (1 <= K <= N) -> (K, N)."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"expected K/N, e.g. 2/8, got {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"expected 1 <= K <= N in K/N, got {text!r}")
+    return k, n
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
