@@ -22,7 +22,7 @@ PYVER           = $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export TFORMER_SMALL ?= 1
 
-.PHONY: lab test install torch browser book notebooks solutions grade bench clean constraints
+.PHONY: lab test install torch browser book notebooks solutions grade handout bench clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -121,6 +121,13 @@ GRADE ?= notebooks/
 grade: install
 	$(VENV)/bin/tformer grade $(GRADE)
 
+# What students get, without notebooks/src/ (it holds the solutions): the learner notebooks of the assignment's
+# chapters (ASSIGNMENT=week1.toml; default every chapter) in one edition (HANDOUT_LANG=zh), into HANDOUT.
+HANDOUT ?= handout/
+HANDOUT_LANG ?= en
+handout: install
+	$(VENV)/bin/tformer handout --out $(HANDOUT) --lang $(HANDOUT_LANG) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
+
 bench: install
 	$(PY) benchmarks/bench_core.py
 
@@ -133,7 +140,7 @@ constraints: torch
 	  || { echo "the tests failed with the versions now in $(CONSTRAINTS): fix them, or git checkout $(CONSTRAINTS)"; exit 1; }
 
 clean:
-	rm -rf $(VENV) .pytest_cache solutions build
+	rm -rf $(VENV) .pytest_cache solutions build handout
 
 # Every capstone's CPU tier (GPU tier on CUDA), one after another in chapter order, into runs/capstone-NAME;
 # resumable. TFORMER_SMALL does not apply: a capstone is its CPU (or GPU) tier by definition.

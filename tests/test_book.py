@@ -161,10 +161,14 @@ def test_landing_page(browser_context, lang):
     assert visit.problems == [], visit.problems
     assert "tformer" in page.inner_text("h1")
     text = visit.text_outside_code()
-    sections = (("Chapter map", "Results", "Quick start", "Exercises and grading") if lang == "en"
-                else ("章节地图", "结果", "快速开始", "练习与评分"))
+    sections = (("Chapter map", "Results", "Quick start", "Exercises") if lang == "en"
+                else ("章节地图", "结果", "快速开始", "练习"))
     for section in sections:
         assert section in text, f"landing page lacks the README's {section!r} section"
+    guide = page.eval_on_selector_all("a[href*='teaching']", "as => as.map(a => a.getAttribute('href'))")
+    assert guide, "the landing page does not link the teachers' guide"
+    teaching = (site / "teaching.html").read_text(encoding="utf-8")
+    assert ("Teaching with tformer" if lang == "en" else "用 tformer 教学") in teaching
     assert _language_link(page) is None, _language_link(page)
     links = page.eval_on_selector_all("a[href*='chapters/']", "as => as.map(a => a.getAttribute('href'))")
     chapters = {Path(h.split("#")[0]).stem for h in links}

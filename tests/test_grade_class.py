@@ -27,13 +27,13 @@ load_exercises()                                        # registers every chapte
 
 STEMS = ("01_attention", "02_self_attention", "03_multi_head_attention")
 SLEEPER = "3071.5"                    # the seconds of the process a broken notebook leaves behind
-HEADER = ["student", "ch01.attention", "ch01.softmax", "ch02.self_attention", "ch02.cross_attention",
+HEADER = ["student", "ch01.softmax", "ch01.attention", "ch02.self_attention", "ch02.cross_attention",
           "ch03.split_heads", "ch03.merge_heads", "ch03.mha_forward", "ch01", "ch02", "ch03", "total", "possible"]
-EXPECTED = {                                        # the gradebook, cell for cell
-    "ace": [3, 1, 2, 1, 1, 1, 2, 4, 3, 4, 11, 11],
+EXPECTED = {                                        # the gradebook, cell for cell, in notebook order
+    "ace": [1, 3, 2, 1, 1, 1, 2, 4, 3, 4, 11, 11],
     "blank": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 11],
-    "broken": [3, 0, 0, 1, 0, 0, 0, 3, 1, 0, 4, 11],
-    "mistakes": [0, 1, 0, 0, 0, 1, 0, 1, 0, 1, 2, 11],
+    "broken": [0, 3, 0, 1, 0, 0, 0, 3, 1, 0, 4, 11],
+    "mistakes": [1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 2, 11],
 }
 NO_SCALE = ("def my_attention(q, k, v, mask=None):\n"
             "    s = q @ k.transpose(-2, -1)\n"
@@ -320,7 +320,6 @@ CANVAS_EXPORT = """Student,ID,SIS User ID,SIS Login ID,Section,Attention quiz (1
 
 
 def test_canvas_download_roster_and_gradebook_import(tmp_path):
-    from tformer.grading.classroom import feedback
     cls = tmp_path / "submissions"                                       # Canvas's bulk download: one flat folder
     _write(cls / "lovelaceada_4101_99001_01_attention.ipynb", _cells("01_attention", True))
     _write(cls / "turingalan_LATE_4102_99002_01_attention-1.ipynb", _cells("01_attention", False))

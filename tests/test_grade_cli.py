@@ -53,6 +53,13 @@ def tformer(*args, cwd: Path, timeout: float = 600) -> subprocess.CompletedProce
                           text=True, timeout=timeout)
 
 
+def tformer_all(commands: list[tuple], cwd: Path, at_once: int = 4) -> list[subprocess.CompletedProcess]:
+    """Several commands as typed, `at_once` at a time (each starts Python and imports torch: seconds)."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(at_once) as pool:
+        return list(pool.map(lambda args: tformer(*args, cwd=cwd), commands))
+
+
 def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> str:
     """The command failed with exit 2 and one line on stderr naming `words`."""
     err = proc.stderr.strip()
@@ -77,20 +84,45 @@ ROSTER = ("Student,ID,SIS User ID,SIS Login ID,Section,Assignment 1\n"
           "    Points Possible,,,,,10\n"
           "\"Lovelace, Ada\",4101,S-001,ada,Sec A,\n"
           "\"Babbage, Charles\",4102,S-002,bob,Sec A,\n"
-          "\"Cy, Young\",4103,S-003,cy,Sec B,\n")
+          "\"Cy, Young\",4103,S-003,cy,Sec B,\n"
+          "\"Eve, Adams\",4105,S-005,eve,Sec B,\n"
+          "\"Fay, Wray\",4106,fay,fay@uni.edu,Sec B,\n")
+# a distinctive variant of attention: eve tried it after her check cell (it was not graded); fay handed it in
+VARIANT = ("def my_attention(q, k, v, mask=None):\n"
+           "    import math\n"
+           "    d = q.shape[-1]\n"
+           "    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d) * 1.0\n"
+           "    if mask is not None:\n"
+           "        scores = scores.masked_fill(mask == 0, -1e9)\n"
+           "    weights = torch.nn.functional.softmax(scores, dim=-1)\n"
+           "    return torch.matmul(weights, v), weights\n")
 
 
 @pytest.fixture(scope="module")
 def room(tmp_path_factory):
-    """A class of three (ada solved chapters 1 and 2, bob left out the attention scale, cy handed in the stub),
-    graded once with the teacher's knobs: OUT, the class folder and the working folder."""
+    """A class of six, graded once with the teacher's knobs (OUT, the class folder, the working folder, the
+    finished process):
+    ada   solved chapters 1 and 2; her notebook also runs `!pip install`, `%%bash` and a cell that raises
+    bob   left out the attention scale (a named mistake)
+    cy    handed in the stub
+    dan   deleted his softmax check cell (the function is right); two files for chapter 1 with the same
+          modification time, the solved one `01_attention (1).ipynb`; not in the roster
+    eve   solved attention, then tried VARIANT after the check cell
+    fay   handed in VARIANT"""
     root = tmp_path_factory.mktemp("grade_cli")
     cls = root / "class"
-    sol1, sol2 = cells("01_attention", True), cells("02_self_attention", True)
-    write(cls / "ada" / "01_attention.ipynb", sol1)
+    sol1, sol2, stub1 = cells("01_attention", True), cells("02_self_attention", True), cells("01_attention", False)
+    write(cls / "ada" / "01_attention.ipynb", sol1 + ["!pip install nothing-at-all", "%%bash\necho hi", "1 / 0"])
     write(cls / "ada" / "02_self_attention.ipynb", sol2)
     write(cls / "bob" / "01_attention.ipynb", replace(sol1, "def my_attention", NO_SCALE))
-    write(cls / "cy" / "01_attention.ipynb", cells("01_attention", False))
+    write(cls / "cy" / "01_attention.ipynb", stub1)
+    when = 1_700_000_000
+    write(cls / "dan" / "01_attention.ipynb", stub1, mtime=when)
+    write(cls / "dan" / "01_attention (1).ipynb", [c for c in sol1 if not c.startswith('check("ch01.softmax"')],
+          mtime=when)
+    at = next(i for i, c in enumerate(sol1) if c.startswith('check("ch01.attention"')) + 1
+    write(cls / "eve" / "01_attention.ipynb", sol1[:at] + [VARIANT] + sol1[at:])
+    write(cls / "fay" / "01_attention.ipynb", replace(sol1, "def my_attention", VARIANT))
     (root / "weights.txt").write_text("# attention counts double\nch01.attention = 6\n", encoding="utf-8")
     (root / "overrides.csv").write_text("student,exercise,points,reason\n"
                                         "bob,ch01.attention,2,the scale is in the next cell\n", encoding="utf-8")
@@ -103,22 +135,94 @@ def room(tmp_path_factory):
     return root, cls, out, proc
 
 
+def grades_of(out: Path) -> dict:
+    return json.loads((out / "grades.json").read_text(encoding="utf-8"))
+
+
+def notebook_of(grades: dict, student: str, stem: str = "01_attention") -> dict:
+    s = next(s for s in grades["students"] if s["student"] == student)
+    return next(nb for nb in s["notebooks"] if nb["notebook"] == stem)
+
+
 def test_a_class_with_the_teachers_knobs(room):
-    """--out, --workers, --timeout, --memory, --weights, --overrides, --lms canvas and --roster, as typed."""
+    """--out, --workers, --timeout, --memory, --weights and --overrides, as typed: what grades.json, the gradebook
+    and the feedback say."""
     root, cls, out, proc = room
-    grades = json.loads((out / "grades.json").read_text(encoding="utf-8"))
+    grades = grades_of(out)
     s = grades["settings"]
     assert (s["timeout"], s["workers"], s["memory"]) == (60, 2, 3 << 30)
     assert s["weights"] == {"ch01.attention": 6}
     b = book(out)
-    assert b["ada"]["ch01.attention"] == "6" and b["ada"]["possible"] == str(int(b["ada"]["total"]))
+    assert list(b) == ["ada", "bob", "cy", "dan", "eve", "fay"]
+    assert rows(out / "gradebook.csv")[0][:3] == ["student", "ch01.softmax", "ch01.attention"]   # notebook order
+    assert b["ada"]["ch01.attention"] == "6" and b["ada"]["total"] == b["ada"]["possible"]
     assert b["bob"]["ch01.attention"] == "2"                             # the override wins over "failed"
     assert b["cy"]["total"] == "0"
-    page = (out / "feedback" / "bob.html").read_text(encoding="utf-8")
-    assert "the scale is in the next cell" in page
-    canvas = rows(out / "canvas.csv")
-    assert canvas[1][0] == "Points Possible"
+    assert "the scale is in the next cell" in (out / "feedback" / "bob.html").read_text(encoding="utf-8")
     assert "wrote" in proc.stdout and "gradebook.csv" in proc.stdout
+    # ch02 was handed in by one student of six: everyone's `possible` counts it, so the summary says so
+    assert "02_self_attention was handed in by 1 of 6 students" in proc.stdout, proc.stdout
+    assert "--assignment" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_canvas_rows_match_the_roster_and_a_chapter_not_handed_in_is_blank(room):
+    """--lms canvas --roster on a class of one folder per student: rows matched by SIS Login ID (ada, bob, cy,
+    eve) or SIS User ID (fay), each with Canvas's ID; dan matches none and is named on the terminal. A chapter
+    none of whose notebooks a student handed in is blank in canvas.csv (0 in gradebook.csv)."""
+    root, cls, out, proc = room
+    head, possible, *body = rows(out / "canvas.csv")
+    assert head == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "tformer ch01", "tformer ch02"]
+    assert possible[0] == "Points Possible"
+    canvas = {r[0]: r for r in body}
+    assert canvas["Lovelace, Ada"][1:5] == ["4101", "S-001", "ada", "Sec A"]
+    assert canvas["Fay, Wray"][1:3] == ["4106", "fay"]
+    assert canvas["Babbage, Charles"][6] == "" and book(out)["bob"]["ch02"] == "0"
+    assert canvas["Lovelace, Ada"][6] != ""
+    assert "dan matches no row of" in proc.stdout, proc.stdout
+    assert sum("matches no row" in line for line in proc.stdout.splitlines()) == 1
+
+
+def test_two_files_for_one_notebook_are_decided_by_evidence(room):
+    """dan's `01_attention.ipynb` and `01_attention (1).ipynb` have the same modification time: the download
+    number decides, and the other file is listed."""
+    _, _, out, _ = room
+    nb = notebook_of(grades_of(out), "dan")
+    assert nb["file"] == "01_attention (1).ipynb" and nb["ignored"] == ["01_attention.ipynb"]
+    assert nb["chosen_by"] == "download number"
+    assert "by its download number" in (out / "feedback" / "dan.html").read_text(encoding="utf-8")
+
+
+def test_a_deleted_check_cell_still_grades_the_function(room):
+    """dan deleted `check("ch01.softmax", my_softmax)`: his my_softmax is graded anyway, and he is told why."""
+    _, _, out, _ = room
+    rows_ = {x["exercise"]: x for x in notebook_of(grades_of(out), "dan")["exercises"]}
+    assert rows_["ch01.softmax"]["status"] == "passed" and rows_["ch01.softmax"]["check_missing"] is True
+    assert "No check(...) cell ran for this exercise" in rows_["ch01.softmax"]["message"]
+    assert rows_["ch01.attention"]["check_missing"] is False
+
+
+def test_similar_answers_compare_the_function_that_was_graded(room):
+    """eve tried VARIANT after her check cell; fay handed VARIANT in. eve's graded answer is the solution, so
+    she is not paired with fay."""
+    _, _, out, _ = room
+    similar = grades_of(out)["similar"]
+    assert not any({"eve", "fay"} <= set(p["students"]) for p in similar["pairs"]), similar["pairs"]
+    assert {"exercise": "ch01.attention", "student": "eve"} in similar["reference"], similar["reference"]
+
+
+def test_cells_that_raised_carry_their_number_and_shell_commands_are_named(room):
+    """ada's notebook ends with `!pip install ...`, a `%%bash` cell and `1 / 0`: each error names its code cell
+    and first line; shell commands say they do not run while grading; her exercises are graded."""
+    _, _, out, _ = room
+    nb = notebook_of(grades_of(out), "ada")
+    errors = nb["cell_errors"]
+    n = nb["cells"]
+    assert f"code cell {n} (`1 / 0`): ZeroDivisionError: division by zero" in errors, errors
+    assert f"code cell {n - 2} (`!pip install nothing-at-all`): shell commands do not run while grading" in errors
+    assert f"code cell {n - 1} (`%%bash`): shell commands do not run while grading" in errors
+    assert all(x["status"] == "passed" for x in nb["exercises"])
+    page = (out / "feedback" / "ada.html").read_text(encoding="utf-8")
+    assert "shell commands do not run while grading" in page
 
 
 def test_only_regrades_one_exercise(room, tmp_path):
@@ -142,18 +246,24 @@ def test_only_regrades_one_exercise(room, tmp_path):
 
 
 def test_verify_with_the_recorded_settings(room, tmp_path):
-    """--verify OUT/grades.json CLASS: exit 0 when every verdict is reproduced; exit 1 and the notebook named
-    once one changed."""
+    """--verify OUT/grades.json CLASS: the recorded cells, seeds and per-cell timeout (60 s, not the default);
+    exit 0 when every verdict is reproduced; exit 1 and the notebook named once one changed or is gone;
+    exit 2 in one line when another grader version wrote grades.json."""
     root, cls, out, _ = room
     proc = tformer("grade", "--verify", out / "grades.json", cls, "--workers", 2, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "0 verdict(s) differ" in proc.stdout
+    assert "0 verdict(s) differ" in proc.stdout and "60 s per cell" in proc.stdout, proc.stdout
     copy = tmp_path / "class"
-    shutil.copytree(cls, copy)
+    shutil.copytree(cls, copy, ignore=shutil.ignore_patterns("eve", "fay", "dan", "cy", "ada"))
     nb = copy / "bob" / "01_attention.ipynb"
     nb.write_text(nb.read_text(encoding="utf-8").replace("float('-inf')", "float('-1e9')"), encoding="utf-8")
-    proc = tformer("grade", "--verify", out / "grades.json", copy, "--timeout", 90, cwd=tmp_path)
+    proc = tformer("grade", "--verify", out / "grades.json", copy, "--timeout", 90, "--memory", "3G", cwd=tmp_path)
     assert proc.returncode == 1 and "bob/01_attention: changed" in proc.stdout, proc.stdout[-3000:]
+    assert "ada/01_attention: gone" in proc.stdout and "90 s per cell" in proc.stdout
+    other = grades_of(out)
+    other["grader"] = "0" * 64
+    (tmp_path / "other.json").write_text(json.dumps(other), encoding="utf-8")
+    one_line_error(tformer("grade", "--verify", tmp_path / "other.json", cls, cwd=tmp_path), "other grader code")
 
 
 def test_shards_merge_to_the_single_run(room, tmp_path):
@@ -191,22 +301,25 @@ def test_every_cell_and_full_mode(room, tmp_path):
 
 # --- one learner -------------------------------------------------------------------------------------------
 
-def tiny(folder: Path, attention: str | None = None) -> Path:
-    """A short chapter-1 notebook: the imports, the two functions, their checks."""
+def tiny(folder: Path, attention: str | None = None, drop: str = "") -> Path:
+    """A short chapter-1 notebook: the imports, the two functions, their checks (but a cell starting `drop`)."""
     sol = cells("01_attention", True)
     keep = [sol[0]] + [c for c in sol if c.startswith(("def my_attention", "def my_softmax", 'check("ch01'))]
     if attention is not None:
         keep = replace(keep, "def my_attention", attention)
-    return write(folder / "01_attention.ipynb", keep)
+    return write(folder / "01_attention.ipynb", [c for c in keep if not (drop and c.startswith(drop))])
 
 
 def test_one_learner_json_require_all_and_lang(tmp_path):
-    """--json, --require-all (exit 1 with points missing), --lang zh (Chinese labels, English JSON)."""
-    good = tiny(tmp_path / "good")
+    """--json, --require-all (exit 1 with points missing), --lang zh (Chinese labels, English JSON). The good
+    notebook lost its softmax check cell: the function is graded all the same, as in a class."""
+    good = tiny(tmp_path / "good", drop='check("ch01.softmax"')
     proc = tformer("grade", good, "--json", tmp_path / "good.json", "--require-all", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "good.json").read_text())
     assert report["total"]["earned"] == report["total"]["possible"] > 0
+    softmax = next(x for x in report["notebooks"][0]["exercises"] if x["exercise"] == "ch01.softmax")
+    assert softmax["check_missing"] is True and softmax["status"] == "passed"
     bad = tiny(tmp_path / "bad", NO_SCALE)
     proc = tformer("grade", bad, "--json", tmp_path / "bad.json", "--require-all", "--lang", "zh", cwd=tmp_path)
     assert proc.returncode == 1 and "not every exercise passed" in proc.stderr, proc.stderr[-3000:]
@@ -237,27 +350,122 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     out = tmp_path / "out"
     (tmp_path / "w.txt").write_text("ch01.atention = 3\n")
     (tmp_path / "o.csv").write_text("student,exercise,points,reason\nada,ch01.attention,x,typo\n")
-    one_line_error(tformer("grade", cls, "--out", out, "--only", "ch01.atention", cwd=tmp_path), "--only", "ch01.atention")
-    one_line_error(tformer("grade", cls, "--out", out, "--weights", tmp_path / "w.txt", cwd=tmp_path), "ch01.atention")
-    one_line_error(tformer("grade", cls, "--out", out, "--overrides", tmp_path / "o.csv", cwd=tmp_path), "whole number")
-    one_line_error(tformer("grade", cls, "--out", out, "--memory", "1K", cwd=tmp_path), "--memory")
-    one_line_error(tformer("grade", cls, "--out", out, "--roster", tmp_path / "none.csv", cwd=tmp_path), "--roster")
-    one_line_error(tformer("grade", cls, "--out", out, "--require-all", cwd=tmp_path), "--require-all")
-    one_line_error(tformer("grade", cls, "--shard", "1/2", cwd=tmp_path), "--shard", "--out")
-    one_line_error(tformer("grade", cls, "--out", out, "--shard", "3/2", cwd=tmp_path), "K/N")
-    one_line_error(tformer("grade", "--merge", out, cwd=tmp_path), "--merge", "--out")
-    one_line_error(tformer("grade", "--verify", tmp_path / "none.json", cls, cwd=tmp_path), "--verify")
-    one_line_error(tformer("grade", cls, "--out", out, "--lms", "moodle", cwd=tmp_path), "--lms")
-    one_line_error(tformer("grade", cls, "--out", out, "--timeout", 0, cwd=tmp_path), "--timeout")
-    one_line_error(tformer("grade", cls, "--out", out, "--workers", 0, cwd=tmp_path), "--workers")
-    one_line_error(tformer("grade", cls / "ada" / "01_attention.ipynb", "--json", tmp_path / "no" / "r.json",
-                           cwd=tmp_path), "--json")
-    one_line_error(tformer("grade", cls, "--lang", "fr", cwd=tmp_path), "--lang")
     (tmp_path / "file").write_text("not a folder")
-    one_line_error(tformer("grade", cls, "--out", tmp_path / "file", cwd=tmp_path), "--out", "not a folder")
-    assert not out.exists()                                               # nothing was graded
+    (tmp_path / "a.toml").write_text('notebooks = ["01_attention"]\n')
+    (tmp_path / "typo.toml").write_text('notebooks = ["01_attention"]\nnotebook = ["02_self_attention"]\n')
+    (tmp_path / "pts.toml").write_text('notebooks = ["01_attention"]\n[points]\n"ch01.attention" = 2.5\n')
+    (tmp_path / "nb.toml").write_text('notebooks = ["01_atention"]\n')
+    mixed = tmp_path / "mixed"
+    write(mixed / "lovelaceada_4101_99001_01_attention.ipynb", ["x = 1"])
+    write(mixed / "01_attention.ipynb", ["x = 1"])
+    cases = [
+        (("grade", cls, "--out", out, "--only", "ch01.atention"), ("--only", "ch01.atention")),
+        (("grade", cls, "--out", out, "--weights", tmp_path / "w.txt"), ("ch01.atention",)),
+        (("grade", cls, "--out", out, "--overrides", tmp_path / "o.csv"), ("whole number",)),
+        (("grade", cls, "--out", out, "--memory", "1K"), ("--memory",)),
+        (("grade", cls, "--out", out, "--roster", tmp_path / "none.csv"), ("--roster",)),
+        (("grade", cls, "--out", out, "--require-all"), ("--require-all",)),
+        (("grade", cls, "--shard", "1/2"), ("--shard", "--out")),
+        (("grade", cls, "--out", out, "--shard", "3/2"), ("K/N",)),
+        (("grade", "--merge", out), ("--merge", "--out")),
+        (("grade", "--verify", tmp_path / "none.json", cls), ("--verify",)),
+        (("grade", cls, "--out", out, "--lms", "moodle"), ("--lms",)),
+        (("grade", cls, "--out", out, "--timeout", 0), ("--timeout",)),
+        (("grade", cls, "--out", out, "--workers", 0), ("--workers",)),
+        (("grade", cls / "ada" / "01_attention.ipynb", "--json", tmp_path / "no" / "r.json"), ("--json",)),
+        (("grade", cls, "--lang", "fr"), ("--lang",)),
+        (("grade", cls, "--out", tmp_path / "file"), ("--out", "not a folder")),
+        (("grade", cls, "--out", out, "--assignment", tmp_path / "a.toml", "--weights", tmp_path / "w.txt"),
+         ("--assignment", "--weights")),
+        (("grade", cls, "--out", out, "--assignment", tmp_path / "typo.toml"), ("unknown key 'notebook'",)),
+        (("grade", cls, "--out", out, "--assignment", tmp_path / "pts.toml"), ("whole number",)),
+        (("grade", cls, "--out", out, "--assignment", tmp_path / "nb.toml"), ("01_atention",)),
+        (("grade", cls, "--out", out, "--assignment", tmp_path / "none.toml"), ("none.toml",)),
+        (("grade", mixed, "--out", out), ("lovelaceada_4101_99001_01_attention.ipynb", "01_attention.ipynb")),
+        (("handout", "--out", tmp_path / "file"), ("--out",)),
+        (("handout", "--out", tmp_path / "h", "--assignment", tmp_path / "nb.toml"), ("01_atention",)),
+    ]
+    for (args, words), proc in zip(cases, tformer_all([c[0] for c in cases], cwd=tmp_path)):
+        one_line_error(proc, *words)
+    assert not out.exists() and not (tmp_path / "h").exists()              # nothing was graded or written
 
 
 def test_debug_shows_the_traceback(tmp_path):
     proc = tformer("grade", tmp_path / "missing", "--debug", cwd=tmp_path)
     assert proc.returncode != 0 and "Traceback" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_version_names_the_grader(tmp_path):
+    """`tformer --version`: the version, and the grader's hash grades.json records."""
+    proc = tformer("--version", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("tformer "), proc.stdout + proc.stderr
+    grader = proc.stdout.split("grader ")[1].split()[0]
+    assert len(grader) == 64
+
+
+def test_an_assignment_sets_what_is_graded(room, tmp_path):
+    """--assignment FILE: the notebooks, their order, the points and the Canvas columns follow it; a notebook
+    outside it is listed as extra and earns nothing. OUT starts from the class's journal, so nothing is graded
+    again (the assignment changes no verdict)."""
+    root, cls, out, _ = room
+    (tmp_path / "week1.toml").write_text('notebooks = ["01_attention"]\n\n[points]\n"ch01.attention" = 5\n\n'
+                                         '[lms]\ncanvas_column = "Week 1 ({chapter})"\n', encoding="utf-8")
+    again = tmp_path / "out"
+    again.mkdir()
+    shutil.copy(out / "journal.jsonl", again / "journal.jsonl")
+    proc = tformer("grade", cls, "--out", again, "--assignment", tmp_path / "week1.toml", "--lms", "canvas",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    b = book(again)
+    assert rows(again / "gradebook.csv")[0] == ["student", "ch01.softmax", "ch01.attention", "ch01", "total", "possible"]
+    assert b["ada"]["possible"] == "6" and b["ada"]["total"] == "6"
+    grades = grades_of(again)
+    ada = next(s for s in grades["students"] if s["student"] == "ada")
+    assert ada["extra_notebooks"] == ["02_self_attention"] and ada["missing_notebooks"] == []
+    assert grades["settings"]["assignment"]["sha256"] and grades["settings"]["notebooks"] == ["01_attention"]
+    assert rows(again / "canvas.csv")[0][5:] == ["Week 1 (ch01)"]
+    assert "Notebooks not handed in" not in (again / "feedback" / "bob.html").read_text(encoding="utf-8")
+    assert "not part of this assignment" in (again / "feedback" / "ada.html").read_text(encoding="utf-8")
+    assert "handed in by 1 of 6" not in proc.stdout
+
+
+def test_a_canvas_download_with_names_outside_ascii(tmp_path):
+    """Canvas keeps Unicode letters in its names: müllerjürgen, 张伟 and an anonymous student are three
+    students, each graded on their own file; a LATE mark is kept; a student's later upload (a higher file id)
+    is graded over the earlier one."""
+    dl = tmp_path / "submissions"
+    good, bad = tiny(tmp_path / "g"), tiny(tmp_path / "b", NO_SCALE)
+    dl.mkdir()
+    shutil.copy(good, dl / "müllerjürgen_LATE_123_456_01_attention.ipynb")
+    shutil.copy(bad, dl / "张伟_124_457_01_attention.ipynb")
+    shutil.copy(good, dl / "张伟_124_999_01_attention-1.ipynb")                  # his later upload
+    shutil.copy(bad, dl / "anon_Xq3Zp_460_01_attention.ipynb")
+    proc = tformer("grade", dl, "--out", tmp_path / "out", "--workers", 2, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grades = grades_of(tmp_path / "out")
+    totals = {s["student"]: (s["canvas_id"], s["total"]) for s in grades["students"]}
+    assert totals == {"müllerjürgen_123": ("123", 4), "张伟_124": ("124", 4), "anon_Xq3Zp": ("", 1)}, totals
+    nb = notebook_of(grades, "müllerjürgen_123")
+    assert nb["canvas_late"] is True and notebook_of(grades, "张伟_124")["chosen_by"] == "Canvas file id"
+    assert "marked this submission late" in (tmp_path / "out" / "feedback" / "müllerjürgen_123.html").read_text()
+
+
+def test_the_handout_holds_no_solution(tmp_path):
+    """`tformer handout` (`make handout`): the assignment's learner notebooks, in the chosen edition, and no
+    line of any exercise's solution."""
+    (tmp_path / "a.toml").write_text('notebooks = ["01_attention", "03_multi_head_attention"]\n')
+    proc = tformer("handout", "--out", tmp_path / "h", "--assignment", tmp_path / "a.toml", "--lang", "zh",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p.name for p in (tmp_path / "h").iterdir())
+    assert files == ["01_attention.ipynb", "03_multi_head_attention.ipynb"]
+    for name in files:
+        nb = json.loads((tmp_path / "h" / name).read_text(encoding="utf-8"))
+        assert nb["metadata"].get("language", "").startswith("zh")
+        code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+        src = (SRC / name.replace(".ipynb", ".py")).read_text(encoding="utf-8")
+        blocks = [b.split("### END SOLUTION")[0].strip() for b in src.split("### BEGIN SOLUTION")[1:]]
+        assert blocks and not any("SOLUTION" in c for c in code)
+        for block in blocks:
+            assert not any(block in c for c in code), (name, block)
+

@@ -74,8 +74,41 @@ def nonnegative_float(text: str) -> float:
     return _number(float, lo=0)(text)
 
 
+def version_text() -> str:
+    """`tformer --version`: the package's version, the commit when run from a git checkout (with `+changes` when
+    the working tree differs from it), and the grader's hash (what grades.json records; --verify and --merge
+    refuse another)."""
+    import subprocess
+    from pathlib import Path
+    from . import __version__
+    from .grading.classroom.run import grader_hash
+    root = Path(__file__).resolve().parents[1]
+    commit = ""
+    if (root / ".git").exists():
+        try:
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            commit = f" (commit {head}{'+changes' if dirty else ''})" if head else ""
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
+    return f"tformer {__version__}{commit}\ngrader {grader_hash()}"
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="tformer", description="tformer: the course's command line")
+    p.add_argument("--version", action=_Version, help="print the version, the commit of a git checkout and the "
+                   "grader's hash (grades.json records it), then exit")
     p.add_argument("--debug", action="store_true", default=False,
                    help="show the full traceback on errors (also TFORMER_DEBUG=1)")
     sub = p.add_subparsers(dest="command", parser_class=Parser)

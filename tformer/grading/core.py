@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import re
 import signal
 import sys
 import sysconfig
@@ -358,7 +359,10 @@ def named_mistakes(ex: Exercise, cases: list[Case], outputs: list) -> list[str]:
 def exercise_cases(ex: Exercise, seeds: Iterable[int] | None = None) -> list[Case]:
     """The fixed edge cases, then one random case per seed (0 .. n_random - 1 unless given)."""
     seeds = range(ex.n_random) if seeds is None else seeds
-    return list(ex.edge_cases()) + [ex.random_case(s) for s in seeds]
+    randoms = [ex.random_case(s) for s in seeds]
+    for i, case in enumerate(randoms, 1):             # "random #3: ...": numbered 1, 2, 3 (the seeds are recorded)
+        case.name = re.sub(r"^random #\d+", f"random #{i}", case.name)
+    return list(ex.edge_cases()) + randoms
 
 
 def _size(case: Case) -> int:
@@ -373,7 +377,7 @@ def _size(case: Case) -> int:
 
 
 def _where(case: Case) -> str:
-    return f"'{case.name}'" + (_(" (seed {seed})").format(seed=case.seed) if case.seed is not None else "")
+    return f"'{case.name}'"
 
 
 def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:

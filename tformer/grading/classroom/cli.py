@@ -17,7 +17,6 @@ import os
 import sys
 from pathlib import Path
 
-from .notebooks import find_notebooks
 from .runner import grade
 
 
@@ -25,25 +24,39 @@ def _main(args: argparse.Namespace) -> int:
     """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
     notebook runs; --require-all with points missing is exit 1."""
     from ...utils.errors import UserError
-    from ..core import REGISTRY
+    from ..core import REGISTRY, load_exercises
     from . import gradebook, run, submissions
+    from .submissions import ClassError
+    load_exercises()                  # the names --only, --weights, --overrides and --assignment give are checked
     if args.lang:
         os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError(f"--out {args.out}: not a folder (a file of that name exists); give the folder the class's "
+                        f"grades go into")
+    memory = None
+    if args.memory is not None:
+        from .sandbox import parse_size
+        try:
+            memory = parse_size(args.memory)
+        except ValueError as e:
+            raise UserError(f"--memory {e}") from None
     if args.verify is not None:
         if args.path is None or not Path(args.verify).is_file():
             raise UserError("--verify OUT/grades.json CLASS: give the grades.json of a class run and the class folder")
         try:
-            res = run.verify(Path(args.verify), Path(args.path), timeout=args.timeout or run.CLASS_TIMEOUT,
-                                   workers=args.workers)
-        except (submissions.ClassError, ValueError, KeyError) as e:
+            res = run.verify(Path(args.verify), Path(args.path), timeout=args.timeout, workers=args.workers,
+                             memory=memory)
+        except (ClassError, ValueError, KeyError) as e:
             raise UserError(f"--verify: {e}") from None
         return 1 if res["differ"] or res["changed"] or res["gone"] else 0
+    if args.roster is not None and not Path(args.roster).is_file():
+        raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
     if args.merge:
         if args.out is None or args.path is not None:
             raise UserError("--merge OUT1 OUT2 ... combines shards into --out OUT: give --out and no CLASS")
         try:
             gradebook.merge(args.merge, Path(args.out), lms=args.lms, roster=args.roster)
-        except submissions.ClassError as e:
+        except ClassError as e:
             raise UserError(str(e)) from None
         return 0
     if args.path is None:
@@ -51,52 +64,50 @@ def _main(args: argparse.Namespace) -> int:
     if args.shard is not None and args.out is None:
         raise UserError("--shard K/N grades part of a class: give --out OUT too")
     if args.out is not None:
-        if args.require_all:
-            raise UserError("--require-all grades one learner; a class's scores are in OUT/gradebook.csv")
-        memory = None
-        if args.memory is not None:
-            from .sandbox import parse_size
-            try:
-                memory = parse_size(args.memory)
-            except ValueError as e:
-                raise UserError(f"--memory {e}") from None
-        try:
-            submissions.read_class(Path(args.path))
-        except submissions.ClassError as e:
-            raise UserError(str(e)) from None
-        if args.roster is not None and not Path(args.roster).is_file():
-            raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
-        if args.only is not None and args.only not in REGISTRY:
-            raise UserError(f"--only {args.only}: no such exercise (e.g. ch01.attention)")
-        try:
-            weights = gradebook.read_weights(args.weights) if args.weights else None
-            overrides = gradebook.read_overrides(args.overrides) if args.overrides else None
-        except (OSError, submissions.ClassError) as e:
-            raise UserError(str(e)) from None
-        run.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or run.CLASS_TIMEOUT,
-                              weights=weights, overrides=overrides, only=args.only,
-                              workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
-                              lms=args.lms, roster=args.roster, shard=args.shard)
-        return 0
+        return _grade_class(args, memory, UserError, REGISTRY)
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
                         f"give another report path")
     path = Path(args.path)
-    if path.is_dir() and submissions.has_student_folders(path):
-        try:
-            submissions.read_class(path)
-        except submissions.ClassError as e:
-            raise UserError(str(e)) from None
-        raise UserError(f"{path} holds student folders: grade a class with `tformer grade {path} --out OUT`")
     try:
-        find_notebooks(path)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(str(e).removeprefix("tformer grade: ")) from None
-    data = grade(args.path, args.json, args.timeout or 600, small=not args.full)
+        submissions.learner_notebooks(path)
+    except ClassError as e:
+        if path.is_dir() and submissions.has_student_folders(path):
+            raise UserError(f"{path} holds student folders: grade a class with `tformer grade {path} --out OUT`") from None
+        raise UserError(str(e)) from None
+    data = grade(path, args.json, args.timeout or 600, small=not args.full)
     t = data["total"]
     if args.require_all and t["earned"] < t["possible"]:
         print(f"tformer grade: not every exercise passed ({t['earned']} of {t['possible']} points)", file=sys.stderr)
         return 1
+    return 0
+
+
+def _grade_class(args: argparse.Namespace, memory: int | None, UserError, REGISTRY) -> int:
+    """`tformer grade CLASS --out OUT ...`: every input checked before a notebook runs."""
+    from . import gradebook, run, submissions
+    from .assignment import read_assignment
+    from .submissions import ClassError
+    if args.require_all:
+        raise UserError("--require-all grades one learner; a class's scores are in OUT/gradebook.csv")
+    if args.assignment is not None and args.weights is not None:
+        raise UserError("--assignment and --weights both set points: put the points in the assignment's [points]")
+    try:
+        submissions.read_class(Path(args.path))
+        assignment = read_assignment(args.assignment) if args.assignment is not None else None
+        weights = gradebook.read_weights(args.weights) if args.weights else None
+        overrides = gradebook.read_overrides(args.overrides) if args.overrides else None
+    except (OSError, ClassError) as e:
+        raise UserError(str(e)) from None
+    if args.only is not None and args.only not in REGISTRY:
+        raise UserError(f"--only {args.only}: no such exercise (e.g. ch01.attention)")
+    try:
+        run.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or run.CLASS_TIMEOUT,
+                        weights=weights, overrides=overrides, only=args.only, assignment=assignment,
+                        workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
+                        lms=args.lms, roster=args.roster, shard=args.shard)
+    except ClassError as e:                           # an override naming a student not in the class, ...
+        raise UserError(str(e)) from None
     return 0
 
 
@@ -128,13 +139,17 @@ def add_cli(sub) -> None:
     p.add_argument("--lms", choices=("canvas",), default=None,
                    help="a class: also write OUT/canvas.csv for Canvas's gradebook import (one column per chapter)")
     p.add_argument("--roster", type=Path, default=None,
-                   help="a class: Canvas's gradebook export (Grades > Export), to give canvas.csv the students' "
-                        "SIS ids and sections; a Canvas bulk download names students by their Canvas id")
+                   help="a class: Canvas's gradebook export (Grades > Export); canvas.csv takes each student's ID, SIS "
+                        "ids and section from it, matched by Canvas id (a Canvas download) or by the student folder's "
+                        "name as SIS Login ID, SIS User ID, ID or name; unmatched students are listed")
     p.add_argument("--shard", type=shard, default=None, metavar="K/N",
                    help="a class: grade only shard K of N (students split by a hash of their id), e.g. one task "
                         "of a SLURM array or a Kubernetes indexed Job; combine the parts with --merge")
     p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="OUT_K",
                    help="combine the OUT folders of --shard runs into --out OUT, as one run over the class")
+    p.add_argument("--assignment", type=Path, default=None, metavar="FILE",
+                   help="a class: what was assigned, a TOML file (notebooks = [...] in gradebook order, [points], "
+                        "[lms]); possible, 'not handed in' and the Canvas columns follow it (see TEACHING.md)")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
                    help="a class: points per exercise, one `ch01.attention = 5` per line (default: the course's)")
     p.add_argument("--overrides", type=Path, default=None, metavar="CSV",
@@ -144,8 +159,9 @@ def add_cli(sub) -> None:
                    help="a class: grade this exercise again (e.g. ch01.attention after fixing its checker), keeping "
                         "every other verdict of OUT's journal")
     p.add_argument("--verify", type=Path, default=None, metavar="GRADES_JSON",
-                   help="grade CLASS again with the seeds OUT/grades.json recorded; report every notebook whose "
-                        "sha256 changed and every verdict that differs (exit 1 if any)")
+                   help="grade CLASS again as OUT/grades.json recorded it (its seeds, cells, timeout and memory "
+                        "unless given); report every notebook whose sha256 changed or that is gone and every verdict "
+                        "that differs (exit 1 if any; exit 2 if another grader version wrote it)")
     p.add_argument("--every-cell", action="store_true",
                    help="a class: run every cell (default: skip the released cells the exercises do not need)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
@@ -154,3 +170,29 @@ def add_cli(sub) -> None:
                    "zh: Chinese labels and messages, the JSON's keys and statuses stay English)")
     add_debug(p)
     p.set_defaults(func=_main)
+
+    h = sub.add_parser("handout", help="write what students get: the learner notebooks of the assigned chapters, "
+                       "without notebooks/src/ (which holds the solutions)",
+                       description="Copy the released learner notebooks (each exercise a stub) of the assignment's "
+                                   "chapters, in one edition, into a new folder to hand out.")
+    h.add_argument("--out", type=Path, required=True, help="a new or empty folder for the hand-out")
+    h.add_argument("--assignment", type=Path, default=None, metavar="FILE",
+                   help="the assignment's TOML file: its notebooks only (default: every chapter)")
+    h.add_argument("--lang", choices=("en", "zh"), default="en", help="the edition (default: en; zh: Chinese)")
+    add_debug(h)
+    h.set_defaults(func=_handout)
+
+
+def _handout(args: argparse.Namespace) -> int:
+    from ...utils.errors import UserError
+    from .assignment import read_assignment
+    from .handout import handout
+    from .submissions import ClassError
+    try:
+        stems = read_assignment(args.assignment).notebooks if args.assignment is not None else None
+        written = handout(args.out, stems, args.lang)
+    except ClassError as e:
+        raise UserError(str(e)) from None
+    print(f"wrote {len(written)} notebook(s) to {args.out}: {', '.join(p.name for p in written)}")
+    return 0
+

@@ -25,7 +25,7 @@ pre{white-space:pre-wrap;margin:0;font:13px/1.4 ui-monospace,monospace}
 .passed{color:#176f2c;font-weight:600}.failed,.error,.timeout{color:#b3261e;font-weight:600}
 .bar{background:#4a7bd0;height:.8rem}.muted{color:#666}"""
 _SAFE = re.compile(r"[^\w.\-]+")
-_UNGRADED = ("invalid", "not graded")
+_UNGRADED = ("invalid", "not graded", "sandbox failed")
 
 
 def _tag(tag: str, text: str, cls: str = "") -> str:
@@ -72,8 +72,16 @@ def feedback_page(student: dict, exercises: list[dict]) -> str:
         if nb["status"] in _UNGRADED:
             why = "; ".join(nb["cell_errors"])
             parts.append(_tag("p", _("This notebook could not be graded: {why}").format(why=why), "error"))
+        if nb.get("canvas_late"):
+            parts.append(_tag("p", _("Canvas marked this submission late."), "late"))
         if nb.get("ignored"):
-            older = _("Also handed in, not graded (an older file): {files}").format(files=", ".join(nb["ignored"]))
+            if nb.get("chosen_by") == "tie":
+                older = _("Also handed in, not graded: {files}. Nothing told the files apart (no Canvas file id or "
+                          "download number, the same modification time): the first by name was graded; tell your "
+                          "teacher if it is the wrong one.").format(files=", ".join(nb["ignored"]))
+            else:
+                older = _("Also handed in, not graded (an older file, by its {why}): {files}").format(
+                    files=", ".join(nb["ignored"]), why=_(nb.get("chosen_by") or "modification time"))
             parts.append(_tag("p", older, "muted"))
         rows = [_exercise_row(x, points.get(x["exercise"], x["points"])) for x in nb["exercises"]]
         for row, x in zip(rows, nb["exercises"]):
@@ -87,6 +95,10 @@ def feedback_page(student: dict, exercises: list[dict]) -> str:
     if student.get("missing_notebooks"):
         names = ", ".join(student["missing_notebooks"])
         parts.append(_tag("p", _("Notebooks not handed in: {names}").format(names=names)))
+    if student.get("extra_notebooks"):
+        names = ", ".join(student["extra_notebooks"])
+        parts.append(_tag("p", _("Handed in but not part of this assignment (not graded): {names}").format(names=names),
+                          "muted"))
     return _page(_("Feedback for {student}").format(student=student["student"]), "\n".join(parts))
 
 
@@ -144,7 +156,10 @@ def report_page(grades: dict) -> str:
     possible = st[0]["possible"] if st else 0
     mean = f"{sum(s['total'] for s in st) / n:.1f}" if n else "0"
     summary = _("{n} students, mean score {mean} of {possible} points").format(n=n, mean=mean, possible=possible)
-    parts = [_tag("p", summary), _tag("h2", _("Score distribution")), _histogram_svg([s["total"] for s in st], possible)]
+    parts = [_tag("p", summary)]
+    if grades.get("warnings"):
+        parts += [_tag("h2", _("Warnings")), _list(grades["warnings"])]
+    parts += [_tag("h2", _("Score distribution")), _histogram_svg([s["total"] for s in st], possible)]
     rows = []
     for x in grades["exercises"]:
         passed = sum(s["exercises"][x["id"]]["earned"] > 0 for s in st)

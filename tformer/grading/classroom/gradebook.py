@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from ..core import REGISTRY
-from .notebooks import course_exercises
+from .notebooks import chapter_order, course_exercises
 from .submissions import ClassError, Submission
 
 
@@ -57,54 +57,66 @@ class Journal:
         self.file.close()
 
 
-def _earned(row: dict) -> int:
-    return int(row["points"]) if row.get("passed") else 0
-
-
-def build_grades(subs: list[Submission], journal: Journal, exercises: list[str], settings: dict, grader: str,
+def build_grades(subs: list[Submission], journal: Journal, settings: dict, grader: str,
                  failures: dict | None = None) -> dict:
-    """grades.json's content: every student, notebook and exercise, with hashes and seeds."""
+    """grades.json's content: every student, notebook and exercise, with hashes and seeds. The notebooks graded
+    are `settings["notebooks"]` (an assignment's, in its order, or whatever the class handed in); a notebook
+    outside them is listed as extra. `failures`: (student, stem) -> (status, why) of notebooks not graded."""
     import torch
     import tformer
+    stems = settings["notebooks"]
+    exercises = course_exercises(stems, ordered=settings.get("assignment") is not None)
     students = []
     for sub in subs:
-        earned = {n: 0 for n in exercises}
         status = {n: "missing" for n in exercises}
         notebooks, problems = [], []
-        stems = sorted({n_stem for n_stem in sub.notebooks})
-        for stem in stems:
+        for stem in [s for s in stems if s in sub.notebooks]:
             rec = journal.records.get((sub.student, stem))
+            chosen = {"ignored": sub.ignored.get(stem, []), "chosen_by": sub.chosen_by.get(stem, ""),
+                      "canvas_late": stem in sub.late}
             if rec is None or rec.get("grader") != grader:        # not graded by this grader: say so
-                why = (failures or {}).get((sub.student, stem), "not graded (the run was interrupted?)")
+                state, why = (failures or {}).get((sub.student, stem), ("not graded", "not graded (the run was interrupted?)"))
                 problems.append(stem)
                 notebooks.append({"notebook": stem, "file": os.path.relpath(sub.notebooks[stem], sub.folder),
-                                  "sha256": "", "status": "not graded", "ignored": sub.ignored.get(stem, []),
+                                  "sha256": "", "status": state, **chosen,
                                   "seconds": 0.0, "cells": 0, "cells_run": [], "cells_edited": [],
                                   "cell_errors": [why], "exercises": []})
                 continue
             rep = rec["report"]
             for row in rep["rows"]:
-                earned[row["exercise"]] = _earned(row)
                 status[row["exercise"]] = row["status"]
             if rec["status"] != "graded":
                 problems.append(stem)
             notebooks.append({"notebook": stem, "file": os.path.relpath(rec["file"], sub.folder), "sha256": rec["sha256"],
-                              "status": rec["status"], "ignored": sub.ignored.get(stem, []),
+                              "status": rec["status"], **chosen,
                               "seconds": round(rep.get("seconds", 0.0), 2), "cells": rec.get("cells", 0),
                               "cells_run": rec.get("run", []), "cells_edited": rec.get("edited", []),
-                              "cell_errors": rep["cell_errors"],
-                              "exercises": [{**row, "earned": _earned(row)} for row in rep["rows"]]})
-        missing = sorted({stem for stem in settings["notebooks"]} - set(sub.notebooks))
-        students.append({                                         # total, possible, chapters: score()'s
+                              "cell_errors": rep["cell_errors"], "exercises": rep["rows"]})
+        students.append({                                         # earned, total, possible, chapters: score()'s
             "student": sub.student, "canvas_id": sub.canvas_id, "total": 0, "possible": 0, "chapters": {},
-            "exercises": {n: {"earned": earned[n], "status": status[n]} for n in exercises},
-            "notebooks": notebooks, "missing_notebooks": missing, "unrecognized_files": sub.unrecognized,
-            "notebooks_with_errors": problems})
+            "exercises": {n: {"earned": 0, "status": status[n]} for n in exercises},
+            "notebooks": notebooks, "missing_notebooks": [s for s in stems if s not in sub.notebooks],
+            "extra_notebooks": sorted(s for s in sub.notebooks if s not in stems),
+            "unrecognized_files": sub.unrecognized, "notebooks_with_errors": problems, "warnings": sub.warnings()})
     return {"grader": grader, "tformer": getattr(tformer, "__version__", ""), "torch": torch.__version__,
             "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "settings": settings,
             "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],
             "students": students}
+
+
+def class_warnings(grades: dict) -> list[str]:
+    """What a teacher must look at before trusting the gradebook: files no evidence chose between, and (without
+    an assignment) notebooks fewer than half the class handed in, which set everyone's `possible`."""
+    st = grades["students"]
+    warnings = [w for s in st for w in s.get("warnings", [])]
+    if grades["settings"].get("assignment") is None and len(st) > 1:
+        for stem in grades["settings"]["notebooks"]:
+            n = sum(stem in {nb["notebook"] for nb in s["notebooks"]} for s in st)
+            if n < len(st) / 2:
+                warnings.append(f"{stem} was handed in by {n} of {len(st)} students, and everyone is graded out of "
+                                f"its points: say what was assigned with --assignment FILE")
+    return warnings
 
 
 def gradebook_rows(grades: dict) -> list[list]:
@@ -155,6 +167,13 @@ def summary(grades: dict, seconds: float | None = None) -> str:
                      + (", ..." if len(bad) > 10 else ""))
     else:
         lines.append("no notebook errors")
+    for w in grades.get("warnings", []):
+        lines.append(f"warning: {w}")
+    extra = [s for s in st if s.get("extra_notebooks")]
+    if extra:
+        lines.append(f"{len(extra)} student(s) handed in notebooks outside the assignment (listed as extra, not "
+                     f"graded): " + ", ".join(f"{s['student']} ({', '.join(s['extra_notebooks'])})" for s in extra[:5])
+                     + (", ..." if len(extra) > 5 else ""))
     similar = grades.get("similar") or {}
     if similar.get("pairs") or similar.get("reference"):
         lines.append(f"answers that look alike: {len(similar.get('pairs', []))} pair(s); equal to the published "
@@ -218,7 +237,8 @@ def score(grades: dict, weights: dict[str, int] | None = None, overrides: list[d
             x.pop("override", None)
         for nb in s["notebooks"]:
             for x in nb["exercises"]:
-                x["earned"] = points.get(x["exercise"], x["points"]) if x["status"] == "passed" else 0
+                x["points"] = points.get(x["exercise"], x["points"])
+                x["earned"] = x["points"] if x["status"] == "passed" else 0
     for o in overrides:
         x = by_student[o["student"]]["exercises"].get(o["exercise"])
         if x is None:
@@ -243,12 +263,19 @@ def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roste
     for s in grades["students"]:
         s["answers"] = answers.get(s["student"], s.get("answers", {}))
     grades["similar"] = similarity.flag_answers({s["student"]: s["answers"] for s in grades["students"]})
+    grades["warnings"] = class_warnings(grades)
     write_outputs(out, grades)
     feedback.write_pages(out, grades)
     written = ["gradebook.csv", "grades.json", "report.html", "feedback/"]
     if lms == "canvas":
-        _write_atomic(out / "canvas.csv", lms_files.canvas_csv(grades, lms_files.read_roster(roster) if roster else None))
+        assigned = grades["settings"].get("assignment") or {}
+        text, unmatched = lms_files.canvas_csv(grades, lms_files.read_roster(roster) if roster else None,
+                                               assigned.get("canvas_column", "tformer {chapter}"))
+        _write_atomic(out / "canvas.csv", text)
         written.append("canvas.csv")
+        for student in unmatched:
+            log(f"tformer grade: {student} matches no row of {roster} (by SIS Login ID, SIS User ID, Canvas ID "
+                f"or name): Canvas will not import that row")
     log(f"wrote {', '.join(written)} in {out}")
 
 
@@ -270,12 +297,20 @@ def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | No
             if s["student"] in seen:
                 raise ClassError(f"student {s['student']!r} is in both {seen[s['student']]} and {o}")
             seen[s["student"]] = o
-    stems = sorted({n for _, g in parts for n in g["settings"]["notebooks"]}, key=lambda s: (s[:2], s))
-    exercises = course_exercises(stems)                        # the whole class's, as one run would have
+    assigned = first["settings"].get("assignment")
+    for o, g in parts:
+        if g["settings"].get("assignment") != assigned:
+            raise ClassError(f"{o} was graded with another --assignment than {parts[0][0]}: grade every shard with "
+                             "the same assignment file")
+    if assigned is not None:
+        stems = list(assigned["notebooks"])
+    else:
+        stems = sorted({n for _, g in parts for n in g["settings"]["notebooks"]}, key=chapter_order)
+    exercises = course_exercises(stems, ordered=assigned is not None)   # the whole class's, as one run's
     students = sorted((s for _, g in parts for s in g["students"]), key=lambda s: s["student"])
     for st in students:                                        # a shard may lack a notebook the class has
         st["exercises"] = {n: st["exercises"].get(n, {"earned": 0, "status": "missing"}) for n in exercises}
-        st["missing_notebooks"] = sorted(set(stems) - {nb["notebook"] for nb in st["notebooks"]})
+        st["missing_notebooks"] = [s for s in stems if s not in {nb["notebook"] for nb in st["notebooks"]}]
     settings = {**first["settings"], "shard": None, "merged": [str(o) for o, _ in parts], "notebooks": stems}
     grades = {**first, "settings": settings, "students": students,
               "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],

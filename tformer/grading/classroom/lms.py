@@ -26,20 +26,48 @@ def read_roster(path: Path) -> dict[str, dict]:
     return roster
 
 
-def canvas_csv(grades: dict, roster: dict[str, dict] | None = None, assignment: str = "tformer {chapter}") -> str:
-    """A Canvas gradebook import: the columns Student, ID, SIS User ID, SIS Login ID and Section, then one
-    assignment column per chapter (a new column creates that assignment on import), a "Points Possible"
-    row first. A student is matched by the roster's ID (Canvas's user id, also in the names of a Canvas bulk
-    download) when the grades carry one, else only by the folder's name in Student."""
+def match(roster: dict[str, dict], student: str, canvas_id: str = "") -> dict | None:
+    """The roster row of a student: by Canvas's user id (a Canvas download carries it), else by the student's
+    id (a folder's name) as the row's SIS Login ID, SIS User ID, Canvas ID or exact name, as Canvas's own
+    import matches rows."""
+    if canvas_id and canvas_id in roster:
+        return roster[canvas_id]
+    key = student.strip()
+    for column in ("SIS Login ID", "SIS User ID", "ID", "Student"):
+        found = [r for r in roster.values() if r.get(column) and r[column].casefold() == key.casefold()]
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def chapters_handed_in(student: dict, notebooks: list[str]) -> set[str]:
+    """The chapters ("ch11") of which the student handed in at least one of the assigned `notebooks`."""
+    handed = {nb["notebook"] for nb in student["notebooks"]}
+    return {f"ch{stem[:2]}" for stem in notebooks if stem in handed}
+
+
+def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,
+               column: str = "tformer {chapter}") -> tuple[str, list[str]]:
+    """(a Canvas gradebook import, the students the roster did not match). The columns Student, ID, SIS User ID,
+    SIS Login ID and Section, then one assignment column per chapter (`column`, a new name creates that
+    assignment on import), a "Points Possible" row first. A chapter none of whose assigned notebooks the student
+    handed in is blank, not 0, so Canvas's missing-submission policy applies; gradebook.csv keeps 0."""
     chapters = sorted({x["chapter"] for x in grades["exercises"]})
     possible = {c: sum(x["points"] for x in grades["exercises"] if x["chapter"] == c) for c in chapters}
+    stems = grades["settings"]["notebooks"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CANVAS_COLUMNS + [assignment.format(chapter=c) for c in chapters])
+    w.writerow(CANVAS_COLUMNS + [column.format(chapter=c) for c in chapters])
     w.writerow(["Points Possible", "", "", "", ""] + [possible[c] for c in chapters])
+    unmatched = []
     for s in grades["students"]:
         uid = str(s.get("canvas_id") or "")
-        known = (roster or {}).get(uid, {})
-        w.writerow([known.get("Student") or s["student"], uid, known.get("SIS User ID", ""),
-                    known.get("SIS Login ID", ""), known.get("Section", "")] + [s["chapters"][c] for c in chapters])
-    return buf.getvalue()
+        known = match(roster, s["student"], uid) if roster is not None else None
+        if roster is not None and known is None:
+            unmatched.append(s["student"])
+        known = known or {}
+        handed = chapters_handed_in(s, stems)
+        w.writerow([known.get("Student") or s["student"], known.get("ID") or uid, known.get("SIS User ID", ""),
+                    known.get("SIS Login ID", ""), known.get("Section", "")]
+                   + [s["chapters"][c] if c in handed else "" for c in chapters])
+    return buf.getvalue(), unmatched

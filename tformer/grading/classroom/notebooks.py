@@ -5,11 +5,12 @@ a file is (the learner's `tformer grade PATH` and a class use both).
     released_notebooks()      the course's released learner notebooks, by stem (English and Chinese)
     known_stems()             every notebook of the course by stem ("01_attention", "11_llms", ...)
     notebook_stem(name)       the notebook a file is, from its name (download suffixes and copies allowed)
-    find_notebooks(path)      a learner's notebooks: a file, or the chapter notebooks of a folder
-    exercises_of(stem)        the exercises a notebook owes, in notebook order
+    exercises_of(stem)        the exercises a notebook owes, in the order the notebook checks them
+    check_calls(sources)      which function each check(...) call hands in, and where
 """
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -20,6 +21,11 @@ RELEASED_DIRS = (ROOT / "notebooks", ROOT / "notebooks" / "zh")
 _CHAPTER = re.compile(r"^(\d\d)[a-z]?_")
 _CHAPTER_STEM = re.compile(r"(?<![0-9])(\d\d[a-z]?_[a-z0-9_]*[a-z0-9])")
 _DOWNLOAD_SUFFIX = re.compile(r"(\s*\(\d+\)|[-_ ]\d{1,3}|[-_ ]copy|\s+copy\s*\d*)+$", re.IGNORECASE)
+
+
+def chapter_order(stem: str) -> tuple[str, str]:
+    """Notebooks in the course's order: by chapter number, then name (11_llms, 11_fine_tuning, ... by name)."""
+    return stem[:2], stem
 
 
 def read_cells(path: Path) -> list[str]:
@@ -63,35 +69,56 @@ def notebook_stem(filename: str, known: list[str]) -> str | None:
     return m.group(1) if m and m.end() == len(stripped) else None
 
 
-def find_notebooks(path: Path) -> list[Path]:
-    """A notebook, or every `NN_*.ipynb` directly in a folder (sorted by chapter)."""
-    if path.is_file():
-        if path.suffix != ".ipynb":
-            raise ValueError(f"tformer grade: {path} is not a notebook (.ipynb)")
-        return [path]
-    if path.is_dir():
-        found = sorted(p for p in path.glob("*.ipynb") if _CHAPTER.match(p.name))
-        if not found:
-            raise ValueError(f"tformer grade: no chapter notebooks (NN_name.ipynb) in {path}")
-        return found
-    raise FileNotFoundError(f"tformer grade: {path} does not exist")
-
 def chapter_of(nb_path: Path) -> str | None:
     m = _CHAPTER.match(nb_path.name)
     return f"ch{m.group(1)}" if m else None
 
+def check_calls(sources: list[str]) -> dict[str, tuple[int, str]]:
+    """exercise id -> (index of the first cell that calls check("id", name), name): the function each
+    `check(...)` call hands in. Cells that do not parse are skipped."""
+    import ast
+    calls: dict[str, tuple[int, str]] = {}
+    for i, src in enumerate(sources):
+        try:
+            tree = ast.parse(src)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str) and isinstance(node.args[1], ast.Name)):
+                calls.setdefault(node.args[0].value, (i, node.args[1].id))
+    return calls
+
+
+@functools.lru_cache(maxsize=None)
+def released_checks(stem: str) -> dict[str, str]:
+    """exercise id -> the name of the function the released notebook `stem` hands to check(...) (the stub a
+    learner fills in); empty where the released notebook is not next to the package."""
+    for path in released_notebooks().get(stem, [])[:1]:
+        try:
+            return {ex: name for ex, (_, name) in check_calls(read_cells(path)).items()}
+        except ValueError:
+            return {}
+    return {}
+
+
 def exercises_of(nb_path: Path) -> list[str]:
-    """The exercises a notebook owes, in registration (= notebook) order: those registered with its stem as
-    `notebook`, else those of its chapter (name prefix chNN.) that name no notebook."""
+    """The exercises a notebook owes, in the order its released notebook checks them (registration order where
+    it is not found): those registered with its stem as `notebook`, else those of its chapter (name prefix
+    chNN.) that name no notebook."""
     load_exercises()
     stem, chapter = Path(nb_path).stem, chapter_of(Path(nb_path))
-    return [n for n, ex in REGISTRY.items()
+    owed = [n for n, ex in REGISTRY.items()
             if ex.notebook == stem or (not ex.notebook and chapter and n.startswith(chapter + "."))]
+    order = {ex: i for i, ex in enumerate(released_checks(stem))}
+    return sorted(owed, key=lambda n: order.get(n, len(order)))
 
 
-def course_exercises(stems: list[str]) -> list[str]:
-    """The exercises the notebooks `stems` owe, in chapter order (a chapter's notebooks by name)."""
+def course_exercises(stems: list[str], ordered: bool = False) -> list[str]:
+    """The exercises the notebooks `stems` owe: in chapter order, or in the order given (`ordered`: an
+    assignment's list)."""
     out: list[str] = []
-    for stem in sorted(stems, key=lambda s: (s[:2], s)):
+    for stem in (stems if ordered else sorted(stems, key=chapter_order)):
         out += [n for n in exercises_of(Path(stem + ".ipynb")) if n not in out]
     return out

@@ -32,9 +32,9 @@ from ..core import REGISTRY, load_exercises
 from ..messages import _
 from . import cells as cellplan
 from .gradebook import Journal, build_grades, finish, reload_journal, summary
-from .notebooks import chapter_of, course_exercises, exercises_of, read_cells
+from .notebooks import chapter_of, chapter_order, exercises_of, read_cells, released_checks
 from .runner import NOT_RUN, NotebookReport, Row, grade_cells, worker_env
-from .submissions import read_class
+from .submissions import ClassError, read_class
 
 CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
                               # thread on a busy 2-core machine: 52 s (chapter 10)
@@ -65,24 +65,27 @@ def grader_hash(folder: Path | None = None) -> str:
 
 
 def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = True,
-                   seeds: dict | None = None, only: str | None = None) -> dict:
+                   seeds: dict | None = None, only: str | None = None, cells_run: list[int] | None = None) -> dict:
     """One notebook's record for the journal: its sha256, the cells run and skipped, the report (of the
-    exercise `only`, when given)."""
+    exercise `only`, when given). `cells_run` runs exactly those code cells (a recorded run, `--verify`)."""
     data = path.read_bytes()
     record = {"file": str(path), "sha256": hashlib.sha256(data).hexdigest()}
-    owed = [only] if only else exercises_of(Path(stem + ".ipynb"))
+    named = Path(stem + ".ipynb")
+    owed = [only] if only else exercises_of(named)
     try:
         cells = read_cells(path)
     except ValueError as e:
-        report = NotebookReport(str(path), chapter_of(Path(stem + ".ipynb")))
+        report = NotebookReport(str(path), chapter_of(named))
         report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
         report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in owed]
         return {**record, "status": "invalid", "cells": 0, "run": [], "report": asdict(report)}
     plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
-    report = grade_cells(Path(stem + ".ipynb"), [(i, cells[i]) for i in plan.run], launch, timeout, seeds, owed)
+    run = plan.run if cells_run is None else [i for i in cells_run if i < len(cells)]
+    report = grade_cells(named, [(i, cells[i]) for i in run], launch, timeout, seeds, owed,
+                         fallback=released_checks(stem))
     report.notebook = str(path)
     status = "errors" if report.cell_errors else "graded"
-    return {**record, "status": status, "cells": len(cells), "run": plan.run, "edited": plan.edited,
+    return {**record, "status": status, "cells": len(cells), "run": run, "edited": plan.edited,
             "report": asdict(report)}
 
 
@@ -104,11 +107,11 @@ def _preload_modules() -> list[str]:
     return sorted(mods)
 
 
-def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> int | None:
+def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> dict | None:
     """Call one(task, spawn) for every task, `workers` at a time; spawn(folder, own, class_folder) forks a
-    worker for a notebook in `folder`, allowed to read only `own` of the class (tformer/grading/classroom/sandbox.py),
-    from one warm process started only when there is work. Returns the Landlock ABI the workers ran under
-    (0: none; None: no work)."""
+    worker for a notebook in `folder`, allowed to read only `own` of the class (sandbox.py), from one warm
+    process started only when there is work. Returns the isolation the workers ran under, {"landlock_abi": the
+    lowest Landlock ABI (0: none), "network": the weakest ("netns", "landlock-tcp" or "none")}; None: no work."""
     from .sandbox import WarmProcess
     if not tasks:
         return None
@@ -126,19 +129,24 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
         if warm.landlock == 0:
             log("tformer grade: this kernel has no Landlock; workers could read other students' folders and write "
                 "wherever this user can")
+        if getattr(warm, "network", None) == "none":
+            log("tformer grade: no network namespace and no Landlock network rules here; notebooks being graded "
+                "can reach the network")
         warm.close()
     pool.shutdown()
-    return warm.landlock
+    return {"landlock_abi": warm.landlock, "network": getattr(warm, "network", None)}
 
 
 def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
                 memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
                 log=print, lms: str | None = None, roster: Path | None = None,
                 shard: tuple[int, int] | None = None, weights: dict | None = None,
-                overrides: list | None = None, only: str | None = None) -> dict:
-    """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades."""
+                overrides: list | None = None, only: str | None = None, assignment=None) -> dict:
+    """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades.
+    `assignment` (assignment.Assignment): the notebooks graded and their order, the points, the LMS columns;
+    without it, whatever the class handed in."""
     load_exercises()                                          # the grader's modules, before any learner code runs
-    from .sandbox import available_cores, machine_limits
+    from .sandbox import SandboxFailed, available_cores, machine_limits
     t0 = time.perf_counter()
     subs = read_class(path)
     if shard is not None:                                      # K/N: the students of shard K, by id
@@ -149,11 +157,15 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     workers = workers or available_cores()
     limits = machine_limits(workers, memory)
     grader = grader_hash()
-    stems = sorted({s for sub in subs for s in sub.notebooks}, key=lambda s: (s[:2], s))
-    exercises_ = course_exercises(stems)
+    if assignment is not None:
+        stems = list(assignment.notebooks)
+        weights = {**assignment.points, **(weights or {})}
+    else:
+        stems = sorted({s for sub in subs for s in sub.notebooks}, key=chapter_order)
     settings = {"timeout": timeout, "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
                 "threads_per_worker": limits.threads, "small": small, "skip_released_cells": skip, "notebooks": stems,
-                "shard": f"{shard[0]}/{shard[1]}" if shard else None}
+                "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+                "assignment": assignment.record() if assignment is not None else None}
     if skip and not cellplan.released_cells():
         log("tformer grade: no released notebooks found next to the package (notebooks/): every cell runs")
     journal = Journal(out / "journal.jsonl")
@@ -162,6 +174,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     for sub in subs:
         left[sub.student] = 0
         for stem, nb in sub.notebooks.items():
+            if stem not in stems:
+                continue                                        # outside the assignment: listed, not graded
             sha = _sha256(nb)
             redo = only is not None and only in exercises_of(Path(stem + ".ipynb"))
             if redo or journal.done(sub.student, stem, sha, grader, lang) is None:
@@ -173,22 +187,26 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         bar = tqdm(total=len(subs), unit="student", desc="grading", file=sys.stderr, dynamic_ncols=True)
         bar.update(sum(1 for sub in subs if left[sub.student] == 0))
     lock = threading.Lock()
-    failures: dict[tuple[str, str], str] = {}
+    failures: dict[tuple[str, str], tuple[str, str]] = {}     # (student, stem) -> (status, why): not journaled
 
     def one(task, spawn):
         sub, stem, nb = task
         old = journal.done(sub.student, stem, _sha256(nb), grader, lang) if only else None
         try:
-            own = list(sub.notebooks.values()) if sub.canvas_id else [sub.folder]   # a Canvas folder is shared
+            own = sub.own()
             rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, path), timeout, skip,
                                  only=only if old else None)
             if rec is not None and old is not None:             # --only: this exercise's row replaces its old one
                 new = {r["exercise"]: r for r in rec["report"]["rows"]}
                 rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
                 rec = {**old, "report": {**old["report"], "rows": rows}}
+        except SandboxFailed as e:                    # no learner code ran: not journaled, so a rerun retries
+            failures[(sub.student, stem)] = ("sandbox failed", str(e).splitlines()[0][:300])
+            log(f"tformer grade: {sub.student}/{nb.name} was not graded: the sandbox failed ({failures[(sub.student, stem)][1]})")
+            rec = None
         except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
-            failures[(sub.student, stem)] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-            log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)]}")
+            failures[(sub.student, stem)] = ("not graded", f"{type(e).__name__}: {e}".splitlines()[0][:300])
+            log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)][1]}")
             rec = None
         if rec is not None:
             journal.add({"student": sub.student, "notebook": stem, "grader": grader, "lang": lang, **rec})
@@ -198,27 +216,36 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 bar.update(1)
 
     try:
-        settings["landlock_abi"] = in_warm_workers(tasks, one, workers, limits, small, log)   # 0: no sandbox
+        isolation = in_warm_workers(tasks, one, workers, limits, small, log)
     finally:
         journal.close()
         if bar is not None:
             bar.close()
-    grades = build_grades(subs, reload_journal(out / "journal.jsonl"), exercises_, settings, grader, failures)
+    settings["landlock_abi"] = isolation["landlock_abi"] if isolation else None   # 0: no sandbox; None: no work
+    settings["network"] = isolation["network"] if isolation else None
+    grades = build_grades(subs, reload_journal(out / "journal.jsonl"), settings, grader, failures)
     from . import similarity
     finish(out, grades, similarity.answers_of(subs), lms, roster, log, weights, overrides)
     log(summary(grades, time.perf_counter() - t0))
     return grades
 
 
-def verify(grades_path: Path, path: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
+def verify(grades_path: Path, path: Path, timeout: float | None = None, workers: int | None = None,
            memory: int | None = None, log=print) -> dict:
-    """Grade CLASS again with the seeds grades.json recorded: every notebook whose sha256 changed (or that is
-    gone), and every exercise whose status or named mistakes differ. A learner can show their own work so."""
+    """Grade CLASS again as grades.json recorded it: the same cells of each notebook, the same seeds, its
+    per-cell timeout and memory (unless given). Reports every notebook whose sha256 changed or that is gone,
+    and every exercise whose status or named mistakes differ. Another grader hash is a ClassError: the
+    verdicts could differ for that reason alone. A learner can show their own work so."""
     from .sandbox import available_cores, machine_limits
     grades = json.loads(Path(grades_path).read_text(encoding="utf-8"))
+    if grades.get("grader") != grader_hash():
+        raise ClassError(f"{grades_path} was written by other grader code ({str(grades.get('grader'))[:12]}, this "
+                         f"is {grader_hash()[:12]}): verify with the version that graded (`tformer --version`)")
+    recorded = grades.get("settings", {})
+    timeout = timeout or recorded.get("timeout") or CLASS_TIMEOUT
+    memory = memory or recorded.get("memory")
     subs = {s.student: s for s in read_class(path)}
-    result = {"changed": [], "gone": [], "differ": [], "checked": 0,
-              "same_grader": grades.get("grader") == grader_hash()}
+    result = {"changed": [], "gone": [], "differ": [], "checked": 0, "timeout": timeout, "memory": memory}
     tasks = []
     for st in grades["students"]:
         for nb in st["notebooks"]:
@@ -239,10 +266,9 @@ def verify(grades_path: Path, path: Path, timeout: float = CLASS_TIMEOUT, worker
         student, where, nb, file = task
         seeds = {x["exercise"]: {"cases": x["seeds"], "torch_seed": x["torch_seed"]} for x in nb["exercises"]
                  if x.get("torch_seed") is not None}
-        sub = subs[student]
-        own = list(sub.notebooks.values()) if sub.canvas_id else [sub.folder]
+        own = subs[student].own()
         rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve(), own, path), timeout,
-                             grades["settings"].get("skip_released_cells", True), seeds)
+                             recorded.get("skip_released_cells", True), seeds, cells_run=nb.get("cells_run"))
         again = {r["exercise"]: r for r in rec["report"]["rows"]}
         with lock:
             result["checked"] += 1
@@ -253,16 +279,16 @@ def verify(grades_path: Path, path: Path, timeout: float = CLASS_TIMEOUT, worker
                                              "now": y.get("status"), "mistakes": [x.get("mistakes", []),
                                                                                   y.get("mistakes", [])]})
 
-    in_warm_workers(tasks, one, workers, machine_limits(workers, memory), grades["settings"].get("small", True), log)
-    if not result["same_grader"]:
-        log("tformer grade --verify: grades.json was written by other grader code; verdicts may differ for that reason")
-    log(f"tformer grade --verify: {result['checked']} notebook(s) graded again with the recorded seeds; "
-        f"{len(result['differ'])} verdict(s) differ; {len(result['changed'])} notebook(s) changed since, "
-        f"{len(result['gone'])} gone")
+    in_warm_workers(tasks, one, workers, machine_limits(workers, memory), recorded.get("small", True), log)
+    log(f"tformer grade --verify: {result['checked']} notebook(s) graded again with the recorded seeds, cells, "
+        f"{timeout:g} s per cell; {len(result['differ'])} verdict(s) differ; {len(result['changed'])} notebook(s) "
+        f"changed since, {len(result['gone'])} gone")
     for d in result["differ"]:
         log(f"  {d['notebook']} {d['exercise']}: recorded {d['recorded']}, now {d['now']}")
     for w in result["changed"]:
         log(f"  {w}: changed since it was graded (another sha256)")
+    for w in result["gone"]:
+        log(f"  {w}: gone since it was graded (no such student or notebook in the class now)")
     return result
 
 

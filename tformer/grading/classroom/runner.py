@@ -35,7 +35,7 @@ import torch
 
 from ..core import REGISTRY, Outcome, Result, exercise_cases, judge, load_exercises, named_mistakes
 from ..messages import N_, _
-from .notebooks import chapter_of, exercises_of, find_notebooks, read_cells
+from .notebooks import chapter_of, exercises_of, read_cells, released_checks
 from .worker import MAX_FRAME, write_frame
 
 # the table's statuses in the report's language (TFORMER_LANG or --lang, through the checker's catalog);
@@ -62,6 +62,7 @@ class Row:
     seeds: list[int] = field(default_factory=list)    # the random cases' seeds (to repeat the check)
     torch_seed: int | None = None                      # the global generators' seed while the function ran
     mistakes: list[str] = field(default_factory=list)  # the known mistakes it was named (English names)
+    check_missing: bool = False                        # no check(...) ran: the released stub's function was graded
 
 
 @dataclass
@@ -116,15 +117,16 @@ class _Worker:
     """One run of a notebook's code cells in a worker process (a `_Subprocess`, or a process forked by
     tformer/grading/classroom/sandbox.py); speaks the frames of tformer/grading/classroom/worker.py."""
 
-    def __init__(self, channel, cells: list[tuple[int, str]], cell_timeout: float):
+    def __init__(self, channel, cells: list[tuple[int, str]], cell_timeout: float, fallback: dict | None = None):
         self.channel = channel
         self.ready: list[str] = []
+        self.uncalled: list[str] = []                 # graded without a check(...) call (check cell deleted)
         self.cell_errors: list[str] = []
         self.current: int | None = None               # the code cell running now
         self.cell_seconds: dict[int, float] = {}
         started = time.perf_counter()
         try:
-            self.send({"cells": cells})
+            self.send({"cells": cells, "fallback": dict(fallback or {})})
             while True:                               # "cell" and "collected" frames for each cell, then "ready"
                 try:
                     msg = self.receive(cell_timeout)
@@ -138,6 +140,7 @@ class _Worker:
                     self.cell_seconds[self.current] = round(time.perf_counter() - started, 3)
                 elif "ready" in msg:
                     self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
+                    self.uncalled = list(msg.get("uncalled", []))
                     return
         except BaseException:
             self.kill()
@@ -210,7 +213,8 @@ def fresh_seeds(ex, rng=None) -> dict:
 
 
 def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: float,
-                seeds: dict | None = None, owed: list[str] | None = None) -> NotebookReport:
+                seeds: dict | None = None, owed: list[str] | None = None,
+                fallback: dict[str, str] | None = None) -> NotebookReport:
     """Grade one notebook's exercises: run `cells` ((index, source) of the code cells to run) in workers from
     `launch()` and judge their outputs here. A cell that ends the worker's process or runs past `timeout` is
     reported and left out of the next run, so the exercises collected before it (and those after) are graded.
@@ -220,11 +224,11 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
     owed = exercises_of(nb_path) if owed is None else owed
     outcomes: dict[str, tuple[list, Outcome | None, str, dict]] = {}   # name -> (cases, outcome, crash, seeds)
     t0 = time.perf_counter()
-    worker, todo, left_out, stop_errors = None, list(owed), [], []
+    worker, todo, left_out, stop_errors, uncalled = None, list(owed), [], [], set()
     while todo:
         if worker is None:
             try:
-                worker = _Worker(launch(), [c for c in cells if c[0] not in left_out], timeout)
+                worker = _Worker(launch(), [c for c in cells if c[0] not in left_out], timeout, fallback)
             except _CellStopped as e:
                 where = _("cell {n}").format(n=e.cell + 1) if e.cell is not None else _("the notebook")
                 if e.why == "timeout":
@@ -239,6 +243,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
                 continue
             report.cell_errors = stop_errors + worker.cell_errors
             report.cell_seconds = worker.cell_seconds
+            uncalled |= set(worker.uncalled)
         name = todo.pop(0)
         ex = REGISTRY[name]
         if name not in worker.ready:
@@ -271,13 +276,19 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             continue
         res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
         named = named_mistakes(ex, cases, outcome.outputs) if res.status == "failed" and ex.mistakes else []
-        report.rows.append(Row(name, ex.points, res.passed, res.status, res.message, s.get("cases", []),
-                               s.get("torch_seed"), named))
+        message = res.message
+        if name in uncalled:
+            message = _("No check(...) cell ran for this exercise (was it deleted?); your function {name} was graded "
+                        "as if it had.").format(name=(fallback or {}).get(name, "")) + "\n" + message
+        report.rows.append(Row(name, ex.points, res.passed, res.status, message, s.get("cases", []),
+                               s.get("torch_seed"), named, name in uncalled))
     return report
 
 
-def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: dict | None = None) -> NotebookReport:
-    """Grade one notebook: run every code cell in worker processes, judge the learner's outputs here."""
+def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: dict | None = None,
+                 stem: str | None = None) -> NotebookReport:
+    """Grade one notebook (`stem`: which of the course's notebooks it is, default from its name): run every code
+    cell in worker processes, judge the learner's outputs here."""
     try:
         import IPython  # noqa: F401  (the worker runs cells in an IPython shell)
         import nbformat  # noqa: F401
@@ -285,15 +296,19 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: d
         raise ValueError(f"tformer grade needs nbformat and ipykernel ({e}); install them with "
                          "`pip install -e '.[dev]'` (or `make install`)") from None
     nb_path = Path(nb_path)
+    named = Path((stem or nb_path.stem) + ".ipynb")
     env = worker_env(small)
     try:
         cells = list(enumerate(read_cells(nb_path)))
     except ValueError as e:
-        report = NotebookReport(str(nb_path), chapter_of(nb_path))
+        report = NotebookReport(str(nb_path), chapter_of(named))
         report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
-        report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in exercises_of(nb_path)]
+        report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in exercises_of(named)]
         return report
-    return grade_cells(nb_path, cells, lambda: _Subprocess(nb_path.parent.resolve(), env), timeout, seeds)
+    report = grade_cells(named, cells, lambda: _Subprocess(nb_path.parent.resolve(), env), timeout, seeds,
+                         fallback=released_checks(named.stem))
+    report.notebook = str(nb_path)
+    return report
 
 
 def _pad(text: str, width: int, right: bool = False) -> str:
@@ -329,10 +344,16 @@ def to_json(reports: list[NotebookReport]) -> dict:
 
 
 def grade(path: Path, json_path: Path | None = None, timeout: int = 600, small: bool = True) -> dict:
-    """Run every notebook under `path`, print the table, write JSON (if json_path); return the JSON dict."""
+    """One learner's `tformer grade PATH`: each notebook (submissions.learner_notebooks: the class's rule), print
+    the table, write JSON (if json_path); return the JSON dict."""
+    from .submissions import learner_notebooks
     load_exercises()                                  # the grader's modules, before any learner code runs
-    reports = [run_notebook(p, timeout, small) for p in find_notebooks(Path(path))]
+    sub = learner_notebooks(Path(path))
+    reports = [run_notebook(nb, timeout, small, stem=stem) for stem, nb in sub.notebooks.items()]
     print(format_table(reports))
+    for stem, files in sub.ignored.items():
+        print(_("also here, not graded: {files} (graded: {file}, by {why})").format(
+            files=", ".join(files), file=sub.notebooks[stem].name, why=_(sub.chosen_by[stem])))
     data = to_json(reports)
     if json_path is not None:
         Path(json_path).write_text(json.dumps(data, indent=2) + "\n")

@@ -19,7 +19,7 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
-from .notebooks import RELEASED_DIRS, ROOT, read_cells, released_notebooks
+from .notebooks import RELEASED_DIRS, ROOT, check_calls, read_cells, released_notebooks
 
 MIN_NODES = 30          # an answer shorter than this many AST nodes is not distinctive
 COMMON = 0.2            # an answer shared by more than this share of the answering students (and > 2) is common
@@ -77,23 +77,24 @@ def shape(fn: ast.FunctionDef) -> tuple[str, int]:
     return ast.dump(fn, annotate_fields=False, include_attributes=False), sum(1 for _ in ast.walk(fn))
 
 
-def _functions_and_checks(sources: list[str]) -> tuple[dict[str, ast.FunctionDef], dict[str, str]]:
-    """The code's top-level functions (the last definition of a name wins) and check("id", name) calls."""
-    fns, checks = {}, {}
+def graded_functions(sources: list[str]) -> dict[str, ast.FunctionDef]:
+    """exercise id -> the function that was graded: the last top-level `def` of the name handed to check(...)
+    in the cells before the first cell that calls that check (a redefinition after the check was not graded)."""
+    trees = []
     for src in sources:
         try:
-            tree = ast.parse(src)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                fns[node.name] = node
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
-                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.args[0].value, str) and isinstance(node.args[1], ast.Name)):
-                checks[node.args[0].value] = node.args[1].id
-    return fns, checks
+            trees.append(ast.parse(src))
+        except (SyntaxError, ValueError):
+            trees.append(None)
+    out = {}
+    for ex, (at, name) in check_calls(sources).items():
+        for tree in reversed(trees[:at + 1]):
+            defs = [n for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and n.name == name]
+            if defs:
+                out[ex] = defs[-1]
+                break
+    return out
 
 
 def _cells(path: Path) -> list[str]:
@@ -104,9 +105,8 @@ def _cells(path: Path) -> list[str]:
 
 
 def answer_shapes(sources: list[str]) -> dict[str, tuple[str, int]]:
-    """exercise id -> (normalized AST, nodes) of the function each check(...) call hands in."""
-    fns, checks = _functions_and_checks(sources)
-    return {ex: shape(fns[name]) for ex, name in checks.items() if name in fns}
+    """exercise id -> (normalized AST, nodes) of the function each check(...) call graded."""
+    return {ex: shape(fn) for ex, fn in graded_functions(sources).items()}
 
 
 def _published(stem: str, released: dict[str, list[str]]) -> tuple[dict, dict]:

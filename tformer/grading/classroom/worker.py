@@ -14,7 +14,10 @@ Protocol on the worker's original stdin/stdout (the learner's prints go to stder
 big-endian length followed by a `torch.save` payload. The grader's first frame holds the code cells to run,
 `{"cells": [(index, source), ...]}` (the fast path of `tformer grade CLASS` leaves some out); the worker
 answers `{"cell": i}` before each cell and `{"collected": names}` after it, so the grader knows which cell
-stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...]}`. Each exercise request
+stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...], "uncalled": names}`. The
+first frame may carry `"fallback"`, {exercise: function name}: the released stubs' names. An exercise no
+`check(...)` handed over (its check cell deleted) is graded with the function of that name the notebook
+defined, if any, and listed in "uncalled". Each exercise request
 carries a `torch_seed`: torch's, Python's and NumPy's global generators are seeded with it before the
 learner's function runs, so a function that draws random numbers gives the same outputs on every run.
 The same loop runs in a process forked from the warm process of tformer/grading/classroom/sandbox.py (`serve`).
@@ -74,6 +77,33 @@ def _seed_everything(seed: int) -> None:
         sys.modules["numpy"].random.seed(seed % (1 << 32))
 
 
+def _cell_line(i: int, source: str) -> str:
+    """"code cell 5 (`x = f(y)`): ": where a message comes from (the cell's number among the code cells, and
+    its first non-blank line)."""
+    from ..messages import _
+    line = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
+    line = line if len(line) <= 60 else line[:57] + "..."
+    return _("code cell {n} (`{line}`): ").format(n=i + 1, line=line)
+
+
+def _no_shell(shell, errors: list[str], current: dict) -> None:
+    """Shell commands (`!cmd`, `%pip`, `%sx`, `%system`, `%%bash`, `%%sh`) do not run while grading: each is
+    noted once per cell and the rest of the cell runs. Other magics (`%matplotlib inline`, `%timeit`) run."""
+    from ..messages import _
+
+    def note(*args, **kwargs):
+        msg = _cell_line(current["cell"], current["source"]) + _("shell commands do not run while grading")
+        if not errors or errors[-1] != msg:
+            errors.append(msg)
+        return None
+
+    shell.system = shell.system_piped = shell.system_raw = note
+    shell.getoutput = lambda *a, **k: note() or []
+    for magic in ("bash", "sh", "script", "system", "sx", "pip", "conda", "mamba"):
+        shell.register_magic_function(note, "line_cell" if magic in ("script",) else
+                                      ("cell" if magic in ("bash", "sh") else "line"), magic)
+
+
 def serve(proto_in, proto_out) -> int:
     """Run the cells the grader sends, then answer its requests until it closes the channel."""
     from IPython.core.interactiveshell import InteractiveShell
@@ -92,10 +122,14 @@ def serve(proto_in, proto_out) -> int:
     # the messages the worker writes (an error's text, the time-limit warning) in the grader's language, the one
     # its report uses (TFORMER_LANG, passed through; "en" unless set), not the notebook's: one language per report
     os.environ["TFORMER_LANG"] = os.environ.get("TFORMER_LANG") or "en"
-    cells = read_frame(proto_in)["cells"]
+    first = read_frame(proto_in)
+    cells, fallback = first["cells"], first.get("fallback", {})
     shell = InteractiveShell.instance()
-    errors = []
+    errors: list[str] = []
+    current = {"cell": 0, "source": ""}
+    _no_shell(shell, errors, current)
     for i, source in cells:
+        current.update(cell=i, source=source)
         write_frame(proto_out, {"cell": i, "of": len(cells)})
         try:
             res = shell.run_cell(source, store_history=False, silent=False)
@@ -103,9 +137,16 @@ def serve(proto_in, proto_out) -> int:
         except BaseException as e:                    # SystemExit and friends from a cell: note, go on
             err = e
         if err is not None:
-            errors.append(f"{type(err).__name__}: {err}".splitlines()[0][:200] if str(err) else type(err).__name__)
+            what = f"{type(err).__name__}: {err}".splitlines()[0][:200] if str(err) else type(err).__name__
+            errors.append(_cell_line(i, source) + what)
         write_frame(proto_out, {"collected": sorted(collected)})
-    write_frame(proto_out, {"ready": sorted(collected), "cell_errors": errors})
+    uncalled = []                                     # a check cell deleted: the released stub's function, if defined
+    for name, fn_name in fallback.items():
+        fn = shell.user_ns.get(fn_name)
+        if name not in collected and callable(fn):
+            collected[name] = fn
+            uncalled.append(name)
+    write_frame(proto_out, {"ready": sorted(collected), "cell_errors": errors, "uncalled": uncalled})
 
     while True:
         try:

@@ -1,0 +1,90 @@
+"""The assignment a teacher declares: `tformer grade CLASS --out OUT --assignment FILE`, a TOML file.
+
+    notebooks = ["01_attention", "02_self_attention", "03_multi_head_attention"]   # in gradebook order
+
+    [points]                        # points per exercise (whole numbers), as --weights gives them
+    "ch01.attention" = 5
+
+    [lms]
+    canvas_column = "tformer {chapter}"      # the Canvas column names ({chapter}: ch01, ch02, ...)
+
+With it, `possible`, "not handed in", the pass rates and the Canvas columns follow the assignment; a notebook
+outside it is listed as extra and earns nothing. Paths in the file are relative to it. An unknown key is an
+error naming it. grades.json records the file and its sha256.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core import REGISTRY, load_exercises
+from .notebooks import known_stems
+from .submissions import ClassError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:                                                     # pragma: no cover (Python 3.10)
+    import tomli as tomllib
+
+KEYS = {"notebooks", "points", "lms"}
+LMS_KEYS = {"canvas_column"}
+
+
+@dataclass
+class Assignment:
+    notebooks: list[str]                                  # stems, in the gradebook's column order
+    points: dict[str, int] = field(default_factory=dict)  # exercise -> points (the course's where absent)
+    canvas_column: str = "tformer {chapter}"
+    path: str = ""
+    sha256: str = ""
+
+    def record(self) -> dict:
+        """What grades.json keeps of it."""
+        return {"file": self.path, "sha256": self.sha256, "notebooks": self.notebooks, "points": self.points,
+                "canvas_column": self.canvas_column}
+
+
+def read_assignment(path: Path) -> Assignment:
+    """The assignment in `path`; ClassError (one line, naming the key or value) on anything unexpected."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ClassError(f"--assignment {path}: {e.strerror or e}") from None
+    try:
+        toml = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ClassError(f"{path}: not a TOML file ({e})") from None
+    unknown = sorted(set(toml) - KEYS)
+    if unknown:
+        raise ClassError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KEYS))})")
+    stems = toml.get("notebooks")
+    if not isinstance(stems, list) or not stems or not all(isinstance(s, str) for s in stems):
+        raise ClassError(f'{path}: `notebooks` must be a list of notebook names, e.g. ["01_attention"]')
+    known = set(known_stems())
+    for s in stems:
+        if s not in known:
+            raise ClassError(f"{path}: notebooks: no notebook {s!r} in the course (e.g. 01_attention)")
+    if len(set(stems)) != len(stems):
+        raise ClassError(f"{path}: notebooks: {next(s for s in stems if stems.count(s) > 1)!r} is listed twice")
+    load_exercises()
+    points = toml.get("points", {})
+    if not isinstance(points, dict):
+        raise ClassError(f"{path}: [points] must be a table of `\"ch01.attention\" = 5` lines")
+    for name, value in points.items():
+        if name not in REGISTRY:
+            raise ClassError(f"{path}: [points]: no exercise named {name!r} (e.g. ch01.attention)")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ClassError(f"{path}: [points]: {name} must be a whole number of points >= 0, got {value!r}")
+    lms = toml.get("lms", {})
+    if not isinstance(lms, dict):
+        raise ClassError(f"{path}: [lms] must be a table")
+    unknown = sorted(set(lms) - LMS_KEYS)
+    if unknown:
+        raise ClassError(f"{path}: [lms]: unknown key {unknown[0]!r} (known: {', '.join(sorted(LMS_KEYS))})")
+    column = lms.get("canvas_column", "tformer {chapter}")
+    if not isinstance(column, str) or "{chapter}" not in column:
+        raise ClassError(f"{path}: [lms] canvas_column must be a name with {{chapter}} in it, got {column!r}")
+    return Assignment(list(stems), dict(points), column, str(path.resolve()), hashlib.sha256(data).hexdigest())
