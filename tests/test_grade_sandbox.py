@@ -1,14 +1,22 @@
-"""The Landlock sandbox of `tformer grade CLASS`: a worker reads its own student's folder and the course, never
-another student's folder, and writes only into its own temporary folder (tformer/grading/classroom/sandbox.py, landlock.py)."""
+"""The sandbox of `tformer grade CLASS`: a worker reads its own student's folder and the course, never another
+student's folder, writes only into its own temporary folder, reaches no network, and runs no learner code when its
+Landlock ruleset fails (tformer/grading/classroom/sandbox.py, landlock.py)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import sys
+import threading
+import time
+import types
+from pathlib import Path
 
 import pytest
 
-from tformer.grading.classroom import landlock, run
+from tformer.grading.classroom import landlock, run, sandbox
+from tformer.grading.classroom.runner import grade_cells
 
 needs_landlock = pytest.mark.skipif(landlock.landlock_abi() == 0,
                               reason="this kernel has no Landlock (Linux 5.13+ with Landlock enabled)")
@@ -98,6 +106,132 @@ def test_a_notebook_cannot_read_another_student_or_write_outside_its_temporary_f
         assert {n: e["status"] for n, e in st[s]["exercises"].items()} == {"ch01.attention": "passed",
                                                                            "ch01.softmax": "passed"}, s
     assert st["bob"]["notebooks_with_errors"] == []
+
+
+# --- no network, and no learner code without the sandbox -------------------------------------------------------
+
+# what a connect to a listening server meets in the worker: the sandbox's refusal, never ECONNREFUSED (server down)
+REFUSED = {"netns": f"[Errno {errno.ENETUNREACH}]", "landlock-tcp": f"[Errno {errno.EACCES}]"}
+SOFTMAX = ("def sm(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)\n"
+           "check('ch01.softmax', sm)")
+
+
+@pytest.fixture
+def server():
+    """A TCP server on 127.0.0.1, in a thread: (its port, the peers of the connections it accepted)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.05)
+    accepted, stop = [], threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, peer = srv.accept()
+            except TimeoutError:
+                continue
+            accepted.append(peer)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield srv.getsockname()[1], accepted
+    stop.set()
+    thread.join()
+    srv.close()
+
+
+def _grade(cwd: Path, cells: list, env: dict | None = None):
+    """The cells graded as chapter 1 in workers forked from a warm process started with `env`: (report, warm)."""
+    warm = sandbox.WarmProcess({"TFORMER_GRADE": "learner", "MPLBACKEND": "Agg", **(env or {})},
+                               sandbox.Limits(memory=4 << 30, file_size=1 << 20))
+    try:
+        return grade_cells(Path("01_attention.ipynb"), cells, lambda: warm.spawn(cwd), 60), warm
+    finally:
+        warm.close()
+
+
+@pytest.mark.parametrize("no_netns", [False, True], ids=["as-graded", "landlock-tcp-fallback"])
+def test_a_notebook_cannot_connect_to_a_server_on_this_machine(tmp_path, server, no_netns):
+    """A cell and an exercise function connect to a listening server on 127.0.0.1: both are refused by the sandbox
+    (a network namespace, or Landlock's TCP rules when the namespace is switched off), the server receives
+    nothing, and the notebook's other exercise is graded."""
+    if no_netns and landlock.landlock_abi() < landlock.TCP_SINCE:
+        pytest.skip(f"Landlock's TCP rules need ABI {landlock.TCP_SINCE}+ (this kernel: {landlock.landlock_abi()})")
+    port, accepted = server
+    connect = f"socket.create_connection(('127.0.0.1', {port}), timeout=5).close()"
+    cells = [(0, "import socket, torch\nfrom tformer.grading import check"),
+             (1, connect),
+             (2, f"def my_attention(q, k, v, mask=None):\n    {connect}\n    raise AssertionError('connected')\n"
+                 "check('ch01.attention', my_attention)"),
+             (3, SOFTMAX)]
+    rep, warm = _grade(tmp_path, cells, {"TFORMER_GRADE_NO_NETNS": "1"} if no_netns else None)
+    if warm.network == "none":
+        pytest.skip("network isolation is 'none' here: no network namespace, and no Landlock TCP rules (ABI 4+)")
+    assert warm.network == "landlock-tcp" if no_netns else warm.network in REFUSED
+    assert warm.landlock == landlock.landlock_abi()
+    refused = REFUSED[warm.network]
+    assert len(rep.cell_errors) == 1 and refused in rep.cell_errors[0], rep.cell_errors
+    rows = {r.exercise: r for r in rep.rows}
+    assert rows["ch01.attention"].status == "error" and refused in rows["ch01.attention"].message, rows
+    assert rows["ch01.softmax"].status == "passed"
+    assert accepted == []
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()   # the server was up all along
+    for _ in range(100):
+        if accepted:
+            break
+        time.sleep(0.05)
+    assert len(accepted) == 1
+
+
+@needs_landlock
+@pytest.mark.parametrize("step,doing", [("build", "building"), ("enforce", "enforcing")])
+def test_a_worker_whose_ruleset_fails_runs_no_learner_code(tmp_path, step, doing):
+    """On a kernel with Landlock, a ruleset that cannot be built (in the keeper) or enforced (in the worker, by the
+    kernel) stops the notebook before its first cell: spawn raises SandboxFailed, with the reason in one line."""
+    ran = tmp_path / "ran.txt"                       # writable by a worker without its ruleset, by no other
+    cells = [(0, f"open({str(ran)!r}, 'w').write('learner code ran')"),
+             (1, "import torch\nfrom tformer.grading import check\n" + SOFTMAX)]
+    warm = sandbox.WarmProcess({"TFORMER_GRADE": "learner", "MPLBACKEND": "Agg",
+                                "TFORMER_GRADE_BREAK_LANDLOCK": step}, sandbox.Limits(4 << 30, 1 << 20))
+    try:
+        with pytest.raises(sandbox.SandboxFailed, match=f"^{doing} the Landlock ruleset failed: ") as e:
+            grade_cells(Path("01_attention.ipynb"), cells, lambda: warm.spawn(tmp_path), 60)
+        assert "\n" not in str(e.value)
+        with pytest.raises(sandbox.SandboxFailed):
+            warm.spawn(tmp_path)                        # every worker, not just the first; the warm process goes on
+    finally:
+        warm.close()
+    assert not ran.exists()
+    assert (warm.landlock, warm.network) == (None, None)   # no worker ran: nothing to report
+
+
+def test_the_grader_records_the_weakest_isolation_any_worker_had():
+    """WarmProcess.landlock is the lowest ABI, .network the weakest isolation (netns > landlock-tcp > none),
+    .namespaced whether every worker had its PID namespace: not the last worker's."""
+    warm = types.SimpleNamespace(namespaced=None, landlock=None, network=None)
+    seen = []
+    for worker in [(True, 7, "netns"), (False, 4, "landlock-tcp"), (True, 7, "netns"), (True, 0, "none"),
+                   (True, 7, "netns")]:
+        sandbox.WarmProcess._record(warm, *worker)
+        seen.append((warm.namespaced, warm.landlock, warm.network))
+    assert seen == [(True, 7, "netns"), (False, 4, "landlock-tcp"), (False, 4, "landlock-tcp"), (False, 0, "none"),
+                    (False, 0, "none")]
+
+
+def test_the_keepers_report_is_fixed_size_with_a_one_line_reason():
+    """The keeper's header: pid, PID namespace, ABI, network and why no worker runs, cut to one line and to its
+    field on a character's boundary."""
+    r, w = os.pipe()
+    try:
+        sandbox._report(w, 1234, True, 6, "landlock-tcp", "")
+        sandbox._report(w, 0, False, 7, "netns", "enforcing failed: /tmp/" + "é" * 200 + "\nsecond line")
+        assert len(os.read(r, 1000)) == 2 * sandbox._HEAD.size
+        sandbox._report(w, 0, False, 7, "netns", "enforcing failed: /tmp/" + "é" * 200 + "\nsecond line")
+        assert sandbox._read_head(r) == (0, 0, 7, sandbox.NETWORK.index("netns"), "enforcing failed: /tmp/" + "é" * 88)
+        os.close(w)
+        assert sandbox._read_head(r) == (0, 0, 0, 0, "")   # cut short: no worker
+    finally:
+        os.close(r)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,22 @@
     landlock_abi()                 the kernel's Landlock ABI version (0: none)
     worker_paths(own, tmp, closed) what a worker may read (Python, the package, the course's data, the system's
                                    folders, its own student's folder or files) and write (its temporary folder)
-    landlock_ruleset(read, write)  a ruleset's fd for those paths, handling only the rights the ABI knows
+    landlock_ruleset(read, write, tcp)
+                                   a ruleset's fd for those paths, handling only the rights the ABI knows;
+                                   with `tcp`, every TCP bind and connect refused too (ABI 4+)
     landlock_enforce(fd)           restrict the calling thread, and all it starts, for good
 
 The keeper (sandbox.py) builds the ruleset; the worker enforces it on itself before any learner code runs.
 Another student's folder, a sibling of the worker's own, is neither readable nor writable.
+
+The TCP rules are the network's fallback, for a worker that got no network namespace of its own: they handle
+TCP bind and connect and allow no port, so both fail with PermissionError (EACCES). They cover TCP only: UDP
+(a DNS query, a datagram to any host) and Unix sockets stay open under this fallback.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 from pathlib import Path
@@ -25,6 +32,9 @@ _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 
 _FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 _FS_FILE_ONLY = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+# LANDLOCK_ACCESS_NET_*: ABI 4 adds TCP bind and connect (a rule per allowed port; none is ever added here)
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+TCP_SINCE = 4
 
 def libc():
     return ctypes.CDLL(None, use_errno=True)
@@ -61,23 +71,33 @@ def _fs_rights(abi: int) -> int:
     return rights
 
 
+class _RulesetAttr(ctypes.Structure):
+    """struct landlock_ruleset_attr up to handled_access_net (ABI 4; ABI 6 appends a u64 `scoped`, unused here).
+    The kernel is told the size of the fields filled: 8 bytes without network rights, 16 with them."""
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+
+
 class _PathBeneath(ctypes.Structure):
     _pack_ = 1                                        # struct landlock_path_beneath_attr is packed
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def landlock_ruleset(read: list, write: list, abi: int | None = None) -> int:
+def landlock_ruleset(read: list, write: list, abi: int | None = None, tcp: bool = False) -> int:
     """A Landlock ruleset's fd: `read` folders (or files) readable and executable, `write` ones fully usable,
-    nothing else; raises OSError where the kernel refuses. Paths that do not exist are left out."""
+    nothing else; with `tcp` (ABI 4+), no TCP bind or connect to any port (UDP stays open). Raises OSError
+    where the kernel refuses. Paths that do not exist are left out."""
     abi = landlock_abi() if abi is None else abi
     if abi <= 0:
-        raise OSError(38, "Landlock is not available")
+        raise OSError(errno.ENOSYS, "Landlock is not available")
+    if tcp and abi < TCP_SINCE:
+        raise OSError(errno.EINVAL, f"Landlock ABI {abi} has no TCP rules (ABI {TCP_SINCE}+)")
     create, add, _ = _SYS_LANDLOCK[os.uname().machine]
     lc = libc()
     lc.syscall.restype = ctypes.c_long
     handled = _fs_rights(abi)
-    attr = ctypes.c_uint64(handled)                   # struct landlock_ruleset_attr, its first field is enough
-    fd = lc.syscall(ctypes.c_long(create), ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    attr = _RulesetAttr(handled, _NET_BIND_TCP | _NET_CONNECT_TCP if tcp else 0)
+    size = ctypes.sizeof(attr) if tcp else _RulesetAttr.handled_access_net.offset
+    fd = lc.syscall(ctypes.c_long(create), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
         e = ctypes.get_errno()
         raise OSError(e, f"landlock_create_ruleset: {os.strerror(e)}")

@@ -1,6 +1,6 @@
 """Where a class's notebooks run: workers forked from a warm process, under limits, killed with all they spawned.
 
-    python -m tformer.grading.sandbox FD        (started by tformer/grading/classroom/run.py, never by hand)
+    python -m tformer.grading.classroom.sandbox FD    (started by tformer/grading/classroom/run.py, never by hand)
 
 Starting Python and importing torch takes seconds, more than grading most notebooks does. So `tformer grade
 CLASS` starts one *warm process* that imports torch, tformer, the grader's exercise modules, IPython and the
@@ -25,10 +25,25 @@ package, the course's data, the system's folders (/usr, /lib, /etc, /proc, /sys,
 student's folder; it may write only into a temporary folder of its own ($TMPDIR, removed by the keeper
 afterwards), /dev/null and /dev/shm. Another student's folder, a sibling of its own, is neither readable nor
 writable. Only the access rights the running kernel's ABI knows are handled. Where the kernel has no Landlock the
-worker runs as before and the grader says so once.
+worker runs as before and the grader says so once. Where it has Landlock but building or enforcing the ruleset
+fails, no learner code runs: `WarmProcess.spawn` raises `SandboxFailed`, with the reason in one line.
+
+No network: each worker runs in a network namespace of its own, asked for as a second unshare after the user and
+PID namespace (so that a kernel that refuses it keeps the PID namespace). Its loopback stays down, so a connect,
+even to 127.0.0.1, fails with ENETUNREACH, never with the ECONNREFUSED of a server that is down. Where no network
+namespace can be had, Landlock's TCP rules (ABI 4+) refuse every TCP bind and connect (EACCES); UDP stays open
+under that fallback. The keeper tells the grader what the worker got: "netns", "landlock-tcp" or "none".
+`WarmProcess.network` and `WarmProcess.landlock` keep the weakest any worker had, for grades.json.
+
+Testing switches, read by the keeper from the warm process's environment (never set them to grade a class):
+    TFORMER_GRADE_NO_NETNS=1                 ask for no network namespace (the Landlock TCP fallback)
+    TFORMER_GRADE_BREAK_LANDLOCK=build       the ruleset's build fails (an OSError raised in its place)
+    TFORMER_GRADE_BREAK_LANDLOCK=enforce     the worker enforces a file that is not a ruleset (the kernel refuses)
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -43,13 +58,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .landlock import landlock_abi, landlock_enforce, landlock_ruleset, libc, prctl, worker_paths
+from .landlock import TCP_SINCE, landlock_abi, landlock_enforce, landlock_ruleset, libc, prctl, worker_paths
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
 GiB = 1 << 30
+NETWORK = ("none", "landlock-tcp", "netns")        # the network isolation a worker got, weakest first
+# the keeper's report to the grader, fixed-size: the worker's pid (0: none runs), 1 if in a PID namespace, the
+# Landlock ABI it runs under (0: none), its network (an index into NETWORK), why it does not run ("": it does)
+_HEAD = struct.Struct(">QBBB200s")
+
+
+class SandboxFailed(RuntimeError):
+    """The kernel has Landlock, yet the worker's ruleset could not be built or enforced: no learner code ran."""
 
 
 @dataclass
@@ -104,18 +128,12 @@ class ForkedWorker:
 
     def kill(self) -> None:
         for kill in (os.kill, os.killpg):             # the worker (init of its PID namespace), then its group
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
+        with contextlib.suppress(OSError):
             self.wfile.close()
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.rfd)
-        except OSError:
-            pass
 
 
 class WarmProcess:
@@ -132,8 +150,9 @@ class WarmProcess:
         theirs.close()
         self.lock = threading.Lock()
         self.tmp = tempfile.mkdtemp(prefix="tformer-grade-")   # the workers' temporary folders, removed by close()
-        self.namespaced: bool | None = None           # known after the first worker
-        self.landlock: int | None = None              # the Landlock ABI the workers run under, 0 without (ditto)
+        self.namespaced: bool | None = None           # known after the first worker: did every worker get a PID ns
+        self.landlock: int | None = None              # the lowest Landlock ABI a worker ran under, 0: none (ditto)
+        self.network: str | None = None               # the weakest network isolation a worker had (NETWORK; ditto)
         self._send({"preload": list(preload)})
         reply = self._receive(300)
         if not reply.get("ready"):
@@ -172,21 +191,21 @@ class WarmProcess:
         finally:
             os.close(to_worker_r)
             os.close(from_worker_w)
-        head = b""                                    # the keeper's first 10 bytes: pid, namespaced, Landlock ABI
-        deadline = time.monotonic() + 60
-        while len(head) < 10 and time.monotonic() < deadline:
-            chunk = os.read(from_worker_r, 10 - len(head))
-            if not chunk:
-                break
-            head += chunk
-        if len(head) < 10:
+        pid, namespaced, landlock, network, why = _read_head(from_worker_r)
+        if not pid:
             os.close(from_worker_r)
             os.close(to_worker_w)
-            raise RuntimeError(f"the warm grading process could not start a worker: {self.stderr()}")
-        pid, namespaced, landlock = struct.unpack(">QBB", head)
-        self.namespaced = bool(namespaced)
-        self.landlock = landlock
+            raise SandboxFailed(why) if why else RuntimeError(
+                f"the warm grading process could not start a worker: {self.stderr()}")
+        with self.lock:
+            self._record(bool(namespaced), landlock, NETWORK[network])
         return ForkedWorker(pid, bool(namespaced), from_worker_r, to_worker_w)
+
+    def _record(self, namespaced: bool, landlock: int, network: str) -> None:
+        """Keep the weakest isolation any worker had: what the grader reports holds for every notebook."""
+        self.namespaced = namespaced if self.namespaced is None else self.namespaced and namespaced
+        self.landlock = landlock if self.landlock is None else min(self.landlock, landlock)
+        self.network = network if self.network is None else min(self.network, network, key=NETWORK.index)
 
     def close(self) -> None:
         try:
@@ -201,12 +220,32 @@ class WarmProcess:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def _read_head(fd: int) -> tuple[int, int, int, int, str]:
+    """The keeper's report (_HEAD), first on the worker's pipe; a pid of 0 where it was cut short."""
+    head, deadline = b"", time.monotonic() + 60
+    while len(head) < _HEAD.size and time.monotonic() < deadline:
+        chunk = os.read(fd, _HEAD.size - len(head))
+        if not chunk:
+            break
+        head += chunk
+    if len(head) < _HEAD.size:
+        return 0, 0, 0, 0, ""
+    pid, namespaced, abi, network, why = _HEAD.unpack(head)
+    return pid, namespaced, abi, network, why.rstrip(b"\0").decode(errors="replace")
+
+
 # --- the warm process's side ----------------------------------------------------------------------------------
 
-def _enter_namespaces() -> bool:
-    """A new user and PID namespace (the next child is its init); False where the kernel refuses."""
+def _enter_namespaces() -> tuple[bool, bool]:
+    """A new user and PID namespace (the next child is its init), then a network namespace, each False where
+    the kernel refuses it. Two attempts: a kernel (or a policy such as AppArmor's on user namespaces) that
+    refuses the network namespace does not also cost the PID namespace."""
     if not sys.platform.startswith("linux"):
-        return False
+        return False, False
+    return _unshare_user_and_pid(), _unshare_net()
+
+
+def _unshare_user_and_pid() -> bool:
     uid, gid = os.getuid(), os.getgid()
     try:
         if libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
@@ -219,46 +258,75 @@ def _enter_namespaces() -> bool:
         return False
 
 
+def _unshare_net() -> bool:
+    """A network namespace of the keeper's own (the worker inherits it): no interface but a loopback left down.
+    Works for root, and for anyone inside the user namespace just entered (it owns the new namespace)."""
+    if os.environ.get("TFORMER_GRADE_NO_NETNS") == "1":        # a testing switch: see the module's docstring
+        return False
+    try:
+        return libc().unshare(_CLONE_NEWNET) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 with open(f"/proc/{entry}/stat") as f:
                     stat = f.read()
                 if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
                     found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
     return found
 
 
 def _set_limits(memory: int, file_size: int) -> None:
     import resource
     for what, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_FSIZE, file_size), (resource.RLIMIT_CORE, 0)):
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(what, (value, value))
-        except (ValueError, OSError):
-            pass
 
 
-def _run_worker(req: dict, fd_in: int, fd_out: int, ruleset: int = -1, tmp: str | None = None) -> None:
-    """In the worker: quiet standard streams, its Landlock ruleset, its temporary folder, one thread count, the
-    cwd; then the worker's loop."""
+def _ruleset(req: dict, tmp: str, abi: int, tcp: bool) -> tuple[int, str]:
+    """In the keeper: the worker's Landlock ruleset fd (-1 on a kernel without Landlock), and why it could not
+    be built ("" when it was)."""
+    if not abi:
+        return -1, ""
     try:
+        if os.environ.get("TFORMER_GRADE_BREAK_LANDLOCK") == "build":   # a testing switch
+            raise OSError(errno.EPERM, "broken on purpose (TFORMER_GRADE_BREAK_LANDLOCK=build)")
+        paths = worker_paths(req.get("own") or [req["cwd"]], Path(tmp), req.get("closed"))
+        return landlock_ruleset(*paths, abi=abi, tcp=tcp), ""
+    except Exception as e:                            # whatever it was, the worker must not run without it
+        return -1, f"building the Landlock ruleset failed: {e}"
+
+
+def _enforce(ruleset: int) -> str:
+    """In the worker, before any learner code: its ruleset, for good. Returns why that failed ("": it did not)."""
+    if ruleset < 0:
+        return ""
+    target = ruleset
+    if os.environ.get("TFORMER_GRADE_BREAK_LANDLOCK") == "enforce":  # a testing switch: a file, not a ruleset
+        target = os.open(os.devnull, os.O_RDONLY)
+    try:
+        landlock_enforce(target)
+        return ""
+    except OSError as e:
+        return f"enforcing the Landlock ruleset failed: {e}"
+    finally:
+        os.close(ruleset)
+
+
+def _run_worker(req: dict, fd_in: int, fd_out: int, tmp: str | None = None) -> None:
+    """In the worker, its ruleset enforced: quiet standard streams, its temporary folder, one thread count, the
+    cwd; then the worker's loop."""
+    with contextlib.suppress(OSError):
         os.chdir(req["cwd"])
-    except OSError:
-        pass
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    if ruleset >= 0:
-        try:
-            landlock_enforce(ruleset)
-        except OSError:
-            os._exit(71)                              # the keeper promised a sandbox: no learner code without it
-        os.close(ruleset)
     if tmp:                                           # where the worker may write: IPython's history too
         os.environ.update(TMPDIR=tmp, IPYTHONDIR=os.path.join(tmp, "ipython"), MPLCONFIGDIR=os.path.join(tmp, "mpl"))
         tempfile.tempdir = tmp
@@ -274,60 +342,76 @@ def _run_worker(req: dict, fd_in: int, fd_out: int, ruleset: int = -1, tmp: str 
 
 
 def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
-    """Forked from the warm process: limits, namespaces (or a subreaper), the worker, then clean-up."""
+    """Forked from the warm process: limits, namespaces (or a subreaper), the ruleset, the worker, then clean-up.
+    The worker runs learner code only once its ruleset is enforced; else the keeper reports why and no worker."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # the warm process gone: so is this keeper
     _set_limits(int(req["memory"]), int(req["file_size"]))
-    namespaced = _enter_namespaces()
+    namespaced, netns = _enter_namespaces()
     if not namespaced:
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
     tmp = tempfile.mkdtemp(prefix="worker-", dir=req.get("tmp"))
-    ruleset, abi = -1, landlock_abi()
-    if abi:
-        try:
-            ruleset = landlock_ruleset(*worker_paths(req.get("own") or [req["cwd"]], Path(tmp), req.get("closed")),
-                                       abi=abi)
-        except OSError:
-            abi = 0
-    go_r, go_w = os.pipe()
+    abi = landlock_abi()
+    tcp = not netns and abi >= TCP_SINCE             # the network's fallback: Landlock's TCP rules
+    network = "netns" if netns else "landlock-tcp" if tcp else "none"
+    ruleset, why = _ruleset(req, tmp, abi, tcp)
+    pid, why = (0, why) if why else _fork_worker(req, fd_in, fd_out, ruleset, tmp, namespaced)
+    _report(fd_out, 0 if why else pid, namespaced, abi, network, why)
+    os.close(fd_in)
+    os.close(fd_out)
+    if pid:
+        os.waitpid(pid, 0)
+    if not namespaced:
+        _kill_orphans()
+    shutil.rmtree(tmp, ignore_errors=True)
+    os._exit(0)
+
+
+def _fork_worker(req: dict, fd_in: int, fd_out: int, ruleset: int, tmp: str, namespaced: bool) -> tuple[int, str]:
+    """Fork the worker, which enforces its ruleset and says so before any learner code runs: its pid, and why
+    it does not run ("" when it does; it has then exited)."""
+    told_r, told_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(go_w)
-        os.read(go_r, 1)
-        os.close(go_r)
+        os.close(told_r)
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)    # this keeper gone: so is the worker (and its namespace)
         if not namespaced:
             os.setpgid(0, 0)
-        _run_worker(req, fd_in, fd_out, ruleset, tmp)
-    os.close(go_r)
+        failed = _enforce(ruleset)
+        os.write(told_w, (failed or "ok").encode()[:_HEAD.size])
+        if failed:
+            os._exit(71)
+        os.close(told_w)
+        _run_worker(req, fd_in, fd_out, tmp)         # writes nothing before the grader's first frame
+    os.close(told_w)
     if ruleset >= 0:
         os.close(ruleset)
-    os.write(fd_out, struct.pack(">QBB", pid, int(namespaced), abi))
-    os.close(fd_in)
-    os.close(fd_out)
-    os.write(go_w, b"x")
-    os.close(go_w)
-    os.waitpid(pid, 0)
-    if not namespaced:                                # kill the orphans that were handed to this subreaper
-        for _ in range(1000):
-            kids = _children(os.getpid())
-            if not kids:
-                break
-            for kid in kids:
-                try:
-                    os.kill(kid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            while True:
-                try:
-                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                        break
-                except ChildProcessError:
-                    break
-            time.sleep(0.01)
-    shutil.rmtree(tmp, ignore_errors=True)
-    os._exit(0)
+    told = os.read(told_r, _HEAD.size).decode(errors="replace")
+    os.close(told_r)
+    return pid, "" if told == "ok" else told or "the worker stopped before its sandbox was in place"
+
+
+def _report(fd: int, pid: int, namespaced: bool, abi: int, network: str, why: str) -> None:
+    """The keeper's header to the grader (_HEAD); `why`'s first line, cut to its field on a character's boundary."""
+    reason = why.splitlines()[0].encode()[:200].decode(errors="ignore").encode() if why else b""
+    with contextlib.suppress(OSError):               # the grader is gone
+        os.write(fd, _HEAD.pack(pid, int(namespaced), abi, NETWORK.index(network), reason))
+
+
+def _kill_orphans() -> None:
+    """Kill the orphans that were handed to this keeper, a subreaper, until none is left."""
+    for _ in range(1000):
+        kids = _children(os.getpid())
+        if not kids:
+            break
+        for kid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(kid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass
+        time.sleep(0.01)
 
 
 def _preload(modules: list[str]) -> None:
@@ -337,10 +421,8 @@ def _preload(modules: list[str]) -> None:
     from ..core import load_exercises
     load_exercises()                                  # the exercises (the worker needs their names and limits)
     for name in ["torch", "numpy", "matplotlib.pyplot", "tformer", "tformer.grading.classroom.worker", "IPython.core.interactiveshell", *modules]:
-        try:
+        with contextlib.suppress(Exception):          # an optional extra not installed: the notebook will say so
             importlib.import_module(name)
-        except Exception:                             # an optional extra not installed: the notebook will say so
-            pass
 
 
 def main(argv: list[str]) -> int:
