@@ -358,24 +358,6 @@ def test_a_worker_cannot_write_a_file_past_its_limit(tmp_path):
     assert {r.exercise: r.status for r in rep.rows}["ch01.softmax"] == "passed"
 
 
-def test_shards_merged_equal_one_run(graded, tmp_path):
-    """--shard 1/2 and 2/2 grade disjoint parts of the class by student id; --merge gives the single run's
-    gradebook cell for cell and its similar-answer report."""
-    from tformer.cli import main
-    cls, out, grades = graded
-    parts = [tmp_path / f"part{k}" for k in (1, 2)]
-    for k, part in enumerate(parts, 1):
-        run.grade_class(cls, part, timeout=8, workers=2, memory=3 << 30, progress=False, shard=(k, 2),
-                              log=lambda *a: None)
-    names = [sorted(s["student"] for s in json.loads((p / "grades.json").read_text())["students"]) for p in parts]
-    assert sorted(names[0] + names[1]) == sorted(s["student"] for s in grades["students"])   # each once
-    assert main(["grade", "--merge", *map(str, parts), "--out", str(tmp_path / "all")]) == 0
-    assert (tmp_path / "all" / "gradebook.csv").read_text() == (out / "gradebook.csv").read_text()
-    merged = json.loads((tmp_path / "all" / "grades.json").read_text())
-    assert merged["similar"] == grades["similar"] and (tmp_path / "all" / "report.html").exists()
-    assert main(["grade", "--merge", str(parts[0]), str(parts[0]), "--out", str(tmp_path / "twice")]) == 2
-
-
 def test_verify_reproduces_the_verdicts_and_names_a_changed_notebook(graded, tmp_path):
     """--verify grades again with the recorded seeds: the same status and named mistakes for every exercise
     of the notebooks still as graded; an edited notebook is reported by its sha256; exit 1 then."""
@@ -415,29 +397,6 @@ def test_weights_and_overrides(graded, tmp_path):
     (tmp_path / "bad.txt").write_text("ch01.atention = 3\n")
     with pytest.raises(submissions.ClassError, match="ch01.atention"):
         gradebook.read_weights(tmp_path / "bad.txt")
-
-
-def test_only_regrades_one_exercise_and_keeps_the_rest(graded, tmp_path):
-    """--only ch01.attention grades that exercise again in every notebook that owes it; every other verdict
-    comes from the journal unchanged."""
-    import shutil
-    cls, out, grades = graded
-    again = tmp_path / "out"
-    shutil.copytree(out, again)
-    lines = []
-    g = run.grade_class(cls, again, timeout=8, workers=2, memory=3 << 30, progress=False,
-                              only="ch01.attention", log=lines.append)
-    assert (again / "gradebook.csv").read_text() == (out / "gradebook.csv").read_text()
-    before = {(s["student"], nb["notebook"]): nb for s in grades["students"] for nb in s["notebooks"]}
-    for s in g["students"]:
-        for nb in s["notebooks"]:
-            old = before[(s["student"], nb["notebook"])]
-            rows = {x["exercise"]: x for x in nb["exercises"]}
-            for x in old["exercises"]:
-                if x["exercise"] != "ch01.attention":
-                    assert rows[x["exercise"]]["seeds"] == x["seeds"]          # kept, not graded again
-                elif x.get("torch_seed") is not None and nb["status"] == "graded":
-                    assert rows[x["exercise"]]["seeds"] != x["seeds"]          # graded again, fresh seeds
 
 
 def test_the_grader_hash_covers_every_module_of_the_grader_but_the_pages(tmp_path):

@@ -112,7 +112,9 @@ def room(tmp_path_factory):
     root = tmp_path_factory.mktemp("grade_cli")
     cls = root / "class"
     sol1, sol2, stub1 = cells("01_attention", True), cells("02_self_attention", True), cells("01_attention", False)
-    write(cls / "ada" / "01_attention.ipynb", sol1 + ["!pip install nothing-at-all", "%%bash\necho hi", "1 / 0"])
+    server = Server()
+    dial = f"import socket\nsocket.create_connection(('127.0.0.1', {server.port}), timeout=5).sendall(b'leak')"
+    write(cls / "ada" / "01_attention.ipynb", sol1 + [dial, "!pip install nothing-at-all", "%%bash\necho hi", "1 / 0"])
     write(cls / "ada" / "02_self_attention.ipynb", sol2)
     write(cls / "bob" / "01_attention.ipynb", replace(sol1, "def my_attention", NO_SCALE))
     write(cls / "cy" / "01_attention.ipynb", stub1)
@@ -132,7 +134,39 @@ def room(tmp_path_factory):
                    "--weights", root / "weights.txt", "--overrides", root / "overrides.csv",
                    "--lms", "canvas", "--roster", root / "roster.csv", cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    server.close()
+    SERVERS[root] = server
     return root, cls, out, proc
+
+
+SERVERS: dict[Path, "Server"] = {}
+
+
+class Server:
+    """A TCP server on 127.0.0.1 that records every connection it accepts."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port, self.accepted = self.sock.getsockname()[1], []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, addr = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(addr)
+            conn.close()
+
+    def close(self):
+        import socket
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5):   # the server was up all along
+            pass
+        self.sock.close()
 
 
 def grades_of(out: Path) -> dict:
@@ -217,6 +251,7 @@ def test_cells_that_raised_carry_their_number_and_shell_commands_are_named(room)
     nb = notebook_of(grades_of(out), "ada")
     errors = nb["cell_errors"]
     n = nb["cells"]
+    assert any(e.startswith(f"code cell {n - 3} (`import socket`): ") for e in errors), errors
     assert f"code cell {n} (`1 / 0`): ZeroDivisionError: division by zero" in errors, errors
     assert f"code cell {n - 2} (`!pip install nothing-at-all`): shell commands do not run while grading" in errors
     assert f"code cell {n - 1} (`%%bash`): shell commands do not run while grading" in errors
@@ -468,4 +503,20 @@ def test_the_handout_holds_no_solution(tmp_path):
         assert blocks and not any("SOLUTION" in c for c in code)
         for block in blocks:
             assert not any(block in c for c in code), (name, block)
+
+
+def test_a_notebook_being_graded_reaches_no_network(room):
+    """ada's notebook dials a server the test runs on 127.0.0.1: the server accepted only the test's own
+    connection (made after grading, so it was up), the cell's error is the sandbox's refusal, and her
+    exercises are graded."""
+    root, _, out, _ = room
+    grades = grades_of(out)
+    network = grades["settings"]["network"]
+    if network == "none":
+        pytest.skip("no network namespace and no Landlock TCP rules on this machine (settings.network is none)")
+    assert len(SERVERS[root].accepted) == 1, SERVERS[root].accepted
+    nb = notebook_of(grades, "ada")
+    dial = next(e for e in nb["cell_errors"] if "(`import socket`)" in e)
+    assert ("Errno 101" in dial or "unreachable" in dial) if network == "netns" else "Errno 13" in dial, dial
+    assert all(x["status"] == "passed" for x in nb["exercises"])
 

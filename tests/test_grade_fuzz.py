@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import string
 
 import nbformat
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tformer.grading.classroom import cells as cellplan, similarity
 from tformer.grading.classroom.notebooks import check_calls, known_stems, notebook_stem, read_cells
@@ -32,7 +33,11 @@ ORIGINAL = st.one_of(
        original=ORIGINAL)
 def test_a_canvas_name_gives_back_its_parts(name, late, uid, file_id, original):
     """Whatever the student's name (any script, digits, underscores), the user id, file id, LATE mark and the
-    original file name are read back from what Canvas wrote."""
+    original file name are read back from what Canvas wrote. One ambiguity is left: a name ending in `_digits`
+    before a file whose name starts with no chapter number can be split in two places (real sortable names
+    carry no such ending; the course's notebooks start with their chapter, and that split wins)."""
+    assume(not re.search(r"_\d+$", name) or re.match(r"\d\d[a-z]?_", original))
+    assume(not re.search(r"_(LATE_)?\d+_\d+_\d\d", name, re.IGNORECASE))
     c = canvas_name(f"{name}{'_LATE' if late else ''}_{uid}_{file_id}_{original}")
     assert c is not None
     assert (c.canvas_id, c.file_id, c.late, c.original) == (str(uid), file_id, late, original)

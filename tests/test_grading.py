@@ -325,7 +325,8 @@ def test_in_place_edits_do_not_leak_between_reference_learner_and_mistakes():
 
 
 def test_each_notebook_owes_its_own_exercises(temp_exercise, tmp_path):
-    """A chapter split into two notebooks: exercises registered with `notebook=` go to that notebook only."""
+    """A chapter split into two notebooks: exercises registered with `notebook=` go to that notebook only; a
+    released notebook's exercises come in the order it checks them (chapter 1 checks softmax first)."""
     from tformer.grading.classroom.notebooks import exercises_of
     one = lambda: [Case("one", (torch.ones(1),))]  # noqa: E731
     temp_exercise(Exercise("ch97.first", "t", reference=lambda x: x, edge_cases=one, random_case=None, n_random=0,
@@ -335,7 +336,7 @@ def test_each_notebook_owes_its_own_exercises(temp_exercise, tmp_path):
     temp_exercise(Exercise("ch97.any", "t", reference=lambda x: x, edge_cases=one, random_case=None, n_random=0))
     assert exercises_of(tmp_path / "97_first_part.ipynb") == ["ch97.first", "ch97.any"]
     assert exercises_of(tmp_path / "97b_second_part.ipynb") == ["ch97.second", "ch97.any"]
-    assert exercises_of(tmp_path / "01_attention.ipynb") == ["ch01.attention", "ch01.softmax"]
+    assert exercises_of(tmp_path / "01_attention.ipynb") == ["ch01.softmax", "ch01.attention"]   # notebook order
 
 
 # --- no correct answer rejected, no wrong one accepted, messages that do not mislead ------------------

@@ -4,10 +4,13 @@
     cli.py          `tformer grade`: the command line, its checks, one line and exit 2 on bad input
     notebooks.py    the one reader of notebook files and the one rule for which chapter's notebook a file is
     submissions.py  a class's hand-ins: student folders, a Canvas bulk download, two files for one notebook
+    assignment.py   the assignment a teacher declares (--assignment FILE, TOML): notebooks, points, LMS columns
+    handout.py      what students get (`tformer handout`): the learner notebooks, none of the solutions
     runner.py       one notebook through a worker: run its cells there, judge the outputs here; the learner's
                     own `tformer grade PATH` (its table and JSON report)
     worker.py       the process that runs a learner's cells and calls their functions, never holding an answer
-    sandbox.py      the warm process and its forked workers: limits, namespaces, every process killed after
+    sandbox.py      the warm process and its forked workers: limits, PID and network namespaces, every process
+                    killed after; a worker whose sandbox cannot be built runs nothing (SandboxFailed)
     landlock.py     what a worker may read and write (Landlock, through ctypes)
     cells.py        the cell plan: which cells of a class's notebook must run
     run.py          the class run: grade every notebook (resumable), verify a recorded run, shards

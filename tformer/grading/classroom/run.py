@@ -201,8 +201,11 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
                 rec = {**old, "report": {**old["report"], "rows": rows}}
         except SandboxFailed as e:                    # no learner code ran: not journaled, so a rerun retries
-            failures[(sub.student, stem)] = ("sandbox failed", str(e).splitlines()[0][:300])
-            log(f"tformer grade: {sub.student}/{nb.name} was not graded: the sandbox failed ({failures[(sub.student, stem)][1]})")
+            reason = str(e).splitlines()[0][:300]
+            failures[(sub.student, stem)] = ("sandbox failed", _(
+                "the sandbox could not be built ({reason}): none of this notebook ran, and the next run tries "
+                "again").format(reason=reason))
+            log(f"tformer grade: {sub.student}/{nb.name} was not graded: the sandbox could not be built ({reason})")
             rec = None
         except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
             failures[(sub.student, stem)] = ("not graded", f"{type(e).__name__}: {e}".splitlines()[0][:300])

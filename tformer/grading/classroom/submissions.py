@@ -32,9 +32,10 @@ from .notebooks import chapter_order, known_stems, notebook_stem
 EVIDENCE = (N_("Canvas file id"), N_("download number"), N_("modification time"), N_("tie"))
 
 _SKIP_DIRS = {".ipynb_checkpoints", "__pycache__", "__MACOSX"}
-# Canvas's names: `\w` is Unicode-aware (letters of any script, digits, `_`); the user id and file id anchor it
-_CANVAS_NAME = re.compile(r"^(?P<name>\w+?)_(?:(?P<late>LATE)_)?(?P<uid>\d+)_(?P<file_id>\d+)_(?P<file>.+\.ipynb)$",
-                          re.IGNORECASE)
+# Canvas's names: `name_[LATE_]userid_fileid_original`; `\w` is Unicode-aware (letters of any script, digits, `_`)
+_WORDS = re.compile(r"\w+")
+_CANVAS_REST = re.compile(r"(?:(?P<late>LATE)_)?(?P<uid>\d+)_(?P<file_id>\d+)_(?P<file>.+\.ipynb)$", re.IGNORECASE)
+_CHAPTER_START = re.compile(r"\d\d[a-z]?_", re.IGNORECASE)
 _CANVAS_ANON = re.compile(r"^anon_(?P<anon>[A-Za-z0-9]+)_(?:(?P<late>LATE)_)?(?P<file_id>\d+)_(?P<file>.+\.ipynb)$",
                           re.IGNORECASE)
 _DOWNLOAD_NUMBER = re.compile(r"(?:\s*\((\d+)\)|-(\d+))\s*$")
@@ -55,14 +56,21 @@ class CanvasName:
 
 
 def canvas_name(filename: str) -> CanvasName | None:
-    """The parts of a Canvas bulk download's file name; None for any other name."""
+    """The parts of a Canvas bulk download's file name; None for any other name. A sortable name that itself
+    ends in `_digits` can be split in more than one place: the split whose original name starts with a chapter
+    number (`01_attention.ipynb`, as the course's notebooks are named) wins, else the shortest name."""
     m = _CANVAS_ANON.match(filename)
     if m:
         return CanvasName(f"anon_{m['anon']}", "", int(m["file_id"]), bool(m["late"]), m["file"])
-    m = _CANVAS_NAME.match(filename)
-    if m:
-        return CanvasName(f"{m['name'].lower()}_{m['uid']}", m["uid"], int(m["file_id"]), bool(m["late"]), m["file"])
-    return None
+    splits = []
+    for at in (i for i, ch in enumerate(filename) if ch == "_"):
+        name, rest = filename[:at], _CANVAS_REST.match(filename, at + 1)
+        if rest and _WORDS.fullmatch(name):
+            splits.append((name, rest))
+    if not splits:
+        return None
+    name, m = next(((n, r) for n, r in splits if _CHAPTER_START.match(r["file"])), splits[0])
+    return CanvasName(f"{name.lower()}_{m['uid']}", m["uid"], int(m["file_id"]), bool(m["late"]), m["file"])
 
 
 @dataclass
