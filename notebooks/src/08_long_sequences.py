@@ -370,3 +370,15 @@ assert largest < 0.25 or not tformer.SMALL                     # small mode: und
 # for a head split around attention with all-to-all communication (Jacobs et al., 2023). Megatron-LM
 # calls this *context parallelism*. Llama 3 trained its 128k context with context parallelism in the
 # last stage of pre-training (Llama team, "The Llama 3 Herd of Models", 2024).
+
+# %% [markdown]
+# ## Summary
+# * Explicit attention's peak memory grows as $n^2$ (fitted exponent between 1.8 and 2.2, asserted); the
+#   sliding window's and Performer's linear attention's as $n$ (below 1.3). Time exponents are noisier.
+# * The banded sliding-window kernel equals dense attention with the sliding-window mask, without building
+#   the $n \times n$ matrix.
+# * RoPE scalings change the rotation frequencies: at factor 8, NTK-aware scaling keeps the fastest pair
+#   and slows the slowest 8 times; YaRN also scales the logits, by $(0.1 \ln 8 + 1)^2 = 1.4591$.
+# * Trained at one length and evaluated at 2, 4 and 8 times it, YaRN's loss (mean of three models) is
+#   below plain RoPE's at every factor, and NTK's at 8 times; in small mode every gain is under a quarter of
+#   a nat.

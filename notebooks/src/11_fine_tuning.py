@@ -376,3 +376,15 @@ plt.show()
 # The SFT model answers in the format it was shown. The next notebook, `11_preference_rl`, teaches it
 # which of two answers people prefer (DPO), makes it right more often on tasks a program can check
 # (GRPO), and gives it facts it never saw through retrieval (RAG).
+
+# %% [markdown]
+# ## Summary
+# * Greedy decoding loops: its continuation's distinct-2 stays below 0.5 (asserted). Higher temperature and
+#   higher top-p raise distinct-2 (asserted); a repetition penalty ends the loop only at the strong settings
+#   the cell lists, because it acts once per token.
+# * SFT with the loss on the assistant's tokens only takes the base model from under 5% exact answers to a
+#   mean above 40% over the four tasks, and above 80% on the two-turn recall (asserted).
+# * LoRA's merged and unmerged weights give the same outputs; a $(d, d)$ matrix trains $2r/d$ of its
+#   numbers, the whole model less (1.06% at $d_{model}$ = 384, $r$ = 4).
+# * At small mode's width LoRA stays well behind full fine-tuning even with twice the steps; its parity is
+#   a result on large pretrained models, which full mode approaches.

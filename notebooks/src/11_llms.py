@@ -484,3 +484,15 @@ else:
 # no biases and an output head of its own. Qwen3 adds an RMSNorm on each query and key head. `GPT.from_hf_llama`
 # and `GPT.from_hf_qwen3` load Hugging Face's `LlamaForCausalLM` and `Qwen3ForCausalLM`, and
 # `tests/test_llama.py` checks that the logits and the greedy tokens equal theirs.
+
+# %% [markdown]
+# ## Summary
+# * BPE from scratch learns the same merges as Hugging Face's `tokenizers`; a bigger vocabulary holds
+#   longer pieces, so the same text takes fewer tokens.
+# * Pretraining a small GPT takes its validation loss from $\ln V$ (a uniform guess) to a perplexity
+#   below $V/4$ (asserted), and `causal_lm_loss` is the loss of the training loop.
+# * BERT's masking rule chooses about 15% of the tokens and turns about 80% of those into `[MASK]`
+#   (asserted); the fill-in's guess changes when the words after the gap are cut off.
+# * Pretrained on masked-LM and then fine-tuned, the encoder beats the same model trained from scratch on
+#   the same labelled windows (asserted).
+# * The course's GPT gives the logits of Hugging Face's `GPT2LMHeadModel` on the same weights.

@@ -567,3 +567,17 @@ with torch.no_grad():
     other = caption_loss(data.x_test.roll(1, 0).to(dev), test_ids).item()
 print(f"held-out caption loss: own image {own:.3f}, another image {other:.3f} nats per byte")
 assert own < other
+
+# %% [markdown]
+# ## Summary
+# * An image becomes a sequence: an 8x8 digit in 2x2 patches is 16 tokens plus `[class]`, and the strided
+#   convolution of the patch embedding equals a linear map of the flattened patches.
+# * A ViT trained from scratch on digits passes 60% test accuracy in small mode's minute (asserted); the
+#   committed capstone reaches 0.9807, mean of three seeds.
+# * The symmetric InfoNCE loss is near $\ln N$ for unrelated pairs and falls to 0 as each caption embedding
+#   nears its image's.
+# * A text tower aligned to the frozen ViT classifies digits zero-shot from templates it never saw, far above
+#   the 10% of chance (asserted); the committed capstone reaches 0.9704.
+# * A VLM feeds projected image features to a language model as tokens; held out, a caption's loss with its
+#   own image is below the loss with another image (asserted), by little, since only the digit needs the
+#   picture.

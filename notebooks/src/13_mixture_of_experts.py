@@ -566,3 +566,18 @@ check("ch13.balance_loss", my_balance_loss)
 # %%
 print(inspect.getsource(top_k_route))
 print(inspect.getsource(load_balancing_loss))
+
+# %% [markdown]
+# ## Summary
+# * Top-k gating built by hand, with a loop over tokens, equals `tformer.moe.MoE`, and the sorted dispatch
+#   paths equal the loop.
+# * From 2 to 32 experts the total parameters grow 16-fold while a token's active parameters and the
+#   forward FLOPs barely move: compute follows $k$, not $E$. Qwen3-235B-A22B uses 9.4% of its
+#   parameters per token, DeepSeek-V3 37.6 B of 671.0 B.
+# * The balancing loss is 1.0 for uniform routing and 4.0 for a collapse onto one of 4 experts; trained
+#   without it, the busiest expert takes a larger share of the choices (asserted), and more choices are
+#   dropped at a given capacity factor.
+# * One minute cannot rank MoE against dense; the committed capstone, three seeds each, puts the MoE ahead
+#   by 0.0635 in validation loss, beyond twice the larger seed spread (0.0212), at 0.88x the dense model's
+#   tokens per second.
+# * `run_with_flash` proves which attention kernel ran, and refuses a model that bypasses SDPA.
