@@ -55,7 +55,8 @@ print("out", tuple(out.shape), "== tformer.scaled_dot_product_attention(x W_q, x
 
 # %% [markdown]
 # `tformer.MultiHeadAttention` with one head is the same layer with the three matrices stacked in one
-# `nn.Linear` (and an output projection $W_o$; inside it $d_k = d_v = d_{model}$ / heads). Load square
+# `nn.Linear` (and an output projection $W_o$; inside it $d_k = d_v = d_{model}$ / heads, where the heads
+# are parallel attentions, each on its own slice of the features: chapter 3). Load square
 # matrices into it and compare with the four steps.
 
 # %%

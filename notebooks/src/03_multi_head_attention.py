@@ -220,7 +220,8 @@ curves(range(steps), {"4 heads of 16": losses, "1 head of 64": losses_1}, "step"
 # part of its weight on $t-1$ and part on $t-3$ (printed above) and returns a weighted *blend* of the
 # two values, which is the paper's "one head averages". The blend loses resolution only when it can no longer be
 # unmixed; here the two weights differ, so the blend still says which token sat where, and 8 symbols in
-# 64 dimensions leave room for the feed-forward layer to decode it.
+# 64 dimensions leave room for the feed-forward layer (the two-layer MLP after attention in every
+# block, applied to each position on its own; chapter 5) to decode it.
 #
 # What the four heads add here is a
 # separate, sharper lookup for each lag (the heat maps of section 3, and the larger weights printed
