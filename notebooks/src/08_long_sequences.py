@@ -9,7 +9,8 @@
 #    neighbours: $O(nw)$), **sparse** patterns (chapter 9) and **linear** attention (a kernel
 #    approximation: $O(n)$);
 # 3. stretch a model past the length it was trained on with **RoPE scaling**: position interpolation,
-#    NTK-aware scaling and YaRN, and plot the loss against the evaluation length.
+#    NTK-aware scaling (named after the neural tangent kernel, the theory its author reasoned from) and
+#    YaRN, and plot the loss against the evaluation length.
 #
 # **How to check an exercise.** Replace `raise NotImplementedError` in an exercise cell with your code,
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
@@ -242,7 +243,8 @@ print(inspect.getsource(rope_frequencies))
 # sequences ($2L$ ... $8L$) with plain RoPE and with each scaling (factor $s$ = length / $L$), and
 # report the loss on the **last $L$ tokens** of each sequence: the positions the model never saw in
 # training. In small mode the text is Python's bundled documentation (offline); in full mode WikiText-2
-# through `datasets` (cached after the first download).
+# through `datasets` (cached after the first download). Losses are in nats per byte: cross-entropy
+# with the natural log, so a uniform guess over the 256 bytes costs $\ln 256 \approx 5.5$ nats.
 
 # %%
 try:

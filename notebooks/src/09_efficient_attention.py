@@ -337,7 +337,7 @@ assert mem["tiled (block 128)"][-1] * 4 < mem["explicit"][-1]
 # ## 5. PyTorch's SDPA backends: which one runs?
 #
 # `F.scaled_dot_product_attention` dispatches to one of several kernels: FLASH_ATTENTION (also on CPU),
-# EFFICIENT_ATTENTION (memory-efficient, xFormers-style; CUDA), CUDNN_ATTENTION (CUDA) and MATH (the
+# EFFICIENT_ATTENTION (memory-efficient, the kernel of Meta's xFormers library; CUDA), CUDNN_ATTENTION (CUDA) and MATH (the
 # explicit reference). `sdpa_kernel([...])` restricts the choice; a backend that cannot take the input
 # raises. `tformer.measure.flash.sdpa_backends_used` runs a call under the profiler and reports the kernel.
 
@@ -378,6 +378,10 @@ print(format_table(rows))
 # | FlashAttention-2 | Dao, 2023 | A100 | about 2x FlashAttention; up to 230 TFLOPs/s forward+backward, 50-73% of peak; 225 TFLOPs/s per GPU end-to-end GPT training (72% MFU) |
 # | FlashAttention-3 | Shah et al., 2024 | H100 | warp specialisation + asynchronous TMA + FP8: 1.5-2.0x FA-2; up to 740 TFLOPs/s in FP16 (75% of peak), close to 1.2 PFLOPs/s in FP8 |
 # | FlashAttention-4 | Zadouri et al., March 2026 | Blackwell (B200) | pipelines and softmax reworked for Blackwell, whose tensor cores outgrew its exponential units and shared memory: up to 1613 TFLOPs/s in BF16 (71% of peak), 1.3x cuDNN 9.13, 2.7x Triton |
+#
+# (TMA, the Tensor Memory Accelerator, copies tiles between global and shared memory in hardware, without
+# the threads' help; warp specialisation gives some warps, groups of 32 threads, only the copying and
+# others only the arithmetic, so the two overlap.)
 #
 # None of them changes the mathematics: each computes softmax attention exactly, as
 # `tiled_attention` does, and differs in how well it keeps a particular chip busy.

@@ -281,7 +281,8 @@ print(f"per call on the CPU: F.dropout {ms['F.dropout']:.1f} ms, tformer.dropout
 # $$\mathcal{L} = (1-\epsilon)\,(-\log p_y) + \epsilon \cdot \frac{1}{V}\sum_v (-\log p_v).$$
 #
 # The second term is smallest when the distribution is flat, so the model is pushed away from putting
-# all its mass on one token. "This hurts perplexity, as the model learns to be more unsure, but
+# all its mass on one token. Perplexity, $e^{\text{loss}}$, is the number of equally likely tokens the
+# model's uncertainty amounts to. "This hurts perplexity, as the model learns to be more unsure, but
 # improves accuracy and BLEU score" (the paper, section 5.4). Below we measure the first half (lower
 # confidence, asserted); the BLEU of both models is printed in the capstone, where small mode is too
 # small to assert the paper's gain.
@@ -343,7 +344,8 @@ print(f"largest difference between their gradients: {gap:.1e}")
 # writes a 1,400 x 8,000 float32 tensor, reads it back for the softmax, and writes and reads its
 # gradient; the fused path holds 256 x 8,000 at a time. The time of the head and the loss, forward and
 # backward, both ways (on the CPU, under the bf16 autocast the capstone uses where the CPU has bf16
-# units, float32 elsewhere):
+# units, float32 elsewhere; `torch.autocast` runs each operation in bf16 where that is safe and keeps
+# float32 weights):
 
 # %%
 h = torch.randn(1400, 256, requires_grad=True)

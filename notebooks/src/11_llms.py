@@ -13,7 +13,7 @@
 #   representations are good to *adapt*: a small classification head fine-tuned on a few labels.
 #
 # We pretrain both on a real corpus (offline: Python's own documentation, `pydoc_data.topics`; full mode
-# online: TinyStories through `datasets`), show loss, perplexity and samples, then fine-tune BERT and
+# online: TinyStories through `datasets`), show loss, perplexity ($e^{\text{loss}}$) and samples, then fine-tune BERT and
 # compare with a model trained from scratch. Finally the course's own GPT loads real GPT-2 weights.
 # The chapter's next notebooks turn a pretrained GPT into an assistant: `11_fine_tuning` (decoding,
 # instruction tuning, LoRA), then `11_preference_rl` (DPO, GRPO with verifiable rewards, retrieval).
@@ -177,7 +177,8 @@ def my_causal_lm_loss(logits, idx):
 check("ch11.causal_lm_loss", my_causal_lm_loss)
 
 # %% [markdown]
-# A model that knows nothing predicts every token with probability $1/V$: loss $\ln V$, perplexity $V$.
+# A model that knows nothing predicts every token with probability $1/V$: loss $\ln V$, perplexity
+# $e^{\ln V} = V$ (perplexity is $e^{\text{loss}}$: the number of tokens a uniform guess would choose among).
 # Training should bring the validation perplexity far below that.
 
 # %%

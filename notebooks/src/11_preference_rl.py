@@ -188,7 +188,8 @@ assert full_after > full_before + 0.1 and abs(number_after - number_before) < 0.
 # prompt $q$ from the current policy $\pi_\text{old}$, scores each ($r_i = 1$ if exactly right, else 0),
 # and gives every token of $o_i$ the advantage of its answer relative to its group:
 # $$A_i = \frac{r_i - \operatorname{mean}(r_1..r_G)}{\operatorname{std}(r_1..r_G) + 10^{-4}}.$$
-# No value network: the group is the baseline. A group where every answer is right (or every one wrong)
+# No value network (PPO's second model, trained to predict each answer's reward and subtracted from it as
+# a baseline): the group is the baseline. A group where every answer is right (or every one wrong)
 # teaches nothing; a group of one has no baseline, and its advantage is 0.
 #
 # ## Exercise: the group-relative advantage
@@ -207,7 +208,9 @@ def my_group_advantages(rewards):
 check("ch11.group_advantages", my_group_advantages)
 
 # %% [markdown]
-# The policy then maximises PPO's clipped ratio objective ($\epsilon = 0.2$) minus a KL penalty that
+# The policy then maximises PPO's clipped ratio objective ($\epsilon = 0.2$; PPO, Schulman et al. 2017,
+# caps how far one update can move each token's probability ratio $\rho$ from 1) minus a KL penalty (the
+# Kullback-Leibler divergence, how far one distribution is from another) that
 # keeps it near the frozen SFT model $\pi_\text{ref}$ ($\beta = 0.04$), each answer averaged over its own
 # $|o_i|$ tokens, then over the group:
 # $$J = \frac{1}{G}\sum_i \frac{1}{|o_i|}\sum_t \Big[\min\big(\rho_{i,t} A_i,\ \operatorname{clip}(\rho_{i,t}, 1-\epsilon, 1+\epsilon) A_i\big) - \beta\, \mathbb{D}_{i,t}\Big],\quad

@@ -256,6 +256,8 @@ print("tformer ViT == transformers ViTForImageClassification on the same weights
 
 # %% [markdown]
 # ## Exercise: symmetric InfoNCE
+# InfoNCE (noise-contrastive estimation, van den Oord et al. 2018) is a cross-entropy that picks the
+# matching item among $N$ candidates; symmetric, it does so both ways.
 # `image_emb (N, E)`, `text_emb (N, E)` (row $i$ of each is a matching pair), `logit_scale` $= e^t$.
 # Normalise, build the $N \times N$ logits, average the two cross-entropies.
 

@@ -100,8 +100,10 @@ print("gates:", gates.detach().numpy().round(2).tolist())
 #
 # Every path computes the same
 # function as the per-token loop, gradients included (`tests/test_moe.py` checks them all). `"auto"`
-# takes `"grouped"` only where that is one kernel with no host sync: a CPU, or an sm90/sm100 GPU
-# (`tformer.utils.gpu.grouped_mm_fast`); on an A100 or a T4, PyTorch's grouped matmul copies the block
+# takes `"grouped"` only where that is one kernel with no host sync (no wait for the GPU to send a value
+# back to the CPU): a CPU, or an sm90/sm100 GPU, NVIDIA's compute capability 9.0 (Hopper) or 10.0
+# (Blackwell), as `tformer.utils.gpu.grouped_mm_fast` decides; on an A100 (sm80) or a T4, PyTorch's
+# grouped matmul copies the block
 # offsets to the host and loops over the experts, so `"auto"` pads instead.
 
 # %%

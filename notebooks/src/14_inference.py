@@ -330,7 +330,8 @@ ax[1].set_title("speed-up vs k"); plt.tight_layout(); plt.show()
 
 # %% [markdown]
 # The target runs far fewer passes than tokens. Whether that becomes wall-clock speed depends on how
-# much cheaper the draft is and how memory-bound the target is: on a GPU a pass over k+1 tokens costs
+# much cheaper the draft is and how memory-bound the target is (memory-bound: its time goes to reading
+# the weights, not to arithmetic): on a GPU a pass over k+1 tokens costs
 # about as much as a pass over one, so 2-3x speed-ups are common. On a CPU with tiny models the target
 # pass is not much dearer than the draft's, so the speed-up can be small or below 1: the acceptance
 # rate and tokens per target pass are the portable numbers.
