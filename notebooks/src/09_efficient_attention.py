@@ -235,7 +235,7 @@ print(f"chance: {1 / N_VALS:.3f}")
 assert accuracy["exact"][0] > accuracy["sliding window w=3"][0] + 0.3
 
 # %% [markdown]
-# Exact attention learns the lookup. The sliding
+# Exact attention answers most lookups, far above chance (its accuracy is printed above). The sliding
 # window cannot see far answers and scores about chance on them. Longformer's trick fixes exactly this:
 # make the query token *global* and its row sees everything again. With one layer only the query's row
 # matters, so Longformer here is *the same model* as exact attention (identical numbers), and so is
@@ -331,8 +331,8 @@ assert mem["tiled (block 128)"][-1] * 4 < mem["explicit"][-1]
 # %% [markdown]
 # On a GPU, FlashAttention also gets *faster*: the tiles live in on-chip SRAM, so the $n \times n$ scores
 # never travel to and from HBM, the slow memory. Our PyTorch loop shows the algorithm and its memory; it
-# is not fast (each block is a separate kernel). `benchmarks/bench_long_attention.py` has the full table
-# up to $n = 8192$: there tiled attention and SDPA use 1/20 and 1/200 of explicit attention's memory.
+# is not fast (each block is a separate kernel). Measured elsewhere: `python benchmarks/bench_long_attention.py`
+# runs the same comparison up to $n = 8192$ (its figures are in `benchmarks/RESULTS.md`).
 #
 # ## 5. PyTorch's SDPA backends: which one runs?
 #
@@ -363,12 +363,11 @@ print(format_table(rows))
 # inputs the fast one cannot take (fp32 on some paths, an arbitrary float mask, unusual head sizes).
 #
 #
-# Fused is not always faster. On a CPU in bf16, the flash kernel's backward loses to the explicit math
-# for short sequences. Forward and backward together took 4.4x the math's time at 16 x 16 positions (a
-# Multi30k batch), 3.1x at 32 x 32 and 1.8x at 128 x 128. The two were even at 192 x 192, and fused won
-# from 256 x 256; its forward alone always won. That is one run on one thread of the course's 2-core
-# machine (`python benchmarks/bench_cpu_attention.py`). So on a CPU, `MultiHeadAttention` trains short
-# bf16 steps through the math (`tformer.kernels.CPU_LOWP_MATH_MAX`).
+# Fused is not always faster. On a CPU in bf16, the flash kernel's backward can lose to the explicit
+# math for short sequences, while its forward wins. Measured elsewhere:
+# `python benchmarks/bench_cpu_attention.py` times both, forward and backward, from 16 x 16 positions (a
+# Multi30k batch) up, and finds the length where fused starts to win. Below that length, `MultiHeadAttention`
+# trains bf16 steps on a CPU through the math (`tformer.kernels.CPU_LOWP_MATH_MAX`).
 #
 # ## 6. FlashAttention 1 to 4: the published figures
 #

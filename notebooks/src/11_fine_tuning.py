@@ -345,9 +345,8 @@ assert mean(acc_lora) > mean(acc_base) + 0.1 and lora_losses[-1] < lora_losses[0
 # %% [markdown]
 # The line above says, task by task, whether LoRA reaches half of full fine-tuning at this width. In
 # small mode, even with twice the steps, LoRA stays behind: its mean accuracy and its final loss (both
-# printed above) are well short of full fine-tuning's. It writes half of the two-turn recall answers or
-# more, some of the sums and code answers, and none of the reading. How many sums and code answers moves
-# with the last bits of rounding (torch's fused and unfused AdamW kernels alone change it), so read the
+# printed above) are well short of full fine-tuning's, task by task in the accuracy line. How many answers
+# of each task it gets right moves with the last bits of rounding (torch's fused and unfused AdamW kernels alone change it), so read the
 # per-task line as a rough picture and the means as the result.
 #
 # The likely reason LoRA stays behind is the base, not the adapters: copying words from the context

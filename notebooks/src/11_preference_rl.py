@@ -171,14 +171,15 @@ texts_after, full_after, number_after = dpo_answers(policy)
 print(f"'The answer is N.' exactly: {full_before:.0%} -> {full_after:.0%}; the right number in any form: "
       f"{number_before:.0%} -> {number_after:.0%}")
 pairs_shown = preference_pairs(200, seed=1)
-i = next(i for i, (c, _) in enumerate(pairs_shown) if texts_after[i] == c[0][1])   # an answer the numbers count right
+right = [i for i, (c, r) in enumerate(pairs_shown) if texts_after[i] == c[0][1] and texts_before[i] == r[0][1]]
+i = right[0] if right else 0       # SFT wrote the bare right number, DPO the same number in the preferred form
 print(repr(pairs_shown[i][0][0][0]), "| SFT:", repr(texts_before[i]), "| after DPO:", repr(texts_after[i]))
 assert full_after > full_before + 0.1 and abs(number_after - number_before) < 0.15
 
 # %% [markdown]
 # DPO changed the *form* of the answers, as the pairs ask, and not whether they are right: both answers
 # of a pair hold the same number, so nothing in the data rewards the right one. The share with the right
-# number stays about where SFT left it (the SFT data mixes eight kinds of conversation, so one-digit sums are
+# number stays about where SFT left it (the SFT data mixes six kinds of conversation, so one-digit sums are
 # not all learned). Making answers right is a job for a reward that checks them: the next section.
 
 # %% [markdown]

@@ -523,12 +523,11 @@ plt.title("throughput vs concurrency"); plt.legend(); plt.tight_layout(); plt.sh
 # small those extra operations cost about as much as the layer's matrix products. A compiled
 # paged-attention kernel (vLLM's) does the same reading in one call.
 #
-# `benchmarks/bench_serve.py`
-# measures the same against static batching with the sizes of a real course model, with time to first
-# token beside it. `benchmarks/bench_decode_attention.py` builds such a kernel for the CPU in C++
-# (`benchmarks/paged_decode.cpp`) and puts it in the engine. At 16 clients on a 2-core CPU it made the
-# engine 1.16x faster in bf16 (`benchmarks/RESULTS.md`), while skipping attention altogether made it
-# 1.74x faster: at that size a decoding step mostly waits on reading the cache.
+# Measured elsewhere: `python benchmarks/bench_serve.py` measures the same against static batching with
+# the sizes of a real course model, with time to first token beside it, and
+# `python benchmarks/bench_decode_attention.py` builds such a kernel for the CPU in C++
+# (`benchmarks/paged_decode.cpp`), puts it in the engine, and times the engine with it, with the package's
+# attention, and with attention skipped altogether (their figures are in `benchmarks/RESULTS.md`).
 #
 # **The server.** `tformer serve --run RUN` (or `--hf DIR`, or `--demo`) puts the engine behind an
 # OpenAI-compatible HTTP API (`/v1/completions`, `/v1/chat/completions` with streaming, `/v1/models`,
@@ -666,6 +665,6 @@ print(inspect.getsource(plan_admission))
 # | KV cache | recomputing the past: $O(n^2) \to O(n)$ token passes | decoding time vs length |
 # | GQA / MQA | cache size, by $n_{heads}/n_{kv}$ | bytes per token, validation loss |
 # | paged KV cache | memory reserved but unused | peak blocks vs contiguous reservation |
-# | int8 / int4 weights | 4x / ~6x weight memory (and bandwidth; int4's ceiling is 6.4x with a float32 scale per 32) | bytes, perplexity |
+# | int8 / int4 weights | weight memory (and bandwidth), a little under the ceilings of 4x and 6.4x (a float32 scale per 32 int4 weights; biases stay float32) | bytes, perplexity |
 # | speculative decoding | target passes per token | acceptance rate, tokens per pass, speed-up |
 # | continuous batching | idle batch slots; recomputing shared prefixes | tokens/s vs concurrency, equal tokens, the server |
