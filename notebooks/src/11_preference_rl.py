@@ -225,6 +225,9 @@ check("ch11.group_advantages", my_group_advantages)
 # ## Exercise: the GRPO loss
 # `logp, old_logp, ref_logp (B, G, T)` per-token log-probabilities of the sampled answers,
 # `advantages (B, G)`, `mask (B, G, T)` True on answer tokens (False on padding), `eps`, `beta`.
+# $J_b$ is the $J$ above for prompt $b$ (its $G$ answers, each averaged over its own masked tokens, the
+# sums over $t$ running over those tokens only). Return the loss for the batch, the mean over the $B$
+# prompts, $-\frac{1}{B}\sum_b J_b$, as a 0-d tensor.
 
 # %%
 def my_grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta):

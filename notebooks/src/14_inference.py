@@ -582,7 +582,8 @@ check("ch14.kv_step", my_kv_step)
 # `p` (k+1, V) are the target's probabilities at the k draft positions and one more, `q` (k, V) the
 # draft's, `draft` (k,) the draft tokens and `u` (k,) uniform numbers. Draft token i is accepted iff
 # `u[i] < p[i, x_i] / q[i, x_i]` and all earlier ones were. Return `(n, dist)`: n, the number of
-# accepted tokens (a 0-d integer tensor), and the distribution of the next token:
+# accepted tokens (a 0-d `torch.int64` tensor: the checker compares its dtype too), and the distribution of
+# the next token, a (V,) tensor in `p`'s dtype:
 # $\mathrm{norm}(\max(0, p_n - q_n))$ after a rejection at n, or $p_k$ if all k were accepted.
 
 # %%
@@ -622,12 +623,18 @@ check("ch14.int8", my_int8)
 
 # %% [markdown]
 # ## Exercise 4: the scheduler's admission rule
-# The engine admits waiting requests in arrival order. Request i has `lengths[i]` tokens whose keys and
-# values it needs, and its first `shared[i]` blocks are already cached (shared with another request).
-# It fits if the free blocks cover its other blocks *plus the block its first generated token may open*,
-# and still leave `watermark` blocks free for running sequences to grow into; it then takes the blocks
-# its tokens fill. The first request that does not fit stops admission (first come, first served).
-# Return how many requests are admitted now, given `n_free` free blocks of `block_size` tokens.
+# The engine admits waiting requests in arrival order. Request i has $L_i$ = `lengths[i]` tokens whose
+# keys and values it needs, and its first $s_i$ = `shared[i]` blocks are already cached (shared with
+# another request). With $b$ = `block_size` and $F$ = `n_free` free blocks, it fits if the free blocks
+# cover its other blocks *plus the block its first generated token may open*, and still leave
+# `watermark` blocks free for running sequences to grow into:
+#
+# $$F - \big(\lceil (L_i + 1) / b \rceil - s_i\big) \ge \mathrm{watermark}.$$
+#
+# It then takes the blocks its tokens fill, $F \leftarrow F - (\lceil L_i / b \rceil - s_i)$, and the next
+# request is tried. The first request that does not fit stops admission (first come, first served).
+# `lengths` and `shared` are Python lists of ints of the same length (possibly empty); `n_free`,
+# `block_size` and `watermark` are ints. Return how many requests are admitted now, an int.
 
 # %%
 def my_admit(lengths, shared, n_free, block_size, watermark):
