@@ -71,6 +71,7 @@ print(f"GPT, {base.num_params():,} parameters: training loss {pre_losses[0]:.2f}
 
 # %% [markdown]
 # ## 2. Decoding: from a distribution to text
+# Generation is autoregressive: the model picks one token, appends it to its input and predicts the next.
 # At every step the model gives logits $z \in \mathbb{R}^V$ for the next token. Ways to pick one:
 # * **greedy**: $\arg\max_v z_v$ (deterministic);
 # * **temperature** $\tau$: sample from $\mathrm{softmax}(z / \tau)$; $\tau < 1$ sharpens, $\tau > 1$ flattens;

@@ -250,7 +250,8 @@ check("ch11.grpo_loss", my_grpo_loss)
 # ("Sort 5 2 8 1." -> "1 2 5 8"). A hash of the prompt holds out one prompt in eight for good: the
 # SFT data above and the GRPO prompts below never contain one, and every accuracy here is measured on
 # 200 of them. Sampling is batched: `grpo.sample_answers` sends all the prompts of one token length,
-# each repeated G times, through one `GPT.generate` call with its KV cache.
+# each repeated G times, through one `GPT.generate` call with its KV cache (generation is autoregressive:
+# each sampled token is fed back to sample the next).
 
 # %%
 print(rl_test[:2], "| held out:", [grpo.held_out(q) for _, q, _ in rl_test[:2]])
