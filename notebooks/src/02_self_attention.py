@@ -102,6 +102,7 @@ plt.tight_layout()
 # $T-1-i$ steps, and the gradient decays with the distance.
 
 # %%
+# Figure: Gradient of the last output with respect to each input position, against its distance: one self-attention layer, an RNN and an LSTM.
 T_long = 64 if tformer.SMALL else 256
 d = 32
 x_seq = torch.randn(1, T_long, d)

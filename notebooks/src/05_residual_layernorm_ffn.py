@@ -64,6 +64,7 @@ class FFNStack(nn.Module):
 # For each depth, one backward pass of a random linear loss; the norm of the gradient on layer 1's $W_1$:
 
 # %%
+# Figure: Gradient norm at the first layer against depth, without a residual, with post-LN and with pre-LN.
 def first_layer_grad(n_layers: int, kind: str) -> float:
     torch.manual_seed(0)
     m = FFNStack(n_layers, kind)

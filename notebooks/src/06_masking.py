@@ -142,6 +142,7 @@ for step in trange(steps, desc="training"):
 # position's weight sits on the aligned source token $S-1-j$:
 
 # %%
+# Figure: The decoder's cross-attention per head on the reversal task (rows: target position, columns: source position).
 seq2seq.cpu().eval()
 cross = seq2seq.decoder.layers[0].cross_attn
 src, dec_in, tgt = reverse_batch(128, torch.Generator().manual_seed(1))

@@ -595,6 +595,7 @@ for beam, res in scores.items():
 # Multi30k's sentences).
 
 # %%
+# Figure: The translation capstone's training loss, and one test sentence's cross-attention (output tokens down, source tokens across).
 from tformer.capstones import show
 
 translate_capstone = show("translate")

@@ -149,7 +149,7 @@ else:
 tformer.seed_everything(0)
 vit = ViT(vit_cfg)
 print(f"ViT: {vit.num_params():,} parameters, {vit_cfg.n_patches} patches + [class] token")
-hist = train_classifier(vit, data, weight_decay=0.05, device=dev, seed=0, **fit)
+hist = train_classifier(vit, data, weight_decay=0.05, device=dev, seed=0, progress=False, **fit)   # the curves show it
 acc = hist.test_acc[-1]
 print(f"test accuracy {acc:.1%} on {len(data.y_test)} held-out digits after {hist.seconds / 60:.2f} min "
       f"({len(hist.loss)} steps, device {dev})")
@@ -200,6 +200,7 @@ plt.show()
 # committed in `data/capstones/vit`, labelled with the command, machine and date that made it.
 
 # %%
+# Figure: The ViT capstone's training loss, one curve per seed.
 from tformer.capstones import show
 
 vit_capstone = show("vit")
@@ -349,7 +350,7 @@ for _ in tqdm(range(epochs), desc="CLIP"):
         opt.step()
         sched.step()
         clip_losses.append(loss.item())
-clip.eval()
+clip = clip.eval()                                             # evaluation mode from here on
 
 # %%
 # Figure: The aligner's contrastive loss during training.
@@ -394,6 +395,7 @@ assert zero_shot > (0.5 if SMALL else 0.9), zero_shot
 # It reports zero-shot accuracy and recall@1 both ways, mean of the seeds.
 
 # %%
+# Figure: The CLIP capstone's training loss, one curve per seed.
 clip_capstone = show("clip")
 print(f"the one-minute version above: zero-shot {zero_shot:.1%}, one seed, {len(clip_losses)} steps")
 

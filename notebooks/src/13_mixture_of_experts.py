@@ -306,7 +306,7 @@ for name, cfg in configs.items():
     model = GPT(cfg)
     train_cfg = TrainConfig(max_steps=steps, lr=lr, schedule="constant", warmup=max(10, steps // 20),
                             betas=(0.9, 0.95), adam_eps=1e-8, weight_decay=0.0, eval_every=steps // 5,
-                            log_every=steps // 5)
+                            log_every=steps // 5, progress=False)              # the curves below show the run
     trainer = Trainer(model, lm_loss, LMBatches(train_ids, batch, block, steps, seed=0), train_cfg,
                       val_data=val_batches, device=dev)
     with force_flash() if dev.type == "cuda" else contextlib.nullcontext():   # GPU: flash kernel or an error
@@ -434,6 +434,7 @@ plt.show()
 # neither, it prints the command.
 
 # %%
+# Figure: The MoE capstone's training loss, three seeds each of the dense and the MoE model.
 from tformer.capstones import show
 
 moe_capstone = show("moe")
