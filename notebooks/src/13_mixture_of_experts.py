@@ -100,11 +100,8 @@ print("gates:", gates.detach().numpy().round(2).tolist())
 #
 # Every path computes the same
 # function as the per-token loop, gradients included (`tests/test_moe.py` checks them all). `"auto"`
-# takes `"grouped"` only where that is one kernel with no host sync (no wait for the GPU to send a value
-# back to the CPU): a CPU, or an sm90/sm100 GPU, NVIDIA's compute capability 9.0 (Hopper) or 10.0
-# (Blackwell), as `tformer.utils.gpu.grouped_mm_fast` decides; on an A100 (sm80) or a T4, PyTorch's
-# grouped matmul copies the block
-# offsets to the host and loops over the experts, so `"auto"` pads instead.
+# picks the faster path for the device: `"grouped"` on a CPU (which GPUs get which is a note at the end of
+# section 6).
 
 # %%
 plan = make_plan(gates, chosen, E, capacity=None)
@@ -520,6 +517,12 @@ for name in ("dense", "MoE 8x top-2"):
           f"kernels {r['backends']}")
 
 # %% [markdown]
+# **A note on GPUs: which dispatch `"auto"` picks.** `"grouped"` is chosen only where the grouped matmul is
+# one kernel with no host sync (no wait for the GPU to send a value back to the CPU): an sm90 or sm100 GPU,
+# NVIDIA's compute capability 9.0 (Hopper) or 10.0 (Blackwell), as `tformer.utils.gpu.grouped_mm_fast`
+# decides. On an A100 (sm80) or a T4, PyTorch's grouped matmul copies the block offsets to the host and
+# loops over the experts, so `"auto"` pads instead.
+#
 # ## Exercises
 #
 # ### Exercise 1: a top-k router
