@@ -541,6 +541,10 @@ for s, r, h in list(zip(src, ref, scores[4]["hypotheses"]))[:4]:
     print(f"\nsource:    {s}\nreference: {r}\nmodel:     {h}")
 
 # %% [markdown]
+# In small mode the translations above come from the one-minute model: German words and articles of the
+# corpus, but rarely the sentence's meaning (its sacreBLEU is printed above). Full mode's hour of training,
+# or the 30-minute capstone shown at the end of the chapter, gives translations.
+#
 # **Beam search finds more probable translations.** With no length penalty ($\alpha = 0$) beam search
 # ranks hypotheses by their total log-probability $\log P(y \mid x)$, the quantity greedy decoding
 # approximates one token at a time. Summed over the same sentences, the beam's translations should be
