@@ -464,7 +464,8 @@ if moe_capstone:
 # Here we
 # prove which kernel runs and measure tokens/s and MFU (model FLOPs utilisation: 6 x active parameters
 # + attention FLOPs per token, over the GPU's datasheet peak). On a CPU the same check finds PyTorch's
-# CPU flash kernel. A GPU older than sm80 (a free Colab T4 is sm75) has no flash kernel and no bf16:
+# CPU flash kernel. A GPU older than sm80 (NVIDIA's compute capability 8.0, the A100's; a free Colab T4 is
+# sm75) has no flash kernel and no bf16:
 # there the cell says so and checks the kernel that runs instead, SDPA's memory-efficient one, in fp16
 # (`tformer.utils.device` decides by compute capability; `lm_throughput` adds a gradient scaler).
 
