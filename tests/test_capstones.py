@@ -161,6 +161,7 @@ def test_the_translate_cell_shows_translations_and_attention_and_the_reference_s
     show("translate", out, plot=True)
     text = capsys.readouterr().out
     assert res["examples"][0]["hyp"] in text and res["examples"][0]["src"] in text
+    assert f"{res['steps']:,} steps at" in text and f"greedy {res['greedy_bleu']:.2f}" in text   # BLEU beside its steps
     monkeypatch.setattr("tformer.capstones.runfolder.reference_dir", lambda name: tmp_path / "ref" / name)
     ref = show_mod.save_reference("translate", out)
     shipped = json.loads((ref / "result.json").read_text())

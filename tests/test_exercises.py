@@ -133,3 +133,82 @@ def test_kv_step_reference_matches_cached_multi_head_attention():
         out, _, _ = REGISTRY["ch14.kv_step"].reference(split(q), split(k), split(v), k_past, v_past)
         want = mha(x, is_causal=True)[:, 4:]
     torch.testing.assert_close(mha.out(out.transpose(1, 2).reshape(1, 3, 16)), want, atol=1e-5, rtol=1e-4)
+
+
+# The exercise statements stand alone: the formula each chapter writes, transcribed as it reads, passes the
+# checker, and the types it names are the ones the checker passes and expects.
+SRC = __import__("pathlib").Path(__file__).resolve().parent.parent / "notebooks" / "src"
+
+
+def _statement(stem: str, heading: str) -> str:
+    """The markdown cell of notebooks/src/<stem>.py that holds `heading`."""
+    cells = [c for c in (SRC / f"{stem}.py").read_text().split("# %%") if heading in c]
+    assert len(cells) == 1, f"{stem}: no single cell holds {heading!r}"
+    return cells[0]
+
+
+def test_the_admit_statement_formula_passes_the_checker():
+    import math
+    text = _statement("14_inference", "## Exercise 4: the scheduler's admission rule")
+    assert r"F - \big(\lceil (L_i + 1) / b \rceil - s_i\big) \ge \mathrm{watermark}" in text
+    assert r"F \leftarrow F - (\lceil L_i / b \rceil - s_i)" in text
+    assert "Python lists of ints" in text and "an int" in text
+
+    def admit(lengths, shared, n_free, block_size, watermark):       # the statement, line by line
+        f, admitted = n_free, 0
+        for length, s in zip(lengths, shared):
+            if not f - (math.ceil((length + 1) / block_size) - s) >= watermark:
+                break
+            f -= math.ceil(length / block_size) - s
+            admitted += 1
+        return admitted
+    r = check("ch14.admit", admit)
+    assert r.passed, r.message
+    ex = REGISTRY["ch14.admit"]
+    for case in ex.edge_cases() + [ex.random_case(i) for i in range(20)]:
+        lengths, shared, *ints = case.args
+        assert isinstance(lengths, list) and isinstance(shared, list) and len(lengths) == len(shared)
+        assert all(type(x) is int for x in lengths + shared + ints), case.name
+
+
+def test_the_accept_statement_names_the_dtype_the_checker_needs():
+    text = _statement("14_inference", "## Exercise 2: the speculative accept/reject rule")
+    assert "0-d `torch.int64` tensor" in text
+
+    def accept(p, q, draft, u):                                        # the statement's rule, token by token
+        k, n = len(draft), 0
+        while n < k and u[n] < p[n, draft[n]] / q[n, draft[n]]:
+            n += 1
+        if n == k:
+            return torch.tensor(n, dtype=torch.int64), p[k]
+        residual = torch.clamp(p[n] - q[n], min=0)
+        return torch.tensor(n, dtype=torch.int64), residual / residual.sum()
+    r = check("ch14.accept", accept)
+    assert r.passed, r.message
+
+    def int32(*args):                                                   # any other integer dtype fails
+        n, dist = accept(*args)
+        return n.to(torch.int32), dist
+    assert not check("ch14.accept", int32).passed
+
+
+def test_the_grpo_statement_mean_over_prompts_passes_the_checker():
+    text = _statement("11_preference_rl", "## Exercise: the GRPO loss")
+    assert r"-\frac{1}{B}\sum_b J_b" in text
+    formula = _statement("11_preference_rl", "The policy then maximises PPO's clipped ratio objective")
+    assert r"J = \frac{1}{G}\sum_i \frac{1}{|o_i|}\sum_t" in formula
+
+    def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta):
+        js = []
+        for b in range(logp.shape[0]):                                  # J of one prompt, as written above
+            per_answer = []
+            for i in range(logp.shape[1]):
+                m = mask[b, i]
+                rho = torch.exp(logp[b, i][m] - old_logp[b, i][m])
+                a = advantages[b, i]
+                d = torch.exp(ref_logp[b, i][m] - logp[b, i][m]) - (ref_logp[b, i][m] - logp[b, i][m]) - 1
+                per_answer.append((torch.minimum(rho * a, rho.clamp(1 - eps, 1 + eps) * a) - beta * d).sum() / m.sum())
+            js.append(torch.stack(per_answer).mean())
+        return -torch.stack(js).mean()                                  # the mean over the B prompts, negated
+    r = check("ch11.grpo_loss", grpo_loss)
+    assert r.passed, r.message

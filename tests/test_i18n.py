@@ -436,6 +436,7 @@ def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
 # Terms of the seed text (../shared/seed, the course's Chinese source) that a chapter's Chinese must use where it
 # discusses them, and the words the seed does not use for the same ideas.
 SEED_TERMS = {"08_long_sequences": ["外推", "稀疏注意力"], "11_llms": ["自回归", "适配"],
+              "11_fine_tuning": ["自回归"], "11_preference_rl": ["自回归"],
               "15_transformer_vs_rnn": ["循环神经网络", "召回"], "07_parallelism": ["腾讯混元"]}
 NOT_THE_SEEDS = ["毕业项目", "回忆", "腾讯的 Hunyuan"]
 

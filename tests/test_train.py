@@ -110,6 +110,20 @@ def cfg(**kw):
     return TrainConfig(**base)
 
 
+def test_progress_false_writes_no_validation_lines(capsys, monkeypatch):
+    """Validation lines go under the progress bar: without the bar (a notebook's quiet run) nothing is printed,
+    and the records are still in the history."""
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    for progress in (False, True):
+        capsys.readouterr()
+        out = Trainer(make_model(), mse_sum, Shuffled(), cfg(progress=progress, eval_every=5),
+                      val_data=list(Shuffled(n=16))).fit()
+        printed = capsys.readouterr()
+        lines = [line for line in (printed.out + printed.err).splitlines() if "val_loss=" in line]
+        assert sum("val_loss" in r for r in out["history"]) >= 3
+        assert (len(lines) > 0) == progress, (progress, lines)
+
+
 def test_resume_gives_identical_weights(tmp_path):
     full = Trainer(make_model(), mse_sum, Shuffled(), cfg(), out_dir=tmp_path / "a")
     full.fit()

@@ -150,8 +150,9 @@ print(f"at d_k={dims[-1]}: entropy {e_s_hi:.2f} vs {e_u_hi:.2f} nats; gradient {
 
 # %% [markdown]
 # ## Exercise 1: a numerically stable softmax
-# `torch.softmax` is off limits here: write it from `torch.exp`. Logits of 1000 must not overflow, and
-# a `-inf` logit (a masked key) must get weight exactly 0.
+# `torch.softmax` is off limits here: write it from `torch.exp`. Its inputs are logits (scores before
+# the softmax, any real numbers): logits of 1000 must not overflow, and a `-inf` logit (a masked key)
+# must get weight exactly 0.
 
 # %%
 def my_softmax(x):

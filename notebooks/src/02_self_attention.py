@@ -55,7 +55,8 @@ print("out", tuple(out.shape), "== tformer.scaled_dot_product_attention(x W_q, x
 
 # %% [markdown]
 # `tformer.MultiHeadAttention` with one head is the same layer with the three matrices stacked in one
-# `nn.Linear` (and an output projection $W_o$; inside it $d_k = d_v = d_{model}$ / heads). Load square
+# `nn.Linear` (and an output projection $W_o$; inside it $d_k = d_v = d_{model}$ / heads, where the heads
+# are parallel attentions, each on its own slice of the features: chapter 3). Load square
 # matrices into it and compare with the four steps.
 
 # %%
@@ -101,6 +102,7 @@ plt.tight_layout()
 # $T-1-i$ steps, and the gradient decays with the distance.
 
 # %%
+# Figure: Gradient of the last output with respect to each input position, against its distance: one self-attention layer, an RNN and an LSTM.
 T_long = 64 if tformer.SMALL else 256
 d = 32
 x_seq = torch.randn(1, T_long, d)

@@ -167,6 +167,7 @@ def train_task(n_heads: int) -> tuple[GPT, list[float], float]:
 # Four heads: the attention patterns at initialization, then after training.
 
 # %%
+# Figure: Training loss of the 1-layer, 4-head GPT on the two-lookup task.
 tformer.seed_everything(0)
 w_random, _ = head_patterns(GPT(GPTConfig(vocab_size=V * V, context_length=T_task, n_layers=1, n_heads=4, d_model=64,
                                           d_ff=128)), x_eval)       # the same initial weights train_task starts from
@@ -181,6 +182,7 @@ curves(range(steps), {"train loss": losses}, "step", "cross-entropy", "training 
 # another on the diagonal three below (it reads $x_{t-3}$). At initialization every head is a blur.
 
 # %%
+# Figure: Each head's mean attention (query down, key across), at random initialization and after training.
 def lag_mass(w: torch.Tensor, lag: int) -> torch.Tensor:
     """Mean weight each head puts on key t - lag, over the query positions t >= 3: (n_heads,)."""
     return torch.diagonal(w, offset=-lag, dim1=-2, dim2=-1)[:, 3 - lag:].mean(-1)
@@ -203,6 +205,7 @@ assert lag_mass(w_random, 1).max() < 0.3 and lag_mass(w_random, 3).max() < 0.3  
 # both lags.
 
 # %%
+# Figure: Training loss with the same parameters: four heads of 16 against one head of 64.
 model_1, losses_1, acc_1 = train_task(1)
 w_one, _ = head_patterns(model_1, x_eval)
 print(f"1 head:  accuracy {acc_1:.3f}, weight on t-1 {lag_mass(w_one, 1).item():.2f}, on t-3 {lag_mass(w_one, 3).item():.2f}")
@@ -220,7 +223,8 @@ curves(range(steps), {"4 heads of 16": losses, "1 head of 64": losses_1}, "step"
 # part of its weight on $t-1$ and part on $t-3$ (printed above) and returns a weighted *blend* of the
 # two values, which is the paper's "one head averages". The blend loses resolution only when it can no longer be
 # unmixed; here the two weights differ, so the blend still says which token sat where, and 8 symbols in
-# 64 dimensions leave room for the feed-forward layer to decode it.
+# 64 dimensions leave room for the feed-forward layer (the two-layer MLP after attention in every
+# block, applied to each position on its own; chapter 5) to decode it.
 #
 # What the four heads add here is a
 # separate, sharper lookup for each lag (the heat maps of section 3, and the larger weights printed

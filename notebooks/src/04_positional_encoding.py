@@ -42,7 +42,9 @@ print("small mode:", tformer.SMALL)
 #
 # Shuffle the positions of `x` with a permutation $\pi$; self-attention's output is the original output
 # shuffled by the same $\pi$. The model cannot tell "dog bites man" from "man bites dog". Adding the
-# positional table breaks the symmetry.
+# positional table breaks the symmetry. The layer tested is `tformer.TransformerBlock`, one whole
+# Transformer layer: attention, then a feed-forward network, each with a residual connection and a
+# LayerNorm (chapter 5).
 
 # %%
 d_model, T = 32, 9
@@ -119,7 +121,9 @@ except ValueError as e:
 # %% [markdown]
 # The experiment: the same one-layer causal model with each of the three position schemes, trained on
 # sequences of length 32 to output the token two positions back, then tested on length 64. The task
-# is purely relative, so a scheme that *represents* relative offsets should keep working past 32.
+# is purely relative, so a scheme that *represents* relative offsets should keep working past 32. The
+# block is pre-LN: each sublayer reads a LayerNorm of its input and adds its output back,
+# $x + \mathrm{Sublayer}(\mathrm{LN}(x))$ (chapter 5 compares it with the paper's post-LN).
 
 # %%
 V, T_train, T_test, LAG = 16, 32, (64 if tformer.SMALL else 128), 2

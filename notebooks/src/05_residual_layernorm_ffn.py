@@ -64,6 +64,7 @@ class FFNStack(nn.Module):
 # For each depth, one backward pass of a random linear loss; the norm of the gradient on layer 1's $W_1$:
 
 # %%
+# Figure: Gradient norm at the first layer against depth, without a residual, with post-LN and with pre-LN.
 def first_layer_grad(n_layers: int, kind: str) -> float:
     torch.manual_seed(0)
     m = FFNStack(n_layers, kind)
@@ -90,7 +91,8 @@ assert post[-1] > 0.5 * post[0] and post[-1] > 20 * no_res[-1]  # with it: stays
 # `True` (every model in the course fills one such config for its blocks). First, build one post-LN layer from
 # its parts and check it is the module.
 #
-# Then stack 12 of each and watch the residual stream: post-LN
+# Then stack 12 of each and watch the residual stream (the running sum $x$ that every sublayer reads
+# from and adds its output to): post-LN
 # renormalizes after every layer (each token's features keep standard deviation 1), pre-LN keeps
 # adding to an un-normalized stream whose size grows with depth, with a clean identity path from the
 # output to every layer. The right panel shows the gradient each layer's attention weights receive at

@@ -65,7 +65,8 @@ print("with -inf: hidden keys get weight exactly 0.0 and their values cannot cha
 # %% [markdown]
 # ## 2. The causal mask: the future never changes the past
 #
-# `tformer.causal_mask(T)` is lower-triangular (query $i$ sees keys $j \le i$). When a KV cache already
+# `tformer.causal_mask(T)` is lower-triangular (query $i$ sees keys $j \le i$). When a KV cache (the keys
+# and values of earlier tokens, kept so that generation computes them once; chapter 14) already
 # holds earlier tokens ($T_k > T_q$) the queries are the *last* $T_q$ positions, so the triangle is
 # aligned bottom-right. The experiment: a GPT (`tformer.models.GPT`, causal in every layer), fed a
 # sequence and the same sequence with every token after position 5 replaced. Outputs at positions
@@ -141,6 +142,7 @@ for step in trange(steps, desc="training"):
 # position's weight sits on the aligned source token $S-1-j$:
 
 # %%
+# Figure: The decoder's cross-attention per head on the reversal task (rows: target position, columns: source position).
 seq2seq.cpu().eval()
 cross = seq2seq.decoder.layers[0].cross_attn
 src, dec_in, tgt = reverse_batch(128, torch.Generator().manual_seed(1))

@@ -235,7 +235,7 @@ print(f"chance: {1 / N_VALS:.3f}")
 assert accuracy["exact"][0] > accuracy["sliding window w=3"][0] + 0.3
 
 # %% [markdown]
-# Exact attention learns the lookup. The sliding
+# Exact attention answers most lookups, far above chance (its accuracy is printed above). The sliding
 # window cannot see far answers and scores about chance on them. Longformer's trick fixes exactly this:
 # make the query token *global* and its row sees everything again. With one layer only the query's row
 # matters, so Longformer here is *the same model* as exact attention (identical numbers), and so is
@@ -331,13 +331,13 @@ assert mem["tiled (block 128)"][-1] * 4 < mem["explicit"][-1]
 # %% [markdown]
 # On a GPU, FlashAttention also gets *faster*: the tiles live in on-chip SRAM, so the $n \times n$ scores
 # never travel to and from HBM, the slow memory. Our PyTorch loop shows the algorithm and its memory; it
-# is not fast (each block is a separate kernel). `benchmarks/bench_long_attention.py` has the full table
-# up to $n = 8192$: there tiled attention and SDPA use 1/20 and 1/200 of explicit attention's memory.
+# is not fast (each block is a separate kernel). Measured elsewhere: `python benchmarks/bench_long_attention.py`
+# runs the same comparison up to $n = 8192$ (its figures are in `benchmarks/RESULTS.md`).
 #
 # ## 5. PyTorch's SDPA backends: which one runs?
 #
 # `F.scaled_dot_product_attention` dispatches to one of several kernels: FLASH_ATTENTION (also on CPU),
-# EFFICIENT_ATTENTION (memory-efficient, xFormers-style; CUDA), CUDNN_ATTENTION (CUDA) and MATH (the
+# EFFICIENT_ATTENTION (memory-efficient, the kernel of Meta's xFormers library; CUDA), CUDNN_ATTENTION (CUDA) and MATH (the
 # explicit reference). `sdpa_kernel([...])` restricts the choice; a backend that cannot take the input
 # raises. `tformer.measure.flash.sdpa_backends_used` runs a call under the profiler and reports the kernel.
 
@@ -363,12 +363,11 @@ print(format_table(rows))
 # inputs the fast one cannot take (fp32 on some paths, an arbitrary float mask, unusual head sizes).
 #
 #
-# Fused is not always faster. On a CPU in bf16, the flash kernel's backward loses to the explicit math
-# for short sequences. Forward and backward together took 4.4x the math's time at 16 x 16 positions (a
-# Multi30k batch), 3.1x at 32 x 32 and 1.8x at 128 x 128. The two were even at 192 x 192, and fused won
-# from 256 x 256; its forward alone always won. That is one run on one thread of the course's 2-core
-# machine (`python benchmarks/bench_cpu_attention.py`). So on a CPU, `MultiHeadAttention` trains short
-# bf16 steps through the math (`tformer.kernels.CPU_LOWP_MATH_MAX`).
+# Fused is not always faster. On a CPU in bf16, the flash kernel's backward can lose to the explicit
+# math for short sequences, while its forward wins. Measured elsewhere:
+# `python benchmarks/bench_cpu_attention.py` times both, forward and backward, from 16 x 16 positions (a
+# Multi30k batch) up, and finds the length where fused starts to win. Below that length, `MultiHeadAttention`
+# trains bf16 steps on a CPU through the math (`tformer.kernels.CPU_LOWP_MATH_MAX`).
 #
 # ## 6. FlashAttention 1 to 4: the published figures
 #
@@ -379,5 +378,23 @@ print(format_table(rows))
 # | FlashAttention-3 | Shah et al., 2024 | H100 | warp specialisation + asynchronous TMA + FP8: 1.5-2.0x FA-2; up to 740 TFLOPs/s in FP16 (75% of peak), close to 1.2 PFLOPs/s in FP8 |
 # | FlashAttention-4 | Zadouri et al., March 2026 | Blackwell (B200) | pipelines and softmax reworked for Blackwell, whose tensor cores outgrew its exponential units and shared memory: up to 1613 TFLOPs/s in BF16 (71% of peak), 1.3x cuDNN 9.13, 2.7x Triton |
 #
+# (TMA, the Tensor Memory Accelerator, copies tiles between global and shared memory in hardware, without
+# the threads' help; warp specialisation gives some warps, groups of 32 threads, only the copying and
+# others only the arithmetic, so the two overlap.)
+#
 # None of them changes the mathematics: each computes softmax attention exactly, as
 # `tiled_attention` does, and differs in how well it keeps a particular chip busy.
+
+# %% [markdown]
+# ## Summary
+# * Counted pairs: dense causal attention grows as $n^2$, the strided pattern with stride $\sqrt n$ as
+#   about $n^{1.5}$, the sliding window, Longformer and BigBird as about $n$. A mask through a dense kernel
+#   still costs $n^2$: the saving needs a kernel that skips the masked blocks.
+# * On a one-layer key-value lookup, Longformer and BigBird score exactly what exact attention scores (their
+#   query row sees every key); the sliding window is near chance on far answers, and Linformer and
+#   Performer lose accuracy.
+# * Tiled attention with the online softmax equals PyTorch's fused attention within float32 rounding,
+#   values and gradients, and its peak memory grows as $n$ (fitted exponent 1) against explicit
+#   attention's $n^2$.
+# * `F.scaled_dot_product_attention` dispatches to one of several kernels: on a CPU its flash kernel; the
+#   table shows which backends run on this machine.

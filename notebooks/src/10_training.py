@@ -174,7 +174,7 @@ for name, losses in runs.items():
     print(f"{name:>20}: loss at step {x[-1]}: {losses[-1]:.3f}   (logs: {[round(v, 2) for v in losses]})")
 warm, cold, pre = (runs[k][-1] for k in runs)
 print(f"post-LN at step {x[-1]}: warmup {warm:.2f} vs no warmup {cold:.2f} nats; pre-LN without warmup {pre:.2f}")
-assert warm < cold - 0.2, "warmup should take post-LN off the plateau"     # seeds 0, 1, 2: ahead by 0.48-1.06
+assert warm < cold - 0.2, "warmup should take post-LN off the plateau"
 assert pre < cold, "pre-LN trains without warmup"
 
 # %% [markdown]
@@ -200,10 +200,10 @@ assert pre < cold, "pre-LN trains without warmup"
 # The loop divides the gradient by the count after the backward pass, as the `Trainer` does: with
 # several micro-batches or GPUs, their sums and counts are added first, so every token weighs the same.
 #
-# The Adam is torch's fused kernel, which updates every parameter in one pass through memory. For the
-# `small` preset's model it takes 4.8 ms a step against 12.5 ms for torch's default on 2 CPU threads
-# (`python benchmarks/bench_optim.py --threads 2`). The package's optimizers all take it where it runs
-# (`tformer.training.fusable`).
+# The Adam is torch's fused kernel, which updates every parameter in one pass through memory. The
+# package's optimizers all take it where it runs (`tformer.training.fusable`). Measured elsewhere:
+# `python benchmarks/bench_optim.py --threads 2` times it against torch's default for the `small`
+# preset's model (its figures are in `benchmarks/RESULTS.md`).
 
 # %%
 def bare_training_loop(model, loss_fn, batches, steps, lr, warmup, grad_clip=1.0, seed=0):
@@ -254,9 +254,10 @@ print(f"{LOOP_STEPS} steps: bare loop == Trainer, every weight (training moved s
 #
 # Dropout zeroes each activation with probability $p$ and scales the rest by $1/(1-p)$, so its
 # expected output is its input. Cheap as that sounds, on a CPU `F.dropout` draws one Mersenne-Twister
-# number per element. In the capstone's training step (32 dropout sites, batches of 100 sentences) those
-# draws were 30% of the time (torch profiler, 2 threads, bf16: bfloat16, a 16-bit float with float32's
-# range and 8 bits of precision).
+# number per element, in each of the capstone's 32 dropout sites at every step. Measured elsewhere:
+# `torch.profiler` around `python benchmarks/bench_translate.py --batch 100 --len 16 --bf16 --threads 1`
+# gives those draws' share of the capstone's training step in bf16 (bfloat16, a 16-bit float with
+# float32's range and 8 bits of precision); `benchmarks/RESULTS.md` has the figure.
 #
 # `tformer/dropout.py: dropout` computes the same function from one 64-bit draw per four elements: each
 # draw is cut into four 15-bit words, and an element is kept when its word is at least
@@ -281,7 +282,8 @@ print(f"per call on the CPU: F.dropout {ms['F.dropout']:.1f} ms, tformer.dropout
 # $$\mathcal{L} = (1-\epsilon)\,(-\log p_y) + \epsilon \cdot \frac{1}{V}\sum_v (-\log p_v).$$
 #
 # The second term is smallest when the distribution is flat, so the model is pushed away from putting
-# all its mass on one token. "This hurts perplexity, as the model learns to be more unsure, but
+# all its mass on one token. Perplexity, $e^{\text{loss}}$, is the number of equally likely tokens the
+# model's uncertainty amounts to. "This hurts perplexity, as the model learns to be more unsure, but
 # improves accuracy and BLEU score" (the paper, section 5.4). Below we measure the first half (lower
 # confidence, asserted); the BLEU of both models is printed in the capstone, where small mode is too
 # small to assert the paper's gain.
@@ -343,7 +345,8 @@ print(f"largest difference between their gradients: {gap:.1e}")
 # writes a 1,400 x 8,000 float32 tensor, reads it back for the softmax, and writes and reads its
 # gradient; the fused path holds 256 x 8,000 at a time. The time of the head and the loss, forward and
 # backward, both ways (on the CPU, under the bf16 autocast the capstone uses where the CPU has bf16
-# units, float32 elsewhere):
+# units, float32 elsewhere; `torch.autocast` runs each operation in bf16 where that is safe and keeps
+# float32 weights):
 
 # %%
 h = torch.randn(1400, 256, requires_grad=True)
@@ -461,14 +464,27 @@ for s_, r_, h_ in rows[:5] + wrong[:2]:
     print(f"{s_:<14}{r_:<14}{h_:<14}{'ok' if h_ == r_ else 'wrong'}")
 exact = 1 - len(wrong) / len(rows)
 print(f"exact match: {exact:.1%} of {len(rows)} test rows; sacreBLEU {rev['bleu']:.1f}")
-assert exact > 0.8, "the tiny model should reverse most rows exactly"   # seeds 0-4: 84.5-98%
+
+
+def edits(a: str, b: str) -> int:
+    """Levenshtein distance between two rows of digits: digits dropped, added or changed."""
+    d = list(range(len(b.split()) + 1))
+    for i, x in enumerate(a.split(), 1):
+        prev, d = d, [i] + [0] * len(b.split())
+        for j, y in enumerate(b.split(), 1):
+            d[j] = min(prev[j] + 1, d[j - 1] + 1, prev[j - 1] + (x != y))
+    return d[-1]
+
+
+print("edits from the reference, per wrong row:", sorted(edits(h_, r_) for _, r_, h_ in wrong))
+assert exact > 0.8, "the tiny model should reverse most rows exactly"
 
 # %% [markdown]
 # **What this shows.** The tiny Transformer reverses most rows it has never seen, after 200 steps that
 # take seconds on a CPU. To write the $i$-th output digit, the decoder's cross-attention must find the
 # $i$-th digit from the end of the source, so the model has learned to read positions, not only words.
-# Its mistakes are near misses, such as a digit dropped or two digits swapped, which is why sacreBLEU
-# stays high where the exact match falls short. The same code now trains on sentences.
+# Its mistakes are near misses: the cell prints how many edits (a digit dropped, added or changed) each
+# wrong row is from its reference, which is why sacreBLEU stays high where the exact match falls short. The same code now trains on sentences.
 
 # %% [markdown]
 # ## 5. Capstone: train a translation model and score it with sacreBLEU
@@ -525,6 +541,10 @@ for s, r, h in list(zip(src, ref, scores[4]["hypotheses"]))[:4]:
     print(f"\nsource:    {s}\nreference: {r}\nmodel:     {h}")
 
 # %% [markdown]
+# In small mode the translations above come from the one-minute model: German words and articles of the
+# corpus, but rarely the sentence's meaning (its sacreBLEU is printed above). Full mode's hour of training,
+# or the 30-minute capstone shown at the end of the chapter, gives translations.
+#
 # **Beam search finds more probable translations.** With no length penalty ($\alpha = 0$) beam search
 # ranks hypotheses by their total log-probability $\log P(y \mid x)$, the quantity greedy decoding
 # approximates one token at a time. Summed over the same sentences, the beam's translations should be
@@ -550,13 +570,14 @@ print(f"total log-probability over {n_check} sentences: beam-4 (alpha 0) {beam_l
 assert beam_logp.sum() >= greedy_logp.sum()
 
 # %% [markdown]
-# **Why can beam-4 score below greedy here?** Beam search finds more probable translations (asserted
+# **Why BLEU need not rank beam-4 above greedy here.** Beam search finds more probable translations (asserted
 # above), but BLEU does not score probability: it multiplies n-gram precision by a brevity penalty for
 # output shorter than the references. A model trained for a minute still has a length bias (its
 # probability of `</s>` is poorly calibrated), and the beam, with length penalty $\alpha = 0.6$,
 # amplifies whichever way that bias leans. The cell prints each decoding's output length against the
-# references and sacreBLEU's breakdown (its `BP` and `ratio`): where beam-4 trails greedy, look at the
-# ratio. A trained model has no such excuse: in the capstone's CPU tier beam-4 scores above greedy.
+# references and sacreBLEU's breakdown (its `BP` and `ratio`): where beam-4 does not lead greedy, look at
+# the ratio. A trained model has no such excuse: the capstone's reference, printed at the end of the
+# chapter, scores beam-4 above greedy.
 
 # %%
 n_ref = sum(len(r.split()) for r in ref[:n_eval])
@@ -578,6 +599,7 @@ for beam, res in scores.items():
 # Multi30k's sentences).
 
 # %%
+# Figure: The translation capstone's training loss, and one test sentence's cross-attention (output tokens down, source tokens across).
 from tformer.capstones import show
 
 translate_capstone = show("translate")
@@ -586,11 +608,27 @@ translate_capstone = show("translate")
 # **What to expect.** The command is `tformer capstone translate --data DIR`: 30 minutes of training on
 # any CPU, then a minute of scoring. On a CPU with bf16 matrix units (Intel AMX, AVX512-BF16) it trains
 # under bf16 autocast, elsewhere in float32, which makes fewer steps in the same 30 minutes. BLEU
-# follows the steps made, so the reference above prints its steps and tokens/s beside its score.
+# follows the steps made, so the cell above prints the run's steps, tokens/s and precision beside its
+# greedy and beam-4 sacreBLEU on test_2016_flickr.
 #
-# The reference ran on a 2-core CPU with AMX: 2,940 steps, **39.0 greedy / 40.0 beam-4** sacreBLEU on
-# test_2016_flickr. A plain `nn.Transformer` of the same size, trained by the same pipeline for the same
-# 30 minutes, reaches 37.1 beam-4 (`python benchmarks/translate_vs_peer.py`, the README's Results).
+# Measured elsewhere: `python benchmarks/translate_vs_peer.py --data DIR --minutes 30 --threads 1` trains
+# the capstone and a plain `nn.Transformer` of the same size side by side, by the same pipeline for the
+# same 30 minutes. In that one run the capstone's model scored 39.4 beam-4 and the peer 37.1 (the README's
+# Results, `benchmarks/RESULTS.md`).
 # For scale, the paper's transformer-base scores 27.3 tokenized BLEU on WMT14 EN-DE and the big model
 # 28.4: news text with a 37k vocabulary, a harder task than image captions. On one GPU, use
 # `--preset gpu --time-budget 5` instead.
+
+# %% [markdown]
+# ## Summary
+# * The paper's schedule warms up linearly, peaks at step 4000 at $(512 \cdot 4000)^{-1/2}$ = 6.99e-04 for
+#   the base model, then decays as $1/\sqrt{s}$; a run with a fixed budget decays linearly to 0 instead.
+# * At one constant rate, post-LN without warmup stalls on a plateau, post-LN with a warmup leaves it
+#   (ahead by more than 0.2 nats, asserted), and pre-LN trains without any warmup.
+# * The bare loop and the `Trainer` give the same weights bit for bit; `tformer.dropout` keeps the same
+#   share of elements as `F.dropout`, and the fused head-and-loss gives the same loss and gradients.
+# * Label smoothing penalises confidence itself (a margin of 30 costs 2.250 against 0.000 without it) and
+#   lowers a trained model's mean top probability (asserted).
+# * The pipeline learns to reverse unseen rows of digits (over 80% exact, asserted), and beam search
+#   finds translations more probable in total than greedy decoding's (asserted); BLEU also weighs
+#   length, so it can rank them the other way.

@@ -71,6 +71,7 @@ print(f"GPT, {base.num_params():,} parameters: training loss {pre_losses[0]:.2f}
 
 # %% [markdown]
 # ## 2. Decoding: from a distribution to text
+# Generation is autoregressive: the model picks one token, appends it to its input and predicts the next.
 # At every step the model gives logits $z \in \mathbb{R}^V$ for the next token. Ways to pick one:
 # * **greedy**: $\arg\max_v z_v$ (deterministic);
 # * **temperature** $\tau$: sample from $\mathrm{softmax}(z / \tau)$; $\tau < 1$ sharpens, $\tau > 1$ flattens;
@@ -345,9 +346,8 @@ assert mean(acc_lora) > mean(acc_base) + 0.1 and lora_losses[-1] < lora_losses[0
 # %% [markdown]
 # The line above says, task by task, whether LoRA reaches half of full fine-tuning at this width. In
 # small mode, even with twice the steps, LoRA stays behind: its mean accuracy and its final loss (both
-# printed above) are well short of full fine-tuning's. It writes half of the two-turn recall answers or
-# more, some of the sums and code answers, and none of the reading. How many sums and code answers moves
-# with the last bits of rounding (torch's fused and unfused AdamW kernels alone change it), so read the
+# printed above) are well short of full fine-tuning's, task by task in the accuracy line. How many answers
+# of each task it gets right moves with the last bits of rounding (torch's fused and unfused AdamW kernels alone change it), so read the
 # per-task line as a rough picture and the means as the result.
 #
 # The likely reason LoRA stays behind is the base, not the adapters: copying words from the context
@@ -376,3 +376,15 @@ plt.show()
 # The SFT model answers in the format it was shown. The next notebook, `11_preference_rl`, teaches it
 # which of two answers people prefer (DPO), makes it right more often on tasks a program can check
 # (GRPO), and gives it facts it never saw through retrieval (RAG).
+
+# %% [markdown]
+# ## Summary
+# * Greedy decoding loops: its continuation's distinct-2 stays below 0.5 (asserted). Higher temperature and
+#   higher top-p raise distinct-2 (asserted); a repetition penalty ends the loop only at the strong settings
+#   the cell lists, because it acts once per token.
+# * SFT with the loss on the assistant's tokens only takes the base model from under 5% exact answers to a
+#   mean above 40% over the four tasks, and above 80% on the two-turn recall (asserted).
+# * LoRA's merged and unmerged weights give the same outputs; a $(d, d)$ matrix trains $2r/d$ of its
+#   numbers, the whole model less (1.06% at $d_{model}$ = 384, $r$ = 4).
+# * At small mode's width LoRA stays well behind full fine-tuning even with twice the steps; its parity is
+#   a result on large pretrained models, which full mode approaches.

@@ -13,7 +13,7 @@
 #   representations are good to *adapt*: a small classification head fine-tuned on a few labels.
 #
 # We pretrain both on a real corpus (offline: Python's own documentation, `pydoc_data.topics`; full mode
-# online: TinyStories through `datasets`), show loss, perplexity and samples, then fine-tune BERT and
+# online: TinyStories through `datasets`), show loss, perplexity ($e^{\text{loss}}$) and samples, then fine-tune BERT and
 # compare with a model trained from scratch. Finally the course's own GPT loads real GPT-2 weights.
 # The chapter's next notebooks turn a pretrained GPT into an assistant: `11_fine_tuning` (decoding,
 # instruction tuning, LoRA), then `11_preference_rl` (DPO, GRPO with verifiable rewards, retrieval).
@@ -177,7 +177,8 @@ def my_causal_lm_loss(logits, idx):
 check("ch11.causal_lm_loss", my_causal_lm_loss)
 
 # %% [markdown]
-# A model that knows nothing predicts every token with probability $1/V$: loss $\ln V$, perplexity $V$.
+# A model that knows nothing predicts every token with probability $1/V$: loss $\ln V$, perplexity
+# $e^{\ln V} = V$ (perplexity is $e^{\text{loss}}$: the number of tokens a uniform guess would choose among).
 # Training should bring the validation perplexity far below that.
 
 # %%
@@ -375,13 +376,15 @@ for name, p in (("both sides", both), ("left only", left)):
           [tok.decode([i]) for i in p.topk(5).indices.tolist()])
 tv = 0.5 * (both - left).abs().sum().item()
 print(f"total variation between the two guesses: {tv:.2f} (0 = the words after the gap were ignored)")
+shift = both - left                                       # what the words after the gap changed, token by token
+print("raised most by the words after the gap:", [f"{tok.decode([i])!r} {shift[i]:+.3f}" for i in shift.topk(5).indices])
 assert tv > 0.01
 
 # %% [markdown]
 # A model that reads only to its left would print a total variation of exactly 0: here the words after
 # the gap move the guess. Where the two top-5 lists barely differ, the small model has learned little
 # beyond which tokens are frequent, and the words after the gap shift its probabilities without
-# changing its first choices.
+# changing its first choices: the last line names the tokens they raised most, and by how much.
 
 # %% [markdown]
 # ## 5. Pretrain, then adapt
@@ -484,3 +487,15 @@ else:
 # no biases and an output head of its own. Qwen3 adds an RMSNorm on each query and key head. `GPT.from_hf_llama`
 # and `GPT.from_hf_qwen3` load Hugging Face's `LlamaForCausalLM` and `Qwen3ForCausalLM`, and
 # `tests/test_llama.py` checks that the logits and the greedy tokens equal theirs.
+
+# %% [markdown]
+# ## Summary
+# * BPE from scratch learns the same merges as Hugging Face's `tokenizers`; a bigger vocabulary holds
+#   longer pieces, so the same text takes fewer tokens.
+# * Pretraining a small GPT takes its validation loss from $\ln V$ (a uniform guess) to a perplexity
+#   below $V/4$ (asserted), and `causal_lm_loss` is the loss of the training loop.
+# * BERT's masking rule chooses about 15% of the tokens and turns about 80% of those into `[MASK]`
+#   (asserted); the fill-in's guess changes when the words after the gap are cut off.
+# * Pretrained on masked-LM and then fine-tuned, the encoder beats the same model trained from scratch on
+#   the same labelled windows (asserted).
+# * The course's GPT gives the logits of Hugging Face's `GPT2LMHeadModel` on the same weights.

@@ -149,7 +149,7 @@ else:
 tformer.seed_everything(0)
 vit = ViT(vit_cfg)
 print(f"ViT: {vit.num_params():,} parameters, {vit_cfg.n_patches} patches + [class] token")
-hist = train_classifier(vit, data, weight_decay=0.05, device=dev, seed=0, **fit)
+hist = train_classifier(vit, data, weight_decay=0.05, device=dev, seed=0, progress=False, **fit)   # the curves show it
 acc = hist.test_acc[-1]
 print(f"test accuracy {acc:.1%} on {len(data.y_test)} held-out digits after {hist.seconds / 60:.2f} min "
       f"({len(hist.loss)} steps, device {dev})")
@@ -200,6 +200,7 @@ plt.show()
 # committed in `data/capstones/vit`, labelled with the command, machine and date that made it.
 
 # %%
+# Figure: The ViT capstone's training loss, one curve per seed.
 from tformer.capstones import show
 
 vit_capstone = show("vit")
@@ -256,6 +257,8 @@ print("tformer ViT == transformers ViTForImageClassification on the same weights
 
 # %% [markdown]
 # ## Exercise: symmetric InfoNCE
+# InfoNCE (noise-contrastive estimation, van den Oord et al. 2018) is a cross-entropy that picks the
+# matching item among $N$ candidates; symmetric, it does so both ways.
 # `image_emb (N, E)`, `text_emb (N, E)` (row $i$ of each is a matching pair), `logit_scale` $= e^t$.
 # Normalise, build the $N \times N$ logits, average the two cross-entropies.
 
@@ -347,7 +350,7 @@ for _ in tqdm(range(epochs), desc="CLIP"):
         opt.step()
         sched.step()
         clip_losses.append(loss.item())
-clip.eval()
+clip = clip.eval()                                             # evaluation mode from here on
 
 # %%
 # Figure: The aligner's contrastive loss during training.
@@ -392,6 +395,7 @@ assert zero_shot > (0.5 if SMALL else 0.9), zero_shot
 # It reports zero-shot accuracy and recall@1 both ways, mean of the seeds.
 
 # %%
+# Figure: The CLIP capstone's training loss, one curve per seed.
 clip_capstone = show("clip")
 print(f"the one-minute version above: zero-shot {zero_shot:.1%}, one seed, {len(clip_losses)} steps")
 
@@ -567,3 +571,17 @@ with torch.no_grad():
     other = caption_loss(data.x_test.roll(1, 0).to(dev), test_ids).item()
 print(f"held-out caption loss: own image {own:.3f}, another image {other:.3f} nats per byte")
 assert own < other
+
+# %% [markdown]
+# ## Summary
+# * An image becomes a sequence: an 8x8 digit in 2x2 patches is 16 tokens plus `[class]`, and the strided
+#   convolution of the patch embedding equals a linear map of the flattened patches.
+# * A ViT trained from scratch on digits passes 60% test accuracy in small mode's minute (asserted); the
+#   committed capstone reaches 0.9807, mean of three seeds.
+# * The symmetric InfoNCE loss is near $\ln N$ for unrelated pairs and falls to 0 as each caption embedding
+#   nears its image's.
+# * A text tower aligned to the frozen ViT classifies digits zero-shot from templates it never saw, far above
+#   the 10% of chance (asserted); the committed capstone reaches 0.9704.
+# * A VLM feeds projected image features to a language model as tokens; held out, a caption's loss with its
+#   own image is below the loss with another image (asserted), by little, since only the digit needs the
+#   picture.

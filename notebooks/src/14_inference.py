@@ -330,7 +330,8 @@ ax[1].set_title("speed-up vs k"); plt.tight_layout(); plt.show()
 
 # %% [markdown]
 # The target runs far fewer passes than tokens. Whether that becomes wall-clock speed depends on how
-# much cheaper the draft is and how memory-bound the target is: on a GPU a pass over k+1 tokens costs
+# much cheaper the draft is and how memory-bound the target is (memory-bound: its time goes to reading
+# the weights, not to arithmetic): on a GPU a pass over k+1 tokens costs
 # about as much as a pass over one, so 2-3x speed-ups are common. On a CPU with tiny models the target
 # pass is not much dearer than the draft's, so the speed-up can be small or below 1: the acceptance
 # rate and tokens per target pass are the portable numbers.
@@ -522,12 +523,11 @@ plt.title("throughput vs concurrency"); plt.legend(); plt.tight_layout(); plt.sh
 # small those extra operations cost about as much as the layer's matrix products. A compiled
 # paged-attention kernel (vLLM's) does the same reading in one call.
 #
-# `benchmarks/bench_serve.py`
-# measures the same against static batching with the sizes of a real course model, with time to first
-# token beside it. `benchmarks/bench_decode_attention.py` builds such a kernel for the CPU in C++
-# (`benchmarks/paged_decode.cpp`) and puts it in the engine. At 16 clients on a 2-core CPU it made the
-# engine 1.16x faster in bf16 (`benchmarks/RESULTS.md`), while skipping attention altogether made it
-# 1.74x faster: at that size a decoding step mostly waits on reading the cache.
+# Measured elsewhere: `python benchmarks/bench_serve.py` measures the same against static batching with
+# the sizes of a real course model, with time to first token beside it, and
+# `python benchmarks/bench_decode_attention.py` builds such a kernel for the CPU in C++
+# (`benchmarks/paged_decode.cpp`), puts it in the engine, and times the engine with it, with the package's
+# attention, and with attention skipped altogether (their figures are in `benchmarks/RESULTS.md`).
 #
 # **The server.** `tformer serve --run RUN` (or `--hf DIR`, or `--demo`) puts the engine behind an
 # OpenAI-compatible HTTP API (`/v1/completions`, `/v1/chat/completions` with streaming, `/v1/models`,
@@ -582,7 +582,8 @@ check("ch14.kv_step", my_kv_step)
 # `p` (k+1, V) are the target's probabilities at the k draft positions and one more, `q` (k, V) the
 # draft's, `draft` (k,) the draft tokens and `u` (k,) uniform numbers. Draft token i is accepted iff
 # `u[i] < p[i, x_i] / q[i, x_i]` and all earlier ones were. Return `(n, dist)`: n, the number of
-# accepted tokens (a 0-d integer tensor), and the distribution of the next token:
+# accepted tokens (a 0-d `torch.int64` tensor: the checker compares its dtype too), and the distribution of
+# the next token, a (V,) tensor in `p`'s dtype:
 # $\mathrm{norm}(\max(0, p_n - q_n))$ after a rejection at n, or $p_k$ if all k were accepted.
 
 # %%
@@ -622,12 +623,18 @@ check("ch14.int8", my_int8)
 
 # %% [markdown]
 # ## Exercise 4: the scheduler's admission rule
-# The engine admits waiting requests in arrival order. Request i has `lengths[i]` tokens whose keys and
-# values it needs, and its first `shared[i]` blocks are already cached (shared with another request).
-# It fits if the free blocks cover its other blocks *plus the block its first generated token may open*,
-# and still leave `watermark` blocks free for running sequences to grow into; it then takes the blocks
-# its tokens fill. The first request that does not fit stops admission (first come, first served).
-# Return how many requests are admitted now, given `n_free` free blocks of `block_size` tokens.
+# The engine admits waiting requests in arrival order. Request i has $L_i$ = `lengths[i]` tokens whose
+# keys and values it needs, and its first $s_i$ = `shared[i]` blocks are already cached (shared with
+# another request). With $b$ = `block_size` and $F$ = `n_free` free blocks, it fits if the free blocks
+# cover its other blocks *plus the block its first generated token may open*, and still leave
+# `watermark` blocks free for running sequences to grow into:
+#
+# $$F - \big(\lceil (L_i + 1) / b \rceil - s_i\big) \ge \mathrm{watermark}.$$
+#
+# It then takes the blocks its tokens fill, $F \leftarrow F - (\lceil L_i / b \rceil - s_i)$, and the next
+# request is tried. The first request that does not fit stops admission (first come, first served).
+# `lengths` and `shared` are Python lists of ints of the same length (possibly empty); `n_free`,
+# `block_size` and `watermark` are ints. Return how many requests are admitted now, an int.
 
 # %%
 def my_admit(lengths, shared, n_free, block_size, watermark):
@@ -665,6 +672,6 @@ print(inspect.getsource(plan_admission))
 # | KV cache | recomputing the past: $O(n^2) \to O(n)$ token passes | decoding time vs length |
 # | GQA / MQA | cache size, by $n_{heads}/n_{kv}$ | bytes per token, validation loss |
 # | paged KV cache | memory reserved but unused | peak blocks vs contiguous reservation |
-# | int8 / int4 weights | 4x / ~6x weight memory (and bandwidth; int4's ceiling is 6.4x with a float32 scale per 32) | bytes, perplexity |
+# | int8 / int4 weights | weight memory (and bandwidth), a little under the ceilings of 4x and 6.4x (a float32 scale per 32 int4 weights; biases stay float32) | bytes, perplexity |
 # | speculative decoding | target passes per token | acceptance rate, tokens per pass, speed-up |
 # | continuous batching | idle batch slots; recomputing shared prefixes | tokens/s vs concurrency, equal tokens, the server |

@@ -390,7 +390,8 @@ assert all(x["model"] == "Transformer" for x in scale_rows[::2])
 # For scale (quoted from the papers): GPT-3 (Brown et al. 2020: 175B parameters, 300B tokens) trained on
 # 1.7 tokens per parameter; Chinchilla (70B, 1.4T tokens) on 20, and beat Gopher (280B, trained with the
 # same compute) on almost every task.
-#
+
+# %% [markdown]
 # ## Summary
 # | property | LSTM | Transformer |
 # |---|---|---|

@@ -61,6 +61,10 @@ class TranslateMulti30k(Capstone):
     def show(cls, result: dict, where: str, plot: bool = True) -> None:
         """The ten test translations (beside their sources and references when the run has them) and the
         cross-attention of the first one, target tokens against source tokens."""
+        if "steps" in result:                           # BLEU follows the steps made: they stand beside it
+            print(f"{result['steps']:,} steps at {result['tokens_per_s']:,.0f} target tokens/s "
+                  f"({result.get('precision', 'float32')}); sacreBLEU greedy {result['greedy_bleu']:.2f}, "
+                  f"beam-4 {result['value']:.2f}")
         for i, e in enumerate(result.get("examples", [])):
             print(f"\n[{i}] model:     {e['hyp']}" + (f"\n    source:    {e['src']}\n    reference: {e['ref']}"
                                                        if "src" in e else ""))

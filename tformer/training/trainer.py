@@ -93,7 +93,7 @@ class TrainConfig:
     keep_snapshots: int = 5            # snapshots kept for checkpoint averaging
     log_every: int = 10                # steps between progress-bar/log updates
     seed: int | None = 0               # seeds torch/python at the start of a fresh run; None: leave them as they are
-    progress: bool = True              # tqdm progress bar (TQDM_DISABLE=1 also turns it off)
+    progress: bool = True              # tqdm progress bar and validation lines (TQDM_DISABLE=1 also turns them off)
     resume: bool = True                # continue from out_dir/last.pt when it exists
 
 
@@ -413,7 +413,7 @@ class Trainer:
 
     def _log(self, record: dict, bar=None) -> None:
         self.state.history.append(record)
-        if bar is not None and len(record) > 2:
+        if bar is not None and not bar.disable and len(record) > 2:     # progress=False: no lines either
             bar.write("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
         if self.out_dir is not None and self.rank == 0:
             self.out_dir.mkdir(parents=True, exist_ok=True)
