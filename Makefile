@@ -53,7 +53,7 @@ torch: $(PY)
 	  fi; \
 	fi
 
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | torch
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) requirements/jupyterlab-overrides.json | torch
 	@if [ "$(PYVER)" = "$(CI_PYTHON)" ]; then \
 	  echo "installing the tested versions ($(CONSTRAINTS), Python $(CI_PYTHON))"; \
 	  $(PIP) install --quiet -c $(CONSTRAINTS) -e ".[lab,dev,serve,book]"; \
@@ -61,6 +61,9 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | torch
 	  echo "Python $(PYVER) is not $(CI_PYTHON), which $(CONSTRAINTS) was made for: installing from pyproject.toml's version ranges instead"; \
 	  $(PIP) install --quiet -e ".[lab,dev,serve,book]"; \
 	fi
+	@# JupyterLab opens on the course without its "official Jupyter news" pop-up
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp requirements/jupyterlab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@
 
 install: $(VENV)/.installed

@@ -59,6 +59,12 @@ def test_make_lab_serves_the_chapter_notebooks(tmp_path):
         served = {item["name"] for item in listing["content"]}
         chapters = {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
         assert chapters and chapters <= served
+        # no "official Jupyter news" pop-up: make install put the override into the environment
+        plugin = "@jupyterlab/apputils-extension:notification"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/api/settings/{plugin}?token={token}", timeout=10) as r:
+            setting = json.load(r)
+        defaults = {k: v.get("default") for k, v in setting["schema"]["properties"].items()}
+        assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False, defaults
         with pytest.raises(urllib.error.HTTPError) as e:       # and it wants the token
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents", timeout=5)
         assert e.value.code == 403

@@ -1,5 +1,5 @@
 """The repository's map of itself stays true: the module map in tformer/__init__.py names every module (and
-each folder's line every module of the folder but a capstone's own), the README's "How the package is laid out" is that map,
+each folder's line every module of the folder but a capstone's own), CONTRIBUTING's "How the package is laid out" is that map,
 data/ has a README per dataset, and downloads are cached in data/cache/ (ignored by git) by default."""
 import importlib
 import pkgutil
@@ -60,12 +60,12 @@ def test_module_map_names_every_module_and_subpackage():
         assert not unnamed, f"the {m.name}/ line of tformer/__init__.py's map does not name: {unnamed}"
 
 
-def test_the_readme_shows_the_package_map():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## How the package is laid out", 1)[1].split("\n## ", 1)[0]
+def test_contributing_shows_the_package_map():
+    guide = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = guide.split("## How the package is laid out", 1)[1].split("\n## ", 1)[0]
     block = section.split("```\n", 2)[1].rstrip("\n").splitlines()
     want = "\n".join(package_map())
-    assert block == package_map(), ("README.md's \"How the package is laid out\" block must be the map of "
+    assert block == package_map(), ("CONTRIBUTING.md's \"How the package is laid out\" block must be the map of "
                                     f"tformer/__init__.py, without its indent:\n{want}")
 
 

@@ -246,3 +246,29 @@ def test_the_clutter_patterns_match_what_they_mean_to():
     assert TRAINER_LOG.search("step=43  minutes=0.008829  test_acc=0.2489")
     assert not TRAINER_LOG.search("step 100: loss 2.1")
     assert MODULE_REPR.match("CLIP(") and not MODULE_REPR.match("CLIP(config)") and not MODULE_REPR.match("print(")
+
+
+# -- the README starts the course: a learner's page first, the teachers' material in TEACHING.md -------------
+
+def _prose(text: str) -> str:
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def test_the_readme_is_a_learners_page_of_short_paragraphs():
+    """Quick start, then the Chapter map, before any teachers' material (which is TEACHING.md's); under 2,500
+    words outside code blocks; no paragraph over 120 words, no sentence over 50."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    sections = [line[3:].strip() for line in text.splitlines() if line.startswith("## ")]
+    assert sections[:2] == ["Quick start", "Chapter map"], sections
+    assert sections.index("Exercises") < sections.index("For teachers") == len(sections) - 2, sections
+    assert "TEACHING.md" in text.split("## For teachers", 1)[1]
+    for word in ("Landlock", "SLURM", "Kubernetes", "--shard", "journal.jsonl"):
+        assert word not in text, f"the README carries teachers' material ({word}): it belongs in TEACHING.md"
+    prose = _prose(text)
+    assert len(prose.split()) < 2500, f"README has {len(prose.split())} words outside code blocks"
+    for para in re.split(r"\n\s*\n", prose):
+        if not para.strip() or para.lstrip().startswith(("|", "#")):
+            continue
+        assert len(para.split()) <= 120, f"a README paragraph of {len(para.split())} words: {para[:80]!r}"
+        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`(*])", " ".join(para.split())):
+            assert len(sentence.split()) <= 50, f"a README sentence of {len(sentence.split())} words: {sentence[:80]!r}"

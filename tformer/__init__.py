@@ -4,7 +4,7 @@ The map of the package, one line per entry, bottom layer first (the ground: util
 to moe; models; training and inference; measure; the commands): a module imports only from its own layer
 and the layers before it (tests/test_layers.py; `python tests/test_layers.py` prints them). What the
 chapters build sits flat at the top; the rest is grouped in folders named for what they hold, and each
-folder's `__init__.py` describes its modules. The README's "How the package is laid out" is a copy of
+folder's `__init__.py` describes its modules. CONTRIBUTING.md's "How the package is laid out" is a copy of
 this map; tests/test_layout.py keeps the three in agreement.
 
     utils/       runtime (SMALL, seeds, threads), device (the device and dtype policy, device()), gpu,
