@@ -49,6 +49,7 @@ def tformer(*args, cwd: Path, timeout: float = 600) -> subprocess.CompletedProce
     """The command as typed, from `cwd` (outside the checkout)."""
     assert not Path(cwd).resolve().is_relative_to(CHECKOUT)
     env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(CHECKOUT)            # the checkout under test (what the editable install points to)
     return subprocess.run([sys.executable, "-m", "tformer", *map(str, args)], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

@@ -118,11 +118,36 @@ def register(ex: Exercise) -> Exercise:
     return ex
 
 
-def load_exercises() -> dict[str, Exercise]:
-    """Register every chapter's exercises (tformer/grading/exercises/) and return the registry: the one way
-    the grader, the worker and the tools load them."""
+TEACHER_FILES: dict[str, str] = {}     # a teacher's exercise file (resolved path) -> the module it was loaded as
+
+
+def load_exercises(*files: str | os.PathLike) -> dict[str, Exercise]:
+    """Register every chapter's exercises (tformer/grading/exercises/), and the exercises of a teacher's own
+    `files` (a module that calls `register(Exercise(...))` as a chapter's does), and return the registry: the one
+    way the grader, the worker and the tools load them. A file already loaded is not loaded again; in a grading
+    worker, a file of the same name as one the grader loaded (the student's copy of the teacher's module) is
+    the grader's."""
+    import hashlib
+    import importlib.util
     from . import exercises
     exercises.load()
+    for f in files:
+        path = Path(f).expanduser().resolve()
+        if str(path) in TEACHER_FILES or (os.environ.get("TFORMER_GRADE_WORKER") and
+                                          any(Path(t).name == path.name for t in TEACHER_FILES)):
+            continue
+        if not path.is_file():
+            raise FileNotFoundError(f"no exercise file {f} (a module of register(Exercise(...)) calls)")
+        name = f"tformer_exercises_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        TEACHER_FILES[str(path)] = name
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name], TEACHER_FILES[str(path)]
+            raise
     return REGISTRY
 
 

@@ -1,6 +1,8 @@
 """The assignment a teacher declares: `tformer grade CLASS --out OUT --assignment FILE`, a TOML file.
 
-    notebooks = ["01_attention", "02_self_attention", "03_multi_head_attention"]   # in gradebook order
+    notebooks = ["01_attention", "02_self_attention", "w03_double"]   # in gradebook order; w03_double: yours
+    exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls
+    released = "handout/"           # your notebooks as students got them (w03_double.ipynb)
 
     [points]                        # points per exercise (whole numbers), as --weights gives them
     "ch01.attention" = 5
@@ -10,7 +12,8 @@
 
 With it, `possible`, "not handed in", the pass rates and the Canvas columns follow the assignment; a notebook
 outside it is listed as extra and earns nothing. Paths in the file are relative to it. An unknown key is an
-error naming it. grades.json records the file and its sha256.
+error naming it. grades.json records the file and its sha256, and `exercises_hash`: the sha256 of the
+teacher's own files (exercise modules and released notebooks), kept apart from the grader's hash.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ if sys.version_info >= (3, 11):
 else:                                                     # pragma: no cover (Python 3.10)
     import tomli as tomllib
 
-KEYS = {"notebooks", "points", "lms"}
+KEYS = {"notebooks", "points", "lms", "exercises", "released"}
 LMS_KEYS = {"canvas_column"}
 
 
@@ -39,11 +42,49 @@ class Assignment:
     canvas_column: str = "tformer {chapter}"
     path: str = ""
     sha256: str = ""
+    exercise_files: list[str] = field(default_factory=list)    # a teacher's exercise modules (absolute paths)
+    released: str = ""                                        # a teacher's released notebooks' folder
 
     def record(self) -> dict:
         """What grades.json keeps of it."""
         return {"file": self.path, "sha256": self.sha256, "notebooks": self.notebooks, "points": self.points,
-                "canvas_column": self.canvas_column}
+                "canvas_column": self.canvas_column, "exercises": self.exercise_files, "released": self.released}
+
+
+def teacher_files(exercise_files: list[str], released: str = "") -> list[Path]:
+    """A teacher's own files: the exercise modules and the released notebooks."""
+    files = [Path(f) for f in exercise_files]
+    if released:
+        files += sorted(Path(released).glob("*.ipynb"))
+    return files
+
+
+def exercises_hash(exercise_files: list[str], released: str = "") -> str:
+    """sha256 of a teacher's own files ("" when there are none): what a grade depends on beside the grader."""
+    files = teacher_files(exercise_files, released)
+    if not files:
+        return ""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def use_teacher_files(exercise_files: list[str], released: str = "") -> None:
+    """Load a teacher's exercise modules and count their released notebooks (ClassError on a bad file)."""
+    from .notebooks import add_released
+    load_exercises()                                  # the course's, always
+    if released:
+        if not Path(released).is_dir():
+            raise ClassError(f"released = {released!r}: no such folder (your notebooks as students got them)")
+        add_released(Path(released))
+    for f in exercise_files:
+        try:
+            load_exercises(f)
+        except FileNotFoundError as e:
+            raise ClassError(str(e)) from None
+        except Exception as e:                        # the teacher's module raised: say where, in one line
+            raise ClassError(f"{f}: {type(e).__name__}: {e}".splitlines()[0]) from None
 
 
 def read_assignment(path: Path) -> Assignment:
@@ -63,10 +104,20 @@ def read_assignment(path: Path) -> Assignment:
     stems = toml.get("notebooks")
     if not isinstance(stems, list) or not stems or not all(isinstance(s, str) for s in stems):
         raise ClassError(f'{path}: `notebooks` must be a list of notebook names, e.g. ["01_attention"]')
+    base = path.resolve().parent
+    files = toml.get("exercises", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ClassError(f'{path}: `exercises` must be a list of files, e.g. ["week3.py"]')
+    files = [str((base / f).resolve()) for f in files]
+    released = toml.get("released", "")
+    if not isinstance(released, str):
+        raise ClassError(f'{path}: `released` must be a folder, e.g. "handout/"')
+    released = str((base / released).resolve()) if released else ""
+    use_teacher_files(files, released)
     known = set(known_stems())
     for s in stems:
         if s not in known:
-            raise ClassError(f"{path}: notebooks: no notebook {s!r} in the course (e.g. 01_attention)")
+            raise ClassError(f"{path}: notebooks: no notebook {s!r} in the course or in `released` (e.g. 01_attention)")
     if len(set(stems)) != len(stems):
         raise ClassError(f"{path}: notebooks: {next(s for s in stems if stems.count(s) > 1)!r} is listed twice")
     load_exercises()
@@ -87,4 +138,5 @@ def read_assignment(path: Path) -> Assignment:
     column = lms.get("canvas_column", "tformer {chapter}")
     if not isinstance(column, str) or "{chapter}" not in column:
         raise ClassError(f"{path}: [lms] canvas_column must be a name with {{chapter}} in it, got {column!r}")
-    return Assignment(list(stems), dict(points), column, str(path.resolve()), hashlib.sha256(data).hexdigest())
+    return Assignment(list(stems), dict(points), column, str(path.resolve()), hashlib.sha256(data).hexdigest(),
+                      files, released)

@@ -29,7 +29,7 @@ import symtable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .notebooks import RELEASED_DIRS, read_cells, released_notebooks
+from .notebooks import read_cells, released_dirs, released_notebooks
 
 _BUILTINS = frozenset(dir(builtins))
 _MUTATORS = frozenset({"update", "append", "extend", "insert", "pop", "popitem", "clear", "setdefault", "remove",
@@ -46,9 +46,14 @@ def normalize(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip("\n").splitlines()).strip("\n")
 
 
+def released_cells(dirs: tuple[Path, ...] | None = None) -> dict[str, frozenset[str]]:
+    """Notebook stem -> the normalized sources of its released code cells (English and Chinese, and a
+    teacher's released notebooks)."""
+    return _released_cells(dirs if dirs is not None else released_dirs())
+
+
 @functools.lru_cache(maxsize=None)
-def released_cells(dirs: tuple[Path, ...] = RELEASED_DIRS) -> dict[str, frozenset[str]]:
-    """Notebook stem -> the normalized sources of its released code cells (English and Chinese)."""
+def _released_cells(dirs: tuple[Path, ...]) -> dict[str, frozenset[str]]:
     found: dict[str, set[str]] = {}
     for stem, paths in released_notebooks(dirs).items():
         for path in paths:

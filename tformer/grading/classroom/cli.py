@@ -24,10 +24,14 @@ def _main(args: argparse.Namespace) -> int:
     """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
     notebook runs; --require-all with points missing is exit 1."""
     from ...utils.errors import UserError
-    from ..core import REGISTRY, load_exercises
+    from ..core import REGISTRY
     from . import gradebook, run, submissions
     from .submissions import ClassError
-    load_exercises()                  # the names --only, --weights, --overrides and --assignment give are checked
+    try:                              # the names --only, --weights, --overrides and --assignment give are checked
+        from .assignment import use_teacher_files
+        use_teacher_files([str(f) for f in args.exercises or []])
+    except ClassError as e:
+        raise UserError(f"--exercises: {e}") from None
     if args.lang:
         os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -104,6 +108,7 @@ def _grade_class(args: argparse.Namespace, memory: int | None, UserError, REGIST
     try:
         run.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or run.CLASS_TIMEOUT,
                         weights=weights, overrides=overrides, only=args.only, assignment=assignment,
+                        exercise_files=[str(f) for f in args.exercises or []],
                         workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
                         lms=args.lms, roster=args.roster, shard=args.shard)
     except ClassError as e:                           # an override naming a student not in the class, ...
@@ -150,6 +155,9 @@ def add_cli(sub) -> None:
     p.add_argument("--assignment", type=Path, default=None, metavar="FILE",
                    help="a class: what was assigned, a TOML file (notebooks = [...] in gradebook order, [points], "
                         "[lms]); possible, 'not handed in' and the Canvas columns follow it (see TEACHING.md)")
+    p.add_argument("--exercises", type=Path, action="append", default=None, metavar="FILE",
+                   help="a teacher's own exercises: a module of register(Exercise(...)) calls (repeat for more; "
+                        "an assignment file names them as `exercises = [...]`)")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
                    help="a class: points per exercise, one `ch01.attention = 5` per line (default: the course's)")
     p.add_argument("--overrides", type=Path, default=None, metavar="CSV",
@@ -181,6 +189,7 @@ def add_cli(sub) -> None:
     h.add_argument("--lang", choices=("en", "zh"), default="en", help="the edition (default: en; zh: Chinese)")
     add_debug(h)
     h.set_defaults(func=_handout)
+    add_exercise_cli(sub)
 
 
 def _handout(args: argparse.Namespace) -> int:
@@ -189,10 +198,37 @@ def _handout(args: argparse.Namespace) -> int:
     from .handout import handout
     from .submissions import ClassError
     try:
-        stems = read_assignment(args.assignment).notebooks if args.assignment is not None else None
-        written = handout(args.out, stems, args.lang)
+        assignment = read_assignment(args.assignment) if args.assignment is not None else None
+        stems = assignment.notebooks if assignment is not None else None
+        written = handout(args.out, stems, args.lang, assignment.exercise_files if assignment is not None else [])
     except ClassError as e:
         raise UserError(str(e)) from None
-    print(f"wrote {len(written)} notebook(s) to {args.out}: {', '.join(p.name for p in written)}")
+    print(f"wrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def add_exercise_cli(sub) -> None:
+    """`tformer exercise new NAME FILE`: a teacher's own exercise, from a commented template."""
+    from ...cli import add_debug
+    e = sub.add_parser("exercise", help="write a teacher's own exercise from a template",
+                       description="tformer exercise new NAME FILE: a commented module with a reference, two edge "
+                                   "cases, a random case and one named mistake (see TEACHING.md)")
+    actions = e.add_subparsers(dest="action", required=True)
+    n = actions.add_parser("new", help="write the template for exercise NAME (e.g. w03.double) to FILE")
+    n.add_argument("name", help="chapter.exercise, e.g. w03.double (its notebook is w03_double)")
+    n.add_argument("file", type=Path, help="a new .py file")
+    add_debug(n)
+    n.set_defaults(func=_exercise_new)
+
+
+def _exercise_new(args: argparse.Namespace) -> int:
+    from ...utils.errors import UserError
+    from .template import new_exercise
+    try:
+        path = new_exercise(args.name, args.file)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    print(f"wrote {path}: fill in reference, edge_cases, random_case and the mistakes, then try it with "
+          f"`tformer grade {args.name.replace('.', '_')}.ipynb --exercises {path}`")
     return 0
 

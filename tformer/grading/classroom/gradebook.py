@@ -40,10 +40,13 @@ class Journal:
         if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
             self.file.write("\n")                        # a line cut by kill -9 stays on its own
 
-    def done(self, student: str, stem: str, sha256: str, grader: str, lang: str = "en") -> dict | None:
-        """The record of a notebook graded with this sha256, grader hash and language (messages), else None."""
+    def done(self, student: str, stem: str, sha256: str, grader: str, lang: str = "en",
+             exercises: str = "") -> dict | None:
+        """The record of a notebook graded with this sha256, grader hash, teacher's exercises hash and language
+        (messages), else None."""
         rec = self.records.get((student, stem))
-        ok = rec and rec.get("sha256") == sha256 and rec.get("grader") == grader and rec.get("lang", "en") == lang
+        ok = (rec and rec.get("sha256") == sha256 and rec.get("grader") == grader and rec.get("lang", "en") == lang
+              and rec.get("exercises_hash", "") == exercises)
         return rec if ok else None
 
     def add(self, rec: dict) -> None:
@@ -293,6 +296,9 @@ def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | No
         if g["grader"] != first["grader"]:
             raise ClassError(f"{o} was graded by other grader code than {parts[0][0]}: grade every shard with "
                              "the same release")
+        if g["settings"].get("exercises_hash", "") != first["settings"].get("exercises_hash", ""):
+            raise ClassError(f"{o} was graded with other exercise files than {parts[0][0]}: grade every shard "
+                             "with the same files")
         for s in g["students"]:
             if s["student"] in seen:
                 raise ClassError(f"student {s['student']!r} is in both {seen[s['student']]} and {o}")

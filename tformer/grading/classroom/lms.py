@@ -41,9 +41,11 @@ def match(roster: dict[str, dict], student: str, canvas_id: str = "") -> dict | 
 
 
 def chapters_handed_in(student: dict, notebooks: list[str]) -> set[str]:
-    """The chapters ("ch11") of which the student handed in at least one of the assigned `notebooks`."""
+    """The chapters ("ch11", a teacher's "w03") of which the student handed in at least one of the assigned
+    `notebooks`: the chapters of the exercises those notebooks owe."""
+    from .notebooks import exercises_of
     handed = {nb["notebook"] for nb in student["notebooks"]}
-    return {f"ch{stem[:2]}" for stem in notebooks if stem in handed}
+    return {ex.split(".")[0] for stem in notebooks if stem in handed for ex in exercises_of(Path(stem + ".ipynb"))}
 
 
 def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,

@@ -38,11 +38,29 @@ def read_cells(path: Path) -> list[str]:
         raise ValueError(f"{type(e).__name__}: {e}".splitlines()[0][:200]) from None
 
 
-def released_notebooks(dirs: tuple[Path, ...] = RELEASED_DIRS) -> dict[str, list[Path]]:
-    """Notebook stem -> the released learner notebooks of that stem (notebooks/ and notebooks/zh/)."""
+EXTRA_RELEASED: list[Path] = []     # a teacher's own released notebooks (an assignment's `released` folder)
+
+
+def add_released(folder: Path) -> None:
+    """Count the notebooks in `folder` as released too: a teacher's own notebooks, as students got them."""
+    folder = Path(folder).resolve()
+    if folder not in EXTRA_RELEASED:
+        EXTRA_RELEASED.append(folder)
+        released_checks.cache_clear()
+
+
+def released_dirs() -> tuple[Path, ...]:
+    """The folders of released learner notebooks: the course's (English, Chinese) and a teacher's."""
+    return RELEASED_DIRS + tuple(EXTRA_RELEASED)
+
+
+def released_notebooks(dirs: tuple[Path, ...] | None = None) -> dict[str, list[Path]]:
+    """Notebook stem -> the released learner notebooks of that stem (notebooks/, notebooks/zh/, a teacher's):
+    the course's named NN_slug, a teacher's folder any notebook."""
     found: dict[str, list[Path]] = {}
-    for d in dirs:
-        for path in sorted(Path(d).glob("[0-9][0-9]*_*.ipynb")):
+    for d in dirs if dirs is not None else released_dirs():
+        pattern = "*.ipynb" if Path(d).resolve() in EXTRA_RELEASED else "[0-9][0-9]*_*.ipynb"
+        for path in sorted(Path(d).glob(pattern)):
             found.setdefault(path.stem, []).append(path)
     return found
 

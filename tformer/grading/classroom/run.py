@@ -42,8 +42,9 @@ CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own fo
 
 def grader_hash(folder: Path | None = None) -> str:
     """sha256 of the grader's code: every .py of tformer/grading (`folder`), subfolders included, but the pages
-    module classroom/feedback.py; the modules its references and mistakes live in; the torch version. A grade
-    recorded under another hash is graded again."""
+    module classroom/feedback.py; the modules of tformer its references and mistakes live in; the torch
+    version. A grade recorded under another hash is graded again. A teacher's own exercise files are hashed
+    apart (assignment.exercises_hash)."""
     import torch
     load_exercises()
     grading = Path(folder) if folder is not None else Path(__file__).resolve().parents[1]
@@ -55,7 +56,8 @@ def grader_hash(folder: Path | None = None) -> str:
                 f = inspect.getsourcefile(fn) if fn is not None else None
             except TypeError:
                 f = None
-            if f and not Path(f).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+            package = Path(__file__).resolve().parents[2]           # tformer/: a teacher's files are apart
+            if f and Path(f).resolve().is_relative_to(package) and not Path(f).resolve().is_relative_to(grading):
                 files.add(Path(f).resolve())
     h = hashlib.sha256(torch.__version__.encode())
     for f in sorted(files, key=lambda f: (f.is_relative_to(grading), str(f.relative_to(grading)) if f.is_relative_to(grading) else str(f))):
@@ -141,10 +143,12 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
                 log=print, lms: str | None = None, roster: Path | None = None,
                 shard: tuple[int, int] | None = None, weights: dict | None = None,
-                overrides: list | None = None, only: str | None = None, assignment=None) -> dict:
+                overrides: list | None = None, only: str | None = None, assignment=None,
+                exercise_files: list[str] | None = None) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades.
-    `assignment` (assignment.Assignment): the notebooks graded and their order, the points, the LMS columns;
-    without it, whatever the class handed in."""
+    `assignment` (assignment.Assignment): the notebooks graded and their order, the points, the LMS columns, a
+    teacher's exercises and notebooks; without it, whatever the class handed in. `exercise_files`: a teacher's
+    exercise modules given apart (--exercises)."""
     load_exercises()                                          # the grader's modules, before any learner code runs
     from .sandbox import SandboxFailed, available_cores, machine_limits
     t0 = time.perf_counter()
@@ -157,6 +161,12 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     workers = workers or available_cores()
     limits = machine_limits(workers, memory)
     grader = grader_hash()
+    from .assignment import exercises_hash, use_teacher_files
+    files = sorted({str(Path(f).resolve()) for f in (exercise_files or [])}
+                   | set(assignment.exercise_files if assignment is not None else []))
+    released = assignment.released if assignment is not None else ""
+    use_teacher_files(files, released)
+    teacher = exercises_hash(files, released)
     if assignment is not None:
         stems = list(assignment.notebooks)
         weights = {**assignment.points, **(weights or {})}
@@ -165,7 +175,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     settings = {"timeout": timeout, "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
                 "threads_per_worker": limits.threads, "small": small, "skip_released_cells": skip, "notebooks": stems,
                 "shard": f"{shard[0]}/{shard[1]}" if shard else None,
-                "assignment": assignment.record() if assignment is not None else None}
+                "assignment": assignment.record() if assignment is not None else None,
+                "exercise_files": files, "exercises_hash": teacher}
     if skip and not cellplan.released_cells():
         log("tformer grade: no released notebooks found next to the package (notebooks/): every cell runs")
     journal = Journal(out / "journal.jsonl")
@@ -178,7 +189,7 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 continue                                        # outside the assignment: listed, not graded
             sha = _sha256(nb)
             redo = only is not None and only in exercises_of(Path(stem + ".ipynb"))
-            if redo or journal.done(sub.student, stem, sha, grader, lang) is None:
+            if redo or journal.done(sub.student, stem, sha, grader, lang, teacher) is None:
                 tasks.append((sub, stem, nb))
                 left[sub.student] += 1
     bar = None
@@ -191,7 +202,7 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
 
     def one(task, spawn):
         sub, stem, nb = task
-        old = journal.done(sub.student, stem, _sha256(nb), grader, lang) if only else None
+        old = journal.done(sub.student, stem, _sha256(nb), grader, lang, teacher) if only else None
         try:
             own = sub.own()
             rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, path), timeout, skip,
@@ -212,7 +223,8 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
             log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)][1]}")
             rec = None
         if rec is not None:
-            journal.add({"student": sub.student, "notebook": stem, "grader": grader, "lang": lang, **rec})
+            journal.add({"student": sub.student, "notebook": stem, "grader": grader, "lang": lang,
+                         "exercises_hash": teacher, **rec})
         with lock:
             left[sub.student] -= 1
             if left[sub.student] == 0 and bar is not None:
@@ -245,6 +257,13 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
         raise ClassError(f"{grades_path} was written by other grader code ({str(grades.get('grader'))[:12]}, this "
                          f"is {grader_hash()[:12]}): verify with the version that graded (`tformer --version`)")
     recorded = grades.get("settings", {})
+    from .assignment import exercises_hash, use_teacher_files
+    assigned = recorded.get("assignment") or {}
+    use_teacher_files(recorded.get("exercise_files", []), assigned.get("released", ""))
+    if recorded.get("exercises_hash", "") != exercises_hash(recorded.get("exercise_files", []),
+                                                            assigned.get("released", "")):
+        raise ClassError(f"{grades_path} was graded with other exercise files than those at "
+                         f"{', '.join(recorded.get('exercise_files', []))}: verify with the files that graded")
     timeout = timeout or recorded.get("timeout") or CLASS_TIMEOUT
     memory = memory or recorded.get("memory")
     subs = {s.student: s for s in read_class(path)}

@@ -200,9 +200,12 @@ NOT_RUN = N_("check(...) never ran for this exercise")
 
 def worker_env(small: bool = True) -> dict[str, str]:
     """The environment a worker runs a learner's notebook in: learner mode, small or full mode, no windows, no
-    progress bars, the grader's language (its messages end up in the report)."""
+    progress bars, the grader's language (its messages end up in the report), and the teacher's exercise
+    files the grader loaded (never a hidden-cases file)."""
+    from ..core import TEACHER_FILES
     return {"TFORMER_GRADE": "learner", "TFORMER_SMALL": "1" if small else "0", "MPLBACKEND": "Agg",
-            "TQDM_DISABLE": "1", "TFORMER_LANG": os.environ.get("TFORMER_LANG") or "en"}
+            "TQDM_DISABLE": "1", "TFORMER_LANG": os.environ.get("TFORMER_LANG") or "en",
+            "TFORMER_GRADE_WORKER": "1", "TFORMER_GRADE_EXERCISES": os.pathsep.join(TEACHER_FILES)}
 
 
 def fresh_seeds(ex, rng=None) -> dict:

@@ -419,7 +419,8 @@ def _preload(modules: list[str]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     from ..core import load_exercises
-    load_exercises()                                  # the exercises (the worker needs their names and limits)
+    # the course's exercises and a teacher's (the worker needs their names, limits and forbidden references)
+    load_exercises(*filter(None, os.environ.get("TFORMER_GRADE_EXERCISES", "").split(os.pathsep)))
     for name in ["torch", "numpy", "matplotlib.pyplot", "tformer", "tformer.grading.classroom.worker", "IPython.core.interactiveshell", *modules]:
         with contextlib.suppress(Exception):          # an optional extra not installed: the notebook will say so
             importlib.import_module(name)

@@ -19,7 +19,7 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
-from .notebooks import RELEASED_DIRS, ROOT, check_calls, read_cells, released_notebooks
+from .notebooks import ROOT, check_calls, read_cells, released_notebooks
 
 MIN_NODES = 30          # an answer shorter than this many AST nodes is not distinctive
 COMMON = 0.2            # an answer shared by more than this share of the answering students (and > 2) is common
@@ -122,7 +122,7 @@ def answers_of(subs, released_dirs: tuple[Path, ...] | None = None) -> dict[str,
     """student -> exercise -> {"shape": a hash of the normalized AST, "nodes", "stub", "reference"}: what
     grades.json keeps of each answer, enough to compare students across shards (`merge`)."""
     released: dict[str, list[str]] = defaultdict(list)
-    for stem, paths in released_notebooks(released_dirs or RELEASED_DIRS).items():
+    for stem, paths in released_notebooks(released_dirs).items():
         for path in paths:
             released[stem] += _cells(path)
     published, out = {}, {}

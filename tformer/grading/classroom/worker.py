@@ -110,7 +110,7 @@ def serve(proto_in, proto_out) -> int:
 
     import tformer.grading as grading
     from .. import core
-    core.load_exercises()
+    core.load_exercises(*filter(None, os.environ.get("TFORMER_GRADE_EXERCISES", "").split(os.pathsep)))
 
     collected: dict = {}
 
