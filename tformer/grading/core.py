@@ -23,14 +23,11 @@ notebook and `judge` in its own process, which alone holds the expected answers 
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import re
-import signal
 import sys
 import sysconfig
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -38,10 +35,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .compare import compare, flatten_tensors  # noqa: F401  (part of the exercise API)
-from .messages import N_, _, language  # noqa: F401  (the exercises' messages)
+from .guards import REFERENCE_CALLED, TimeLimit, forbid, time_limit
+from .messages import N_, _, language  # noqa: F401  (N_, language: the exercises' messages)
 
 MODES = ("learner", "strict", "blank")
 _mode: str | None = None
@@ -69,6 +66,7 @@ class Case:
     args: tuple
     kwargs: dict = field(default_factory=dict)
     seed: int | None = None
+    group: str = ""          # "edge", "random" or "hidden" (set by exercise_cases / add_hidden_cases)
 
 
 @dataclass
@@ -90,6 +88,8 @@ class Exercise:
                                                 # None: the generic `compare` below
     notebook: str = ""                          # the notebook it belongs to, by stem ("11_pretraining");
                                                 # "" = the notebook whose name starts with the chapter number
+    partial: dict[str, float] = field(default_factory=dict)   # points per group of cases ("edge", "random",
+                                                # "hidden", or a case's name); {} = all or nothing
 
 
 @dataclass
@@ -100,6 +100,7 @@ class Result:
     status: str          # "passed", "failed", "not attempted", "error", "timeout"
     message: str
     cases_run: int = 0
+    fraction: float | None = None     # partial credit: the share of the points earned (None: all or nothing)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -149,100 +150,6 @@ def load_exercises(*files: str | os.PathLike) -> dict[str, Exercise]:
             del sys.modules[name], TEACHER_FILES[str(path)]
             raise
     return REGISTRY
-
-
-_REFERENCE_CALLED = "tformer-grading: the reference was called"
-
-
-class _TimeLimit(BaseException):  # BaseException: a learner's `except Exception` cannot swallow it
-    pass
-
-
-def _raise_reference_called(*args, **kwargs):
-    # only builtins here: this code object is also swapped into functions living in other modules
-    raise RuntimeError("tformer-grading: the reference was called")
-
-
-class _ForbidTorch(TorchFunctionMode):
-    """Raises when a forbidden torch function is called by any name: an alias imported earlier
-    (`from torch import softmax`), a `torch._C` path (`torch._C._nn.scaled_dot_product_attention`)."""
-
-    def __init__(self, funcs: list):
-        super().__init__()
-        self.ids = {id(f) for f in funcs}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if id(func) in self.ids:
-            raise RuntimeError(_REFERENCE_CALLED)
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def _forbid(pairs: list[tuple[Any, str]]):
-    """Replace each owner.attribute by a function that raises; for plain Python functions swap the code
-    object too, so aliases imported earlier (`from tformer import f`) are caught as well; torch's own
-    functions are caught by any name through a TorchFunctionMode."""
-    saved, builtins = [], []
-    try:
-        for owner, attr in pairs:
-            original = getattr(owner, attr, None)
-            if original is None:                    # not in this torch version: nothing to forbid
-                continue
-            code = getattr(original, "__code__", None)
-            swap = code is not None and not getattr(original, "__closure__", None)
-            saved.append((owner, attr, original, code if swap else None))
-            if code is None:
-                builtins.append(original)
-            setattr(owner, attr, _raise_reference_called)
-            if swap:
-                original.__code__ = _raise_reference_called.__code__
-        with _ForbidTorch(builtins) if builtins else contextlib.nullcontext():
-            yield
-    finally:
-        for owner, attr, original, code in reversed(saved):
-            setattr(owner, attr, original)
-            if code is not None:
-                original.__code__ = code
-
-
-IGNORED_LIMIT = N_("tformer-grading: your function keeps running after the time limit (a bare `except:` or "
-                 "`except BaseException` swallows the stop); the checker keeps trying. If it does not stop, "
-                 "interrupt the kernel (the stop button, or Kernel > Interrupt; Kernel > Restart if that is "
-                 "swallowed too), then catch only the exceptions you expect.")
-
-
-@dataclass
-class _Clock:
-    armed: bool = False          # the learner's code is running: the alarm may raise
-    fired: int = 0               # alarms so far (the limit has passed once there is one)
-    stops: int = 0               # alarms raised inside the learner's code (more than 1: one was swallowed)
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    """SIGALRM-based limit (main thread on Unix, where Jupyter runs cells); elsewhere no limit. After the
-    limit the alarm repeats every 0.25 s, so a function that swallows one stop meets the next; it raises
-    only while `clock.armed` (the learner's code runs), never inside the grader's own clean-up."""
-    clock = _Clock()
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield clock
-        return
-
-    def on_alarm(signum, frame):
-        clock.fired += 1
-        if clock.armed:
-            clock.stops += 1
-            if clock.stops == 2:                    # the first stop was swallowed: tell the learner what to do
-                print(_(IGNORED_LIMIT), file=sys.stderr, flush=True)
-            raise _TimeLimit()
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
-    try:
-        yield clock
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _compare(ex: Exercise, got, expected, case: Case, nan_equal: bool = True) -> str | None:
@@ -330,21 +237,21 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case]) -> Outcome:
     """Call `fn` on every case (fresh copies of the inputs), with the exercise's references disabled and its
     time limit; never raises for anything the learner's code does (KeyboardInterrupt aside)."""
     out, i = Outcome(), 0
-    with _time_limit(ex.time_limit) as clock:
+    with time_limit(ex.time_limit) as clock:
         try:
             for i, case in enumerate(cases):
                 args, kwargs = _clone_args(case)
-                with _forbid(ex.forbidden):
+                with forbid(ex.forbidden):
                     try:
                         clock.armed = True
                         got = fn(*args, **kwargs)
                     finally:
                         clock.armed = False
                 if clock.fired:                      # the stop was swallowed, yet the function returned
-                    raise _TimeLimit()
+                    raise TimeLimit()
                 out.outputs.append(got)
                 out.inputs_after.append((args, kwargs))
-        except _TimeLimit:
+        except TimeLimit:
             out.status = "timeout"
         except NotImplementedError as e:
             if i == 0:
@@ -352,7 +259,7 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case]) -> Outcome:
             else:
                 out.status, out.error = "error", f"NotImplementedError: {e}{_learner_line(e.__traceback__)}"
         except (Exception, SystemExit) as e:         # SystemExit: exit() in the learner's code
-            if str(e) == _REFERENCE_CALLED:
+            if str(e) == REFERENCE_CALLED:
                 out.status = "reference"
             else:
                 out.status = "error"
@@ -387,7 +294,51 @@ def exercise_cases(ex: Exercise, seeds: Iterable[int] | None = None) -> list[Cas
     randoms = [ex.random_case(s) for s in seeds]
     for i, case in enumerate(randoms, 1):             # "random #3: ...": numbered 1, 2, 3 (the seeds are recorded)
         case.name = re.sub(r"^random #\d+", f"random #{i}", case.name)
-    return list(ex.edge_cases()) + randoms
+        case.group = case.group or "random"
+    edges = list(ex.edge_cases())
+    for case in edges:
+        case.group = case.group or "edge"
+    return edges + randoms
+
+
+HIDDEN: dict[str, list[Callable[[], list[Case]]]] = {}    # exercise -> makers of its hidden cases (grader only)
+HIDDEN_FILES: dict[str, str] = {}                           # a hidden-cases file (resolved path) -> its module
+
+
+def load_hidden(*files: str | os.PathLike) -> None:
+    """Import files of hidden cases (`add_hidden_cases(...)` calls) into this process only: the class grader's.
+    They are never named to a worker (unlike `load_exercises`' files), so no worker imports them."""
+    import hashlib
+    import importlib.util
+    for f in files:
+        path = Path(f).expanduser().resolve()
+        if str(path) in HIDDEN_FILES:
+            continue
+        if not path.is_file():
+            raise FileNotFoundError(f"no file of hidden cases {f}")
+        name = f"tformer_hidden_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        HIDDEN_FILES[str(path)] = name
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del HIDDEN_FILES[str(path)]
+            raise
+
+
+def add_hidden_cases(name: str, make: Callable[[], list[Case]]) -> None:
+    """Cases for exercise `name` that only the class grader runs: `make()` returns them. Call it from a file of
+    hidden cases (an assignment's `hidden = [...]`), which only the grader's process imports."""
+    HIDDEN.setdefault(name, []).append(make)
+
+
+def hidden_cases(name: str) -> list[Case]:
+    """The hidden cases of exercise `name`, each in the group "hidden"."""
+    cases = [c for make in HIDDEN.get(name, []) for c in make()]
+    for c in cases:
+        c.group = "hidden"
+    return cases
 
 
 def _size(case: Case) -> int:
@@ -405,26 +356,34 @@ def _where(case: Case) -> str:
     return f"'{case.name}'"
 
 
-def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
+def _partial(ex: Exercise, cases: list[Case], failed: set[int], n_done: int) -> float | None:
+    """The share of the points earned when the exercise splits them over groups of cases (a case's name, else
+    its group): a group earns its points when every one of its cases passed; None without `partial`."""
+    if not ex.partial:
+        return None
+    total = sum(ex.partial.values()) or 1.0
+    earned = 0.0
+    for key, points in ex.partial.items():
+        members = [i for i, c in enumerate(cases) if (c.name == key if key in {x.name for x in cases} else c.group == key)]
+        if members and all(i < n_done and i not in failed for i in members):
+            earned += points
+    return earned / total
+
+
+def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool = False) -> Result:
     """Compare what the learner's function returned with the reference on each case; report the smallest
-    failing case (by input size, then order), naming a known mistake where the function behaves like it."""
+    failing case (by input size, then order), naming a known mistake where the function behaves like it.
+    Hidden cases (group "hidden") are counted, never shown: their names, values and errors stay out of the
+    message, and a mistake is named on them only with `show_hidden`."""
     n_done = len(outcome.outputs)
+    n_hidden = sum(c.group == "hidden" for c in cases)
     if outcome.status == "not attempted":
         return Result(ex.name, ex.points, False, "not attempted",
                       _("not attempted yet: replace `raise NotImplementedError` with your code."), 1)
     if outcome.status == "reference":
         return Result(ex.name, ex.points, False, "error", _("your function called the reference implementation it "
                       "is compared with; write it yourself from torch operations."), n_done + 1)
-    if outcome.status == "timeout":
-        msg = _("stopped after {seconds} s (an infinite loop, or a Python loop over every element?).").format(
-            seconds=f"{ex.time_limit:g}")
-        if outcome.ignored_limit:
-            msg += _(" Your function kept running after the first stop: a bare `except:` (or `except "
-                     "BaseException`) swallows it; catch only the exceptions you expect.")
-        return Result(ex.name, ex.points, False, "timeout", msg, n_done + 1)
-    if outcome.status == "error":
-        return Result(ex.name, ex.points, False, "error", _("your function {error} on case {case}.").format(
-                      error=outcome.error, case=_where(cases[n_done])), n_done + 1)
+    failed: set[int] = set()
     failures: list[tuple[int, int, Case, str]] = []
     for i, (case, got, after) in enumerate(zip(cases, outcome.outputs, outcome.inputs_after)):
         args, kwargs = _clone_args(case)
@@ -433,19 +392,44 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome) -> Result:
         problem = _compare(ex, got, expected, case) or _modified_inputs(ex, case, after)
         if problem is not None:
             failures.append((_size(case), i, case, problem))
+            failed.add(i)
+    fraction = _partial(ex, cases, failed, n_done)
+    if outcome.status == "timeout":
+        msg = _("stopped after {seconds} s (an infinite loop, or a Python loop over every element?).").format(
+            seconds=f"{ex.time_limit:g}")
+        if outcome.ignored_limit:
+            msg += _(" Your function kept running after the first stop: a bare `except:` (or `except "
+                     "BaseException`) swallows it; catch only the exceptions you expect.")
+        return Result(ex.name, ex.points, False, "timeout", msg, n_done + 1, fraction)
+    if outcome.status == "error":
+        if cases[n_done].group == "hidden":
+            msg = _("your function raised an error on a hidden case (hidden cases are not shown).")
+        else:
+            msg = _("your function {error} on case {case}.").format(error=outcome.error, case=_where(cases[n_done]))
+        return Result(ex.name, ex.points, False, "error", msg, n_done + 1, fraction)
+    public = [f for f in failures if f[2].group != "hidden"]
+    hidden = len(failures) - len(public)
     if failures:
-        case, problem = min(failures, key=lambda f: (f[0], f[1]))[2:]
-        msg = _("FAILED {failed} of {total} cases. Smallest failing case {case}: {problem}.").format(
-            failed=len(failures), total=n_done, case=_where(case), problem=problem)
-        mistakes = named_mistakes(ex, cases, outcome.outputs)
+        if public:
+            case, problem = min(public, key=lambda f: (f[0], f[1]))[2:]
+            msg = _("FAILED {failed} of {total} cases. Smallest failing case {case}: {problem}.").format(
+                failed=len(public), total=n_done - n_hidden, case=_where(case), problem=problem)
+        else:
+            msg = _("passed the {total} public cases.").format(total=n_done - n_hidden)
+        if hidden:
+            msg += " " + _("{failed} of {total} hidden case(s) failed (hidden cases are not shown).").format(
+                failed=hidden, total=n_hidden)
+        mistakes = named_mistakes(ex, cases, outcome.outputs) if public or show_hidden else []
         if mistakes:
             msg += "\n" + _("Your output equals a known mistake: {mistakes} (on every case).").format(
                 mistakes=_("; or ").join(_(m) for m in mistakes))
-        if ex.hint:
+        if ex.hint and (public or show_hidden):
             msg += "\n" + _("Hint: {hint}").format(hint=_(ex.hint))
-        return Result(ex.name, ex.points, False, "failed", msg, n_done)
+        if fraction:
+            msg += "\n" + _("Partial credit: {share} of the points.").format(share=f"{fraction:.0%}")
+        return Result(ex.name, ex.points, False, "failed", msg, n_done, fraction)
     return Result(ex.name, ex.points, True, "passed", _("passed all {total} cases. {points} point(s).").format(
-        total=n_done, points=ex.points), n_done)
+        total=n_done, points=ex.points), n_done, fraction)
 
 
 def exercise(name: str) -> Exercise:

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import REGISTRY, load_exercises
+from ..core import REGISTRY, load_exercises, load_hidden
 from .notebooks import known_stems
 from .submissions import ClassError
 
@@ -31,7 +31,7 @@ if sys.version_info >= (3, 11):
 else:                                                     # pragma: no cover (Python 3.10)
     import tomli as tomllib
 
-KEYS = {"notebooks", "points", "lms", "exercises", "released"}
+KEYS = {"notebooks", "points", "lms", "exercises", "released", "hidden", "show_hidden_mistakes", "round"}
 LMS_KEYS = {"canvas_column"}
 
 
@@ -44,24 +44,28 @@ class Assignment:
     sha256: str = ""
     exercise_files: list[str] = field(default_factory=list)    # a teacher's exercise modules (absolute paths)
     released: str = ""                                        # a teacher's released notebooks' folder
+    hidden: list[str] = field(default_factory=list)            # files of hidden cases (the grader's process only)
+    show_hidden_mistakes: bool = False                         # name a mistake seen only on hidden cases
+    round: int = 2                                             # digits of partial credit in the gradebook
 
     def record(self) -> dict:
         """What grades.json keeps of it."""
         return {"file": self.path, "sha256": self.sha256, "notebooks": self.notebooks, "points": self.points,
-                "canvas_column": self.canvas_column, "exercises": self.exercise_files, "released": self.released}
+                "canvas_column": self.canvas_column, "exercises": self.exercise_files, "released": self.released,
+                "hidden": self.hidden, "show_hidden_mistakes": self.show_hidden_mistakes, "round": self.round}
 
 
-def teacher_files(exercise_files: list[str], released: str = "") -> list[Path]:
-    """A teacher's own files: the exercise modules and the released notebooks."""
-    files = [Path(f) for f in exercise_files]
+def teacher_files(exercise_files: list[str], released: str = "", hidden: list[str] = ()) -> list[Path]:
+    """A teacher's own files: the exercise modules, the hidden cases and the released notebooks."""
+    files = [Path(f) for f in [*exercise_files, *hidden]]
     if released:
         files += sorted(Path(released).glob("*.ipynb"))
     return files
 
 
-def exercises_hash(exercise_files: list[str], released: str = "") -> str:
+def exercises_hash(exercise_files: list[str], released: str = "", hidden: list[str] = ()) -> str:
     """sha256 of a teacher's own files ("" when there are none): what a grade depends on beside the grader."""
-    files = teacher_files(exercise_files, released)
+    files = teacher_files(exercise_files, released, hidden)
     if not files:
         return ""
     h = hashlib.sha256()
@@ -70,8 +74,9 @@ def exercises_hash(exercise_files: list[str], released: str = "") -> str:
     return h.hexdigest()
 
 
-def use_teacher_files(exercise_files: list[str], released: str = "") -> None:
-    """Load a teacher's exercise modules and count their released notebooks (ClassError on a bad file)."""
+def use_teacher_files(exercise_files: list[str], released: str = "", hidden: list[str] = ()) -> None:
+    """Load a teacher's exercise modules, count their released notebooks, and import the hidden cases into this
+    process only (ClassError on a bad file)."""
     from .notebooks import add_released
     load_exercises()                                  # the course's, always
     if released:
@@ -84,6 +89,13 @@ def use_teacher_files(exercise_files: list[str], released: str = "") -> None:
         except FileNotFoundError as e:
             raise ClassError(str(e)) from None
         except Exception as e:                        # the teacher's module raised: say where, in one line
+            raise ClassError(f"{f}: {type(e).__name__}: {e}".splitlines()[0]) from None
+    for f in hidden:
+        try:
+            load_hidden(f)
+        except FileNotFoundError as e:
+            raise ClassError(str(e)) from None
+        except Exception as e:
             raise ClassError(f"{f}: {type(e).__name__}: {e}".splitlines()[0]) from None
 
 
@@ -113,7 +125,17 @@ def read_assignment(path: Path) -> Assignment:
     if not isinstance(released, str):
         raise ClassError(f'{path}: `released` must be a folder, e.g. "handout/"')
     released = str((base / released).resolve()) if released else ""
-    use_teacher_files(files, released)
+    hidden = toml.get("hidden", [])
+    if not isinstance(hidden, list) or not all(isinstance(f, str) for f in hidden):
+        raise ClassError(f'{path}: `hidden` must be a list of files, e.g. ["week3_hidden.py"]')
+    hidden = [str((base / f).resolve()) for f in hidden]
+    show = toml.get("show_hidden_mistakes", False)
+    digits = toml.get("round", 2)
+    if not isinstance(show, bool):
+        raise ClassError(f"{path}: show_hidden_mistakes must be true or false, got {show!r}")
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 6:
+        raise ClassError(f"{path}: round must be a whole number of digits from 0 to 6, got {digits!r}")
+    use_teacher_files(files, released, hidden)
     known = set(known_stems())
     for s in stems:
         if s not in known:
@@ -139,4 +161,4 @@ def read_assignment(path: Path) -> Assignment:
     if not isinstance(column, str) or "{chapter}" not in column:
         raise ClassError(f"{path}: [lms] canvas_column must be a name with {{chapter}} in it, got {column!r}")
     return Assignment(list(stems), dict(points), column, str(path.resolve()), hashlib.sha256(data).hexdigest(),
-                      files, released)
+                      files, released, hidden, show, digits)

@@ -72,6 +72,7 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
     students = []
     for sub in subs:
         status = {n: "missing" for n in exercises}
+        fraction: dict[str, float | None] = {}
         notebooks, problems = [], []
         for stem in [s for s in stems if s in sub.notebooks]:
             rec = journal.records.get((sub.student, stem))
@@ -88,6 +89,7 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
             rep = rec["report"]
             for row in rep["rows"]:
                 status[row["exercise"]] = row["status"]
+                fraction[row["exercise"]] = row.get("fraction")
             if rec["status"] != "graded":
                 problems.append(stem)
             notebooks.append({"notebook": stem, "file": os.path.relpath(rec["file"], sub.folder), "sha256": rec["sha256"],
@@ -97,7 +99,9 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
                               "cell_errors": rep["cell_errors"], "exercises": rep["rows"]})
         students.append({                                         # earned, total, possible, chapters: score()'s
             "student": sub.student, "canvas_id": sub.canvas_id, "total": 0, "possible": 0, "chapters": {},
-            "exercises": {n: {"earned": 0, "status": status[n]} for n in exercises},
+            "exercises": {n: {"earned": 0, "status": status[n], **({"fraction": fraction[n]}
+                                                                     if fraction.get(n) is not None else {})}
+                          for n in exercises},
             "notebooks": notebooks, "missing_notebooks": [s for s in stems if s not in sub.notebooks],
             "extra_notebooks": sorted(s for s in sub.notebooks if s not in stems),
             "unrecognized_files": sub.unrecognized, "notebooks_with_errors": problems, "warnings": sub.warnings()})
@@ -222,6 +226,22 @@ def read_overrides(path: Path) -> list[dict]:
     return rows
 
 
+def _number(value: float, digits: int) -> int | float:
+    """A points figure as the gradebook writes it: a whole number as an int (3, not 3.0), else rounded."""
+    value = round(value, digits)
+    return int(value) if float(value).is_integer() else value
+
+
+def earned(points: int, x: dict, digits: int = 2) -> int | float:
+    """What an exercise earns: all its points when passed; with partial credit (`fraction`, the share of its
+    groups of cases passed) that share of them, rounded to `digits`; else 0."""
+    if x.get("status") == "passed":
+        return points
+    if x.get("fraction"):
+        return _number(points * x["fraction"], digits)
+    return 0
+
+
 def score(grades: dict, weights: dict[str, int] | None = None, overrides: list[dict] | None = None) -> None:
     """Reweight the exercises (a passed exercise earns its weight), apply the manual overrides, then compute
     every total, chapter total and `possible`, in place: the one place totals are computed. The autograde's
@@ -234,14 +254,15 @@ def score(grades: dict, weights: dict[str, int] | None = None, overrides: list[d
     unknown = sorted({o["student"] for o in overrides} - set(by_student))
     if unknown:
         raise ClassError(f"overrides name students not in the class: {', '.join(unknown)}")
+    digits = int((grades["settings"].get("assignment") or {}).get("round", 2))
     for s in grades["students"]:
         for n, x in s["exercises"].items():
-            x["earned"] = points[n] if x["status"] == "passed" else 0
+            x["earned"] = earned(points[n], x, digits)
             x.pop("override", None)
         for nb in s["notebooks"]:
             for x in nb["exercises"]:
                 x["points"] = points.get(x["exercise"], x["points"])
-                x["earned"] = x["points"] if x["status"] == "passed" else 0
+                x["earned"] = earned(x["points"], x, digits)
     for o in overrides:
         x = by_student[o["student"]]["exercises"].get(o["exercise"])
         if x is None:
@@ -249,10 +270,10 @@ def score(grades: dict, weights: dict[str, int] | None = None, overrides: list[d
         x["earned"], x["override"] = o["points"], {"points": o["points"], "reason": o["reason"]}
     chapters = sorted({x["chapter"] for x in grades["exercises"]})
     for s in grades["students"]:
-        s["total"] = sum(x["earned"] for x in s["exercises"].values())
+        s["total"] = _number(sum(x["earned"] for x in s["exercises"].values()), digits)
         s["possible"] = sum(points.values())
-        s["chapters"] = {ch: sum(x["earned"] for n, x in s["exercises"].items() if n.startswith(ch + "."))
-                         for ch in chapters}
+        s["chapters"] = {ch: _number(sum(x["earned"] for n, x in s["exercises"].items() if n.startswith(ch + ".")),
+                                     digits) for ch in chapters}
     grades["settings"]["weights"], grades["overrides"] = weights, overrides
 
 

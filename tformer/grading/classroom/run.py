@@ -67,7 +67,8 @@ def grader_hash(folder: Path | None = None) -> str:
 
 
 def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = True,
-                   seeds: dict | None = None, only: str | None = None, cells_run: list[int] | None = None) -> dict:
+                   seeds: dict | None = None, only: str | None = None, cells_run: list[int] | None = None,
+                   show_hidden: bool = False) -> dict:
     """One notebook's record for the journal: its sha256, the cells run and skipped, the report (of the
     exercise `only`, when given). `cells_run` runs exactly those code cells (a recorded run, `--verify`)."""
     data = path.read_bytes()
@@ -84,7 +85,7 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
     plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
     run = plan.run if cells_run is None else [i for i in cells_run if i < len(cells)]
     report = grade_cells(named, [(i, cells[i]) for i in run], launch, timeout, seeds, owed,
-                         fallback=released_checks(stem))
+                         fallback=released_checks(stem), show_hidden=show_hidden)
     report.notebook = str(path)
     status = "errors" if report.cell_errors else "graded"
     return {**record, "status": status, "cells": len(cells), "run": run, "edited": plan.edited,
@@ -107,6 +108,20 @@ def _preload_modules() -> list[str]:
                          else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
                 mods |= {n for n in names if n.split(".")[0] in ("tformer", "torch", "numpy", "matplotlib", "transformers", "tqdm")}
     return sorted(mods)
+
+
+def _hidden_out_of_reach(hidden: list[str], cls: Path) -> None:
+    """Refuse (ClassError) a file of hidden cases that a grading worker could read: under Landlock a worker
+    reads Python's search path (the folder tformer runs from among it) and the class; a hidden file there would
+    be one `open` away from a student's code."""
+    import tempfile
+    from .landlock import worker_paths
+    read, _ = worker_paths([Path(cls)], Path(tempfile.gettempdir()), Path(cls))
+    for f in hidden:
+        where = next((r for r in read if Path(f).resolve().is_relative_to(r)), None)
+        if where is not None:
+            raise ClassError(f"hidden cases {f} are in {where}, which grading workers can read (Python's search path "
+                             f"or the class): keep them elsewhere, and run tformer from another folder")
 
 
 def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> dict | None:
@@ -153,6 +168,15 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     from .sandbox import SandboxFailed, available_cores, machine_limits
     t0 = time.perf_counter()
     subs = read_class(path)
+    from .assignment import exercises_hash, use_teacher_files
+    files = sorted({str(Path(f).resolve()) for f in (exercise_files or [])}
+                   | set(assignment.exercise_files if assignment is not None else []))
+    released = assignment.released if assignment is not None else ""
+    hidden = assignment.hidden if assignment is not None else []
+    show_hidden = assignment.show_hidden_mistakes if assignment is not None else False
+    use_teacher_files(files, released, hidden)
+    _hidden_out_of_reach(hidden, path)
+    teacher = exercises_hash(files, released, hidden)
     if shard is not None:                                      # K/N: the students of shard K, by id
         subs = [s for s in subs if shard_of(s.student, shard[1]) == shard[0] - 1]
         overrides = [o for o in overrides or [] if o["student"] in {s.student for s in subs}]
@@ -161,12 +185,6 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     workers = workers or available_cores()
     limits = machine_limits(workers, memory)
     grader = grader_hash()
-    from .assignment import exercises_hash, use_teacher_files
-    files = sorted({str(Path(f).resolve()) for f in (exercise_files or [])}
-                   | set(assignment.exercise_files if assignment is not None else []))
-    released = assignment.released if assignment is not None else ""
-    use_teacher_files(files, released)
-    teacher = exercises_hash(files, released)
     if assignment is not None:
         stems = list(assignment.notebooks)
         weights = {**assignment.points, **(weights or {})}
@@ -206,7 +224,7 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         try:
             own = sub.own()
             rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, path), timeout, skip,
-                                 only=only if old else None)
+                                 only=only if old else None, show_hidden=show_hidden)
             if rec is not None and old is not None:             # --only: this exercise's row replaces its old one
                 new = {r["exercise"]: r for r in rec["report"]["rows"]}
                 rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
@@ -259,9 +277,9 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
     recorded = grades.get("settings", {})
     from .assignment import exercises_hash, use_teacher_files
     assigned = recorded.get("assignment") or {}
-    use_teacher_files(recorded.get("exercise_files", []), assigned.get("released", ""))
+    use_teacher_files(recorded.get("exercise_files", []), assigned.get("released", ""), assigned.get("hidden", []))
     if recorded.get("exercises_hash", "") != exercises_hash(recorded.get("exercise_files", []),
-                                                            assigned.get("released", "")):
+                                                            assigned.get("released", ""), assigned.get("hidden", [])):
         raise ClassError(f"{grades_path} was graded with other exercise files than those at "
                          f"{', '.join(recorded.get('exercise_files', []))}: verify with the files that graded")
     timeout = timeout or recorded.get("timeout") or CLASS_TIMEOUT
@@ -290,7 +308,8 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
                  if x.get("torch_seed") is not None}
         own = subs[student].own()
         rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve(), own, path), timeout,
-                             recorded.get("skip_released_cells", True), seeds, cells_run=nb.get("cells_run"))
+                             recorded.get("skip_released_cells", True), seeds, cells_run=nb.get("cells_run"),
+                             show_hidden=assigned.get("show_hidden_mistakes", False))
         again = {r["exercise"]: r for r in rec["report"]["rows"]}
         with lock:
             result["checked"] += 1

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from ..core import REGISTRY, Outcome, Result, exercise_cases, judge, load_exercises, named_mistakes
+from ..core import REGISTRY, Outcome, Result, exercise_cases, hidden_cases, judge, load_exercises, named_mistakes
 from ..messages import N_, _
 from .notebooks import chapter_of, exercises_of, read_cells, released_checks
 from .worker import MAX_FRAME, write_frame
@@ -63,6 +63,7 @@ class Row:
     torch_seed: int | None = None                      # the global generators' seed while the function ran
     mistakes: list[str] = field(default_factory=list)  # the known mistakes it was named (English names)
     check_missing: bool = False                        # no check(...) ran: the released stub's function was graded
+    fraction: float | None = None                      # partial credit: the share of the points (None: all or nothing)
 
 
 @dataclass
@@ -188,7 +189,8 @@ class _Worker:
 def _request(worker: _Worker, ex, cases: list, torch_seed: int) -> Outcome:
     """The learner's outputs for `cases`, or the reason there are none (the worker is killed if late)."""
     worker.send({"exercise": ex.name, "time_limit": ex.time_limit, "torch_seed": torch_seed,
-                 "cases": [(c.name, c.args, c.kwargs, c.seed) for c in cases]})
+                 "cases": [(f"hidden #{i}" if c.group == "hidden" else c.name, c.args, c.kwargs,
+                            None if c.group == "hidden" else c.seed) for i, c in enumerate(cases, 1)]})
     msg = worker.receive(ex.time_limit + 10.0)        # the worker enforces the limit; this holds regardless
     return Outcome(list(msg["outputs"]), [tuple(a) for a in msg["inputs_after"]], str(msg["status"]),
                    str(msg["error"]), bool(msg["ignored_limit"]))
@@ -217,7 +219,7 @@ def fresh_seeds(ex, rng=None) -> dict:
 
 def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: float,
                 seeds: dict | None = None, owed: list[str] | None = None,
-                fallback: dict[str, str] | None = None) -> NotebookReport:
+                fallback: dict[str, str] | None = None, show_hidden: bool = False) -> NotebookReport:
     """Grade one notebook's exercises: run `cells` ((index, source) of the code cells to run) in workers from
     `launch()` and judge their outputs here. A cell that ends the worker's process or runs past `timeout` is
     reported and left out of the next run, so the exercises collected before it (and those after) are graded.
@@ -253,7 +255,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             outcomes[name] = ([], None, "", {})
             continue
         s = (seeds or {}).get(name) or fresh_seeds(ex)
-        cases = exercise_cases(ex, s["cases"])
+        cases = exercise_cases(ex, s["cases"]) + hidden_cases(name)   # hidden: only in the grader's process
         try:
             outcomes[name] = (cases, _request(worker, ex, cases, s["torch_seed"]), "", s)
         except TimeoutError:
@@ -277,14 +279,14 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
         if outcome is None:
             report.rows.append(Row(name, ex.points, False, "not run", _(NOT_RUN)))
             continue
-        res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome)
+        res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome, show_hidden)
         named = named_mistakes(ex, cases, outcome.outputs) if res.status == "failed" and ex.mistakes else []
         message = res.message
         if name in uncalled:
             message = _("No check(...) cell ran for this exercise (was it deleted?); your function {name} was graded "
                         "as if it had.").format(name=(fallback or {}).get(name, "")) + "\n" + message
         report.rows.append(Row(name, ex.points, res.passed, res.status, message, s.get("cases", []),
-                               s.get("torch_seed"), named, name in uncalled))
+                               s.get("torch_seed"), named, name in uncalled, res.fraction))
     return report
 
 
