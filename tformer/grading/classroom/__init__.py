@@ -4,8 +4,11 @@
     cli.py          `tformer grade`: the command line, its checks, one line and exit 2 on bad input
     notebooks.py    the one reader of notebook files and the one rule for which chapter's notebook a file is
     submissions.py  a class's hand-ins: student folders, a Canvas bulk download, two files for one notebook
-    assignment.py   the assignment a teacher declares (--assignment FILE, TOML): notebooks, points, LMS columns
+    assignment.py   the assignment a teacher declares (--assignment FILE, TOML): notebooks, points, LMS columns,
+                    a teacher's exercises, hidden cases, the due date
+    late.py         due dates and late days: submission times, extensions, grace days, the penalty
     handout.py      what students get (`tformer handout`): the learner notebooks, none of the solutions
+    template.py     `tformer exercise new`: a teacher's own exercise from a commented template
     runner.py       one notebook through a worker: run its cells there, judge the outputs here; the learner's
                     own `tformer grade PATH` (its table and JSON report)
     worker.py       the process that runs a learner's cells and calls their functions, never holding an answer

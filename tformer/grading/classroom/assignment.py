@@ -10,6 +10,10 @@
     [lms]
     canvas_column = "tformer {chapter}"      # the Canvas column names ({chapter}: ch01, ch02, ...)
 
+    due = 2026-12-01T23:59:00+01:00          # a due date, and its late rule (late.py)
+    [late]
+    per_day = 0.1
+
 With it, `possible`, "not handed in", the pass rates and the Canvas columns follow the assignment; a notebook
 outside it is listed as extra and earns nothing. Paths in the file are relative to it. An unknown key is an
 error naming it. grades.json records the file and its sha256, and `exercises_hash`: the sha256 of the
@@ -17,12 +21,14 @@ teacher's own files (exercise modules and released notebooks), kept apart from t
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import REGISTRY, load_exercises, load_hidden
+from .late import read_rule
 from .notebooks import known_stems
 from .submissions import ClassError
 
@@ -31,7 +37,7 @@ if sys.version_info >= (3, 11):
 else:                                                     # pragma: no cover (Python 3.10)
     import tomli as tomllib
 
-KEYS = {"notebooks", "points", "lms", "exercises", "released", "hidden", "show_hidden_mistakes", "round"}
+KEYS = {"notebooks", "points", "lms", "exercises", "released", "hidden", "show_hidden_mistakes", "round", "due", "late"}
 LMS_KEYS = {"canvas_column"}
 
 
@@ -47,12 +53,15 @@ class Assignment:
     hidden: list[str] = field(default_factory=list)            # files of hidden cases (the grader's process only)
     show_hidden_mistakes: bool = False                         # name a mistake seen only on hidden cases
     round: int = 2                                             # digits of partial credit in the gradebook
+    due: str = ""                                              # the due date (ISO, with its offset); "" = none
+    late: dict = field(default_factory=dict)                   # the late rule (late.py), with `due`
 
     def record(self) -> dict:
         """What grades.json keeps of it."""
         return {"file": self.path, "sha256": self.sha256, "notebooks": self.notebooks, "points": self.points,
                 "canvas_column": self.canvas_column, "exercises": self.exercise_files, "released": self.released,
-                "hidden": self.hidden, "show_hidden_mistakes": self.show_hidden_mistakes, "round": self.round}
+                "hidden": self.hidden, "show_hidden_mistakes": self.show_hidden_mistakes, "round": self.round,
+                "due": self.due, "late": self.late}
 
 
 def teacher_files(exercise_files: list[str], released: str = "", hidden: list[str] = ()) -> list[Path]:
@@ -135,6 +144,15 @@ def read_assignment(path: Path) -> Assignment:
         raise ClassError(f"{path}: show_hidden_mistakes must be true or false, got {show!r}")
     if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 6:
         raise ClassError(f"{path}: round must be a whole number of digits from 0 to 6, got {digits!r}")
+    due, rule = toml.get("due"), toml.get("late")
+    if due is not None:
+        if not isinstance(due, datetime.datetime) or due.tzinfo is None:
+            raise ClassError(f"{path}: due must be a date and time with its offset, e.g. 2026-12-01T23:59:00+01:00, "
+                             f"got {due!r}")
+        due = due.isoformat()
+    if rule is not None and due is None:
+        raise ClassError(f"{path}: [late] needs `due`, the due date")
+    rule = read_rule(rule if rule is not None else {}, str(path)) if due else {}
     use_teacher_files(files, released, hidden)
     known = set(known_stems())
     for s in stems:
@@ -161,4 +179,4 @@ def read_assignment(path: Path) -> Assignment:
     if not isinstance(column, str) or "{chapter}" not in column:
         raise ClassError(f"{path}: [lms] canvas_column must be a name with {{chapter}} in it, got {column!r}")
     return Assignment(list(stems), dict(points), column, str(path.resolve()), hashlib.sha256(data).hexdigest(),
-                      files, released, hidden, show, digits)
+                      files, released, hidden, show, digits, due or "", rule)

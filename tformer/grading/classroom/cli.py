@@ -96,19 +96,26 @@ def _grade_class(args: argparse.Namespace, memory: int | None, UserError, REGIST
         raise UserError("--require-all grades one learner; a class's scores are in OUT/gradebook.csv")
     if args.assignment is not None and args.weights is not None:
         raise UserError("--assignment and --weights both set points: put the points in the assignment's [points]")
+    from .late import read_times
     try:
         submissions.read_class(Path(args.path))
         assignment = read_assignment(args.assignment) if args.assignment is not None else None
         weights = gradebook.read_weights(args.weights) if args.weights else None
         overrides = gradebook.read_overrides(args.overrides) if args.overrides else None
+        times = {flag: read_times(getattr(args, flag), column) if getattr(args, flag) else None
+                 for flag, column in (("submitted", "submitted"), ("extensions", "due"))}
     except (OSError, ClassError) as e:
         raise UserError(str(e)) from None
+    if (args.submitted or args.extensions) and not (assignment is not None and assignment.due):
+        raise UserError("--submitted and --extensions apply a late rule: give an --assignment with a due date "
+                        "(due = 2026-12-01T23:59:00+01:00)")
     if args.only is not None and args.only not in REGISTRY:
         raise UserError(f"--only {args.only}: no such exercise (e.g. ch01.attention)")
     try:
         run.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or run.CLASS_TIMEOUT,
                         weights=weights, overrides=overrides, only=args.only, assignment=assignment,
                         exercise_files=[str(f) for f in args.exercises or []],
+                        submitted=times["submitted"], extensions=times["extensions"],
                         workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
                         lms=args.lms, roster=args.roster, shard=args.shard)
     except ClassError as e:                           # an override naming a student not in the class, ...
@@ -158,6 +165,11 @@ def add_cli(sub) -> None:
     p.add_argument("--exercises", type=Path, action="append", default=None, metavar="FILE",
                    help="a teacher's own exercises: a module of register(Exercise(...)) calls (repeat for more; "
                         "an assignment file names them as `exercises = [...]`)")
+    p.add_argument("--submitted", type=Path, default=None, metavar="CSV",
+                   help="a class: submission times, columns student,submitted (ISO times), for the assignment's late "
+                        "rule (else nbgrader's timestamp.txt in each student's folder, else Canvas's LATE mark)")
+    p.add_argument("--extensions", type=Path, default=None, metavar="CSV",
+                   help="a class: per-student due dates, columns student,due (ISO times)")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
                    help="a class: points per exercise, one `ch01.attention = 5` per line (default: the course's)")
     p.add_argument("--overrides", type=Path, default=None, metavar="CSV",

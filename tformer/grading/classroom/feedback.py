@@ -67,6 +67,10 @@ def feedback_page(student: dict, exercises: list[dict]) -> str:
     points = {x["id"]: x["points"] for x in exercises}
     score = _("{earned} of {possible} points").format(earned=student["total"], possible=student["possible"])
     parts = [f"<p>{_tag('b', score)}</p>"]
+    if student.get("late_days"):
+        parts.append(_tag("p", _("Handed in {days} day(s) late ({grace} grace day(s) used): {penalty} point(s) off, "
+                                 "{final} in the end.").format(days=student["late_days"], grace=student["grace_days_used"],
+                                                               penalty=student["penalty"], final=student["final"]), "late"))
     for nb in student["notebooks"]:
         parts.append(f"<h2>{html.escape(nb['notebook'])} {_tag('span', '(' + nb['file'] + ')', 'muted')}</h2>")
         if nb["status"] in _UNGRADED:
@@ -180,6 +184,9 @@ def report_page(grades: dict) -> str:
     same = [f"{r['exercise']}: {r['student']}" for r in similar.get("reference", [])]
     if same:
         parts += [_tag("h2", _("Answers equal to the published solution")), _list(same, code=True)]
+    late = [f"{s['student']}: {s['late_days']} day(s), -{s['penalty']} ({s['final']})" for s in st if s.get("late_days")]
+    if late:
+        parts += [_tag("h2", _("Late submissions")), _list(late)]
     missing = [f"{s['student']}: {', '.join(s['missing_notebooks'])}" for s in st if s.get("missing_notebooks")]
     if missing:
         parts += [_tag("h2", _("Notebooks not handed in: {names}").format(names="").rstrip(" :：")), _list(missing)]

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from ..core import REGISTRY
+from . import late
 from .notebooks import chapter_order, course_exercises
 from .submissions import ClassError, Submission
 
@@ -104,7 +105,8 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
                           for n in exercises},
             "notebooks": notebooks, "missing_notebooks": [s for s in stems if s not in sub.notebooks],
             "extra_notebooks": sorted(s for s in sub.notebooks if s not in stems),
-            "unrecognized_files": sub.unrecognized, "notebooks_with_errors": problems, "warnings": sub.warnings()})
+            "unrecognized_files": sub.unrecognized, "notebooks_with_errors": problems, "warnings": sub.warnings(),
+            "submitted": sub.submitted})
     return {"grader": grader, "tformer": getattr(tformer, "__version__", ""), "torch": torch.__version__,
             "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "settings": settings,
@@ -130,10 +132,11 @@ def gradebook_rows(grades: dict) -> list[list]:
     """gradebook.csv as rows: the header, then one row per student."""
     ids = [e["id"] for e in grades["exercises"]]
     chapters = sorted({e["chapter"] for e in grades["exercises"]})
-    rows = [["student", *ids, *chapters, "total", "possible"]]
+    late = ["late_days", "penalty", "final"] if grades["settings"].get("late") else []
+    rows = [["student", *ids, *chapters, "total", "possible", *late]]
     for s in grades["students"]:
         rows.append([s["student"], *(s["exercises"][n]["earned"] for n in ids), *(s["chapters"][c] for c in chapters),
-                     s["total"], s["possible"]])
+                     s["total"], s["possible"], *(s[k] for k in late)])
     return rows
 
 
@@ -244,8 +247,9 @@ def earned(points: int, x: dict, digits: int = 2) -> int | float:
 
 def score(grades: dict, weights: dict[str, int] | None = None, overrides: list[dict] | None = None) -> None:
     """Reweight the exercises (a passed exercise earns its weight), apply the manual overrides, then compute
-    every total, chapter total and `possible`, in place: the one place totals are computed. The autograde's
-    status stays beside an override."""
+    every total, chapter total and `possible`, and last the late penalty (late.py: `penalty`, `final`), in
+    place: the one place totals are computed. The order: the autograde, partial credit, the points, the
+    overrides, the late penalty. The autograde's status stays beside an override."""
     weights, overrides = weights or {}, overrides or []
     for x in grades["exercises"]:
         x["points"] = weights.get(x["id"], x["points"])
@@ -274,6 +278,10 @@ def score(grades: dict, weights: dict[str, int] | None = None, overrides: list[d
         s["possible"] = sum(points.values())
         s["chapters"] = {ch: _number(sum(x["earned"] for n, x in s["exercises"].items() if n.startswith(ch + ".")),
                                      digits) for ch in chapters}
+        if grades["settings"].get("late"):           # the late penalty comes last
+            late.apply(s, grades["settings"]["late"], digits, _number)
+        else:
+            s["final"] = s["total"]
     grades["settings"]["weights"], grades["overrides"] = weights, overrides
 
 

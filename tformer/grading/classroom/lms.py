@@ -52,7 +52,7 @@ def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,
                column: str = "tformer {chapter}") -> tuple[str, list[str]]:
     """(a Canvas gradebook import, the students the roster did not match). The columns Student, ID, SIS User ID,
     SIS Login ID and Section, then one assignment column per chapter (`column`, a new name creates that
-    assignment on import), a "Points Possible" row first. A chapter none of whose assigned notebooks the student
+    assignment on import; the points after a late penalty), a "Points Possible" row first. A chapter none of whose assigned notebooks the student
     handed in is blank, not 0, so Canvas's missing-submission policy applies; gradebook.csv keeps 0."""
     chapters = sorted({x["chapter"] for x in grades["exercises"]})
     possible = {c: sum(x["points"] for x in grades["exercises"] if x["chapter"] == c) for c in chapters}
@@ -71,5 +71,5 @@ def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,
         handed = chapters_handed_in(s, stems)
         w.writerow([known.get("Student") or s["student"], known.get("ID") or uid, known.get("SIS User ID", ""),
                     known.get("SIS Login ID", ""), known.get("Section", "")]
-                   + [s["chapters"][c] if c in handed else "" for c in chapters])
+                   + [s.get("chapters_final", s["chapters"])[c] if c in handed else "" for c in chapters])
     return buf.getvalue(), unmatched

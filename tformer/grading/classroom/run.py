@@ -159,15 +159,20 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 log=print, lms: str | None = None, roster: Path | None = None,
                 shard: tuple[int, int] | None = None, weights: dict | None = None,
                 overrides: list | None = None, only: str | None = None, assignment=None,
-                exercise_files: list[str] | None = None) -> dict:
+                exercise_files: list[str] | None = None, submitted: dict | None = None,
+                extensions: dict | None = None) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades.
     `assignment` (assignment.Assignment): the notebooks graded and their order, the points, the LMS columns, a
     teacher's exercises and notebooks; without it, whatever the class handed in. `exercise_files`: a teacher's
-    exercise modules given apart (--exercises)."""
+    exercise modules given apart (--exercises). `submitted`, `extensions`: {student: ISO time} from
+    --submitted and --extensions, for the assignment's late rule (late.py)."""
     load_exercises()                                          # the grader's modules, before any learner code runs
     from .sandbox import SandboxFailed, available_cores, machine_limits
     t0 = time.perf_counter()
     subs = read_class(path)
+    from .late import nbgrader_timestamp
+    for sub in subs:
+        sub.submitted = None if sub.flat else nbgrader_timestamp(sub.folder)
     from .assignment import exercises_hash, use_teacher_files
     files = sorted({str(Path(f).resolve()) for f in (exercise_files or [])}
                    | set(assignment.exercise_files if assignment is not None else []))
@@ -194,7 +199,9 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 "threads_per_worker": limits.threads, "small": small, "skip_released_cells": skip, "notebooks": stems,
                 "shard": f"{shard[0]}/{shard[1]}" if shard else None,
                 "assignment": assignment.record() if assignment is not None else None,
-                "exercise_files": files, "exercises_hash": teacher}
+                "exercise_files": files, "exercises_hash": teacher,
+                "late": ({"due": assignment.due, "rule": assignment.late, "submitted": submitted or {},
+                          "extensions": extensions or {}} if assignment is not None and assignment.due else None)}
     if skip and not cellplan.released_cells():
         log("tformer grade: no released notebooks found next to the package (notebooks/): every cell runs")
     journal = Journal(out / "journal.jsonl")

@@ -85,6 +85,7 @@ class Submission:
     canvas_id: str = ""                                               # Canvas's user id (a Canvas download)
     late: set[str] = field(default_factory=set)                       # stems Canvas marked late
     flat: bool = False                                                # its files share a folder with others'
+    submitted: str | None = None                                      # nbgrader's timestamp.txt (ISO), if any
 
     def own(self) -> list[Path]:
         """What a worker grading this student may read of the class: the student's folder, or in a shared
