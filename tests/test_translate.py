@@ -220,6 +220,37 @@ def test_bleu_two_ways():
         sacrebleu_score("a b", "a b")
 
 
+def test_the_papers_metric_tokenizes_as_moses_and_splits_as_get_ende_bleu():
+    """Sentences where the Moses tokenizer (tokenizer.perl -l de, via sacremoses) and a regex stand-in
+    differ, each tokenized form worked out by hand from tokenizer.perl's rules: punctuation is split off
+    except . ' , - inside a word or number, quotes and apostrophes are escaped, German (any language but
+    en, fr, it) splits an apostrophe from both sides, English keeps it on the suffix."""
+    from tformer.training.metrics import moses_tokenize
+    cases = [
+        ('Er sagte: "Das ist\'s!"', "de", "Er sagte : &quot; Das ist &apos; s ! &quot;"),
+        ("Don't stop.", "en", "Don &apos;t stop ."),
+        ("Don't stop.", "de", "Don &apos; t stop ."),
+        ("Er zahlte 1.000,50 Euro für 3,5 %.", "de", "Er zahlte 1.000,50 Euro für 3,5 % ."),
+        ("It costs $5,000, or 4.50 each.", "en", "It costs $ 5,000 , or 4.50 each ."),
+        ("„Gut“, sagte sie (wirklich).", "de", "„ Gut “ , sagte sie ( wirklich ) ."),
+        ("Tom & Jerry", "en", "Tom &amp; Jerry"),
+    ]
+    for line, lang, want in cases:
+        assert moses_tokenize(line, lang) == want, (line, lang)
+    # get_ende_bleu.sh's perl substitution: matches do not overlap, so a one-letter middle piece stays joined
+    assert split_compounds("E-Mail-Adresse") == "E ##AT##-##AT## Mail ##AT##-##AT## Adresse"
+    assert split_compounds("Vitamin-B-Mangel") == "Vitamin ##AT##-##AT## B-Mangel"
+    assert split_compounds("Euro - ein") == "Euro - ein"                     # a free-standing dash is no compound
+    # the tokens are what gets counted: 8 tokens, 7/8 unigrams, 5/7 bigrams, 3/6 trigrams, 2/5 4-grams match
+    # ("1.000,50" and "3,5" one token each), equal lengths: BLEU = (1/8)^(1/4)
+    hyp, ref = ["Er zahlte 1.000,50 Euro für 3,5 %."], ["Er zahlte 1.000,50 Euro für 4,5 %."]
+    assert tokenized_bleu(hyp, ref).score == pytest.approx(100 * 2 ** -0.75)
+    # multi-bleu.perl does not smooth: no trigram in common is 0, where sacreBLEU's exp smoothing is not
+    hyp, ref = ["Der Hund läuft."], ["Die Katze läuft."]
+    assert tokenized_bleu(hyp, ref).score == 0.0 and sacrebleu_score(hyp, ref).score > 0.0
+    assert "-l en" in tokenized_bleu(hyp, ref, lang="en").signature
+
+
 # -- end to end ---------------------------------------------------------------------------------------
 E2E = dict(offline_pairs=500, max_tokens=400, max_steps=24, snapshot_every=8, save_every=8, eval_every=0,
            vocab_size=320, warmup=8)

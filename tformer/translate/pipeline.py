@@ -435,12 +435,13 @@ def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
 
 
 def score_lines(model, bpe, src_lines, ref_lines, *, beam: int = 4, alpha: float = 0.6, max_tokens: int = 4000,
-                progress: bool = False) -> dict:
-    """Translate and score: sacreBLEU (with signature) and the paper's tokenized BLEU."""
+                progress: bool = False, lang: str = "de") -> dict:
+    """Translate and score: sacreBLEU (with signature) and the paper's tokenized BLEU (`lang`: the target
+    language, for its Moses tokenizer)."""
     t0 = time.perf_counter()
     hyps = translate(model, bpe, src_lines, beam=beam, alpha=alpha, max_tokens=max_tokens, progress=progress)
     secs = time.perf_counter() - t0
-    sb, tb = sacrebleu_score(hyps, ref_lines), tokenized_bleu(hyps, ref_lines)
+    sb, tb = sacrebleu_score(hyps, ref_lines), tokenized_bleu(hyps, ref_lines, lang=lang)
     return {"bleu": sb.score, "signature": sb.signature, "detail": sb.detail, "tokenized_bleu": tb.score,
             "beam": beam, "alpha": alpha, "sentences": len(hyps), "seconds": secs, "hypotheses": hyps}
 
@@ -457,6 +458,6 @@ def score_files(run, src_file, ref_file, *, beam: int = 4, alpha: float = 0.6, w
         raise RunInputError(f"--src {src_file} has {len(src_lines)} lines but --ref {ref_file} has {len(ref_lines)}; "
                          f"they must be line-aligned (one reference per source sentence)")
     model, bpe, info = load_run(run, weights)
-    res = score_lines(model, bpe, src_lines, ref_lines, beam=beam, alpha=alpha, progress=progress)
+    res = score_lines(model, bpe, src_lines, ref_lines, beam=beam, alpha=alpha, progress=progress, lang=info["tgt"])
     res["weights"] = info["weights"]
     return res
