@@ -4,6 +4,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -364,3 +368,136 @@ def test_peer_trains_and_scores_through_the_pipeline(tmp_path):
     assert res["sentences"] == 300 and 0.0 <= res["bleu"] <= 100.0
     with pytest.raises(ValueError, match="arch must be one of"):
         train_run(tmp_path / "bad", "tiny", progress=False, arch="keras", **E2E)
+
+
+# -- a published model: tformer translate score --hf --------------------------------------------------
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def tformer_command(*args, cwd: Path, **env) -> subprocess.CompletedProcess:
+    """`python -m tformer ...` as typed, from a folder outside the checkout (the checkout's package first on
+    the path), with Hugging Face's cache in `cwd` and offline: nothing is downloaded."""
+    assert not cwd.resolve().is_relative_to(CHECKOUT)
+    environ = {**os.environ, "PYTHONPATH": str(CHECKOUT), "HF_HOME": str(cwd / "hf-home"), "HF_HUB_OFFLINE": "1",
+               **env}
+    return subprocess.run([sys.executable, "-m", "tformer", *map(str, args)], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory):
+    """A random-init MarianMTModel and its MarianTokenizer saved with save_pretrained, as the hub's
+    opus-mt-de-en folders are: source.spm and target.spm (SentencePiece models trained here on generated
+    German and English lines) over one vocab.json (</s> 0, <unk> 1, the pieces, <pad> last)."""
+    transformers = pytest.importorskip("transformers")
+    spm = pytest.importorskip("sentencepiece")
+    import io
+    out = tmp_path_factory.mktemp("published") / "opus-mt-de-en"          # named as the model: --testset finds it
+    out.mkdir()
+    en, de = generate_pairs(300, seed=7)
+    vocab = {"</s>": 0, "<unk>": 1}
+    for side, lines in (("source", de), ("target", en)):
+        buf = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, vocab_size=120,
+                                       character_coverage=1.0, minloglevel=2)
+        (out / f"{side}.spm").write_bytes(buf.getvalue())
+        sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+        for piece in map(sp.id_to_piece, range(sp.get_piece_size())):
+            if piece not in vocab and not (piece.startswith("<") and piece.endswith(">")):
+                vocab[piece] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab))
+    tok = transformers.MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
+                                       source_lang="de", target_lang="en")
+    tok.save_pretrained(out)
+    cfg = transformers.MarianConfig(
+        vocab_size=len(vocab), d_model=16, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+        decoder_ffn_dim=32, encoder_layers=1, decoder_layers=1, max_position_embeddings=128,
+        pad_token_id=len(vocab) - 1, decoder_start_token_id=len(vocab) - 1, eos_token_id=0, forced_eos_token_id=0,
+        activation_function="swish", scale_embedding=True)
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(cfg)
+    with torch.no_grad():                         # wider than HF's init, so that no two logits nearly tie
+        for name, p in model.named_parameters():
+            if "embed_positions" not in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p) if "layer_norm" in name and name.endswith("weight")
+                        else 0.3 * torch.randn_like(p))
+        model.final_logits_bias.normal_()
+    model.save_pretrained(out)
+    return out
+
+
+@torch.no_grad()
+def hf_greedy_text(folder: Path, lines: list[str]) -> list[str]:
+    """The reference: Hugging Face's own model and tokenizer, argmax step by step (the start token is pad, pad
+    never chosen), up to tformer's length limit (source tokens + 50), decoded by the tokenizer."""
+    import transformers
+    tok = transformers.MarianTokenizer.from_pretrained(folder)
+    hf = transformers.MarianMTModel.from_pretrained(folder).eval()
+    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
+    out = []
+    for line in lines:
+        src = torch.tensor([tok(line)["input_ids"]])                         # ends in </s>
+        ys, limit = [pad], src.shape[1] + 50
+        for t in range(limit):
+            logits = hf(input_ids=src, decoder_input_ids=torch.tensor([ys])).logits[0, -1]
+            logits[pad] = -math.inf
+            ys.append(eos if t + 1 >= limit else int(logits.argmax()))
+            if ys[-1] == eos:
+                break
+        out.append(tok.decode(ys[1:-1], skip_special_tokens=True))
+    return out
+
+
+def test_score_a_published_model_as_typed(marian_folder, tmp_path):
+    """`tformer translate score --hf DIR`: the model converted into tformer's Transformer and the real
+    MarianTokenizer wrapped for the pipeline translate as Hugging Face's own model does (greedy, so its
+    argmax is the reference), the JSON has today's keys and the card's figure; an offline name is one line."""
+    en, de = generate_pairs(6, seed=11)
+    (tmp_path / "src.de").write_text("\n".join(de) + "\n")
+    (tmp_path / "ref.en").write_text("\n".join(en) + "\n")
+    proc = tformer_command("translate", "score", "--hf", marian_folder, "--src", "src.de", "--ref", "ref.en",
+                           "--beam", 1, "--testset", "newstest2014", "--json", "--out", "hyp.en", "--no-progress",
+                           cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert set(res) == {"bleu", "signature", "detail", "tokenized_bleu", "beam", "alpha", "sentences", "seconds",
+                        "weights", "card_bleu", "card_source"}
+    assert (res["sentences"], res["beam"], res["weights"], res["card_bleu"]) == (6, 1, str(marian_folder), 34.0)
+    assert "opus-mt-de-en" in res["card_source"] and "tok:13a" in res["signature"]
+    hyps = (tmp_path / "hyp.en").read_text().splitlines()
+    assert hyps == hf_greedy_text(marian_folder, de) and all(hyps)
+    # a name that is neither a folder nor in Hugging Face's cache, offline: one line, exit 2, no download
+    proc = tformer_command("translate", "score", "--hf", "Helsinki-NLP/opus-mt-de-en", "--src", "src.de", "--ref",
+                           "ref.en", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Helsinki-NLP/opus-mt-de-en" in proc.stderr and "HF_HUB_OFFLINE" in proc.stderr
+    assert not any((tmp_path / "hf-home").rglob("*.safetensors"))
+
+
+def test_score_takes_a_run_or_a_published_model(marian_folder, tmp_path, capsys, monkeypatch):
+    from tformer.cli import main
+    from tformer.translate.cli import TESTSETS_WITH_CARDS
+    from tformer.translate.pipeline import TESTSETS, card_bleu
+    assert TESTSETS_WITH_CARDS == TESTSETS and card_bleu("Helsinki-NLP/opus-mt-en-de", "newstest2018")[0] == 45.2
+    (tmp_path / "a.de").write_text("Hallo.\n")
+    files = ["--src", tmp_path / "a.de", "--ref", tmp_path / "a.de"]
+
+    def one_line_error(argv, *words):
+        try:
+            code = main(["translate", "score", *map(str, argv)])
+        except SystemExit as e:                                           # argparse's usage errors
+            code = e.code
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and all(w in err for w in words), (code, err)
+    one_line_error(files, "--run", "--hf")                                # one of the two is required
+    one_line_error(["--run", tmp_path, "--hf", marian_folder, *files], "not allowed with")
+    one_line_error(["--hf", marian_folder, "--weights", "last", *files], "--weights")
+    one_line_error(["--run", tmp_path, "--testset", "newstest2014", *files], "--testset", "--hf")
+    from tformer.utils.errors import UserError
+    with pytest.raises(UserError, match="no model card figure for 'opus-mt-en-de'.*opus-mt-de-en on newstest2014"):
+        card_bleu("Helsinki-NLP/opus-mt-en-de", "newstest2014")            # the card gives 2016 and 2018 only
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)               # not installed: the extra is named
+    one_line_error(["--hf", marian_folder, *files], "sentencepiece", ".[translate]")
+
