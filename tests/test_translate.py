@@ -294,6 +294,54 @@ def test_end_to_end_interrupt_resume_decode_score(tmp_path, capsys):
     assert out["bleu"] == pytest.approx(greedy["bleu"]) and "signature" in out
 
 
+def test_the_base_recipe_end_to_end_as_typed(tmp_path, capsys):
+    """`tformer translate train --preset base` at tiny sizes on generated lines (the built-in corpus: a learner's
+    clone has no ../shared): the paper's recipe as the preset holds it (the noam schedule, label smoothing 0.1,
+    dropout on sub-layer outputs only, no clipping), the last 5 snapshots averaged; then `score` with beam 4
+    and the length penalty 0.6, and both metrics."""
+    from tformer.cli import main
+    from tformer.inference.decode import translate
+    from tformer.training.checkpoint import load_checkpoint
+    from tformer.translate import load_run
+    run = tmp_path / "base"
+    sizes = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, vocab_size=320, max_tokens=500, max_len=48,
+                 max_steps=30, warmup=10, snapshot_minutes=0, snapshot_every=6, save_every=10, eval_every=0,
+                 offline_pairs=500)
+    sets = [x for k, v in sizes.items() for x in ("--set", f"{k}={v}")]
+    assert main(["translate", "train", "--preset", "base", "--out", str(run), "--no-progress", *sets]) == 0
+    capsys.readouterr()
+    info = json.loads((run / "config.json").read_text())
+    p = info["preset"]
+    assert info["preset_name"] == "base" and {k: p[k] for k in sizes} == sizes
+    assert (p["schedule"], p["label_smoothing"], p["dropout"], p["attn_dropout"], p["ffn_dropout"], p["grad_clip"],
+            p["average_last"], p["lr"]) == ("noam", 0.1, 0.1, 0.0, 0.0, None, 5, 7.0e-4)     # base's, not overridden
+    # the average of the last 5 snapshots (steps 6 ... 30), tensor by tensor
+    snaps = sorted(run.glob("snapshot_*.pt"))
+    assert [q.name for q in snaps] == [f"snapshot_{s:07d}.pt" for s in (6, 12, 18, 24, 30)]
+    averaged = load_checkpoint(run / "averaged.pt")
+    states = [load_checkpoint(q) for q in snaps]
+    for k in ("src_embed.weight", "decoder.layers.1.ffn.fc2.weight"):
+        torch.testing.assert_close(averaged[k], torch.stack([sd[k] for sd in states]).mean(0))
+    assert not torch.equal(states[0]["src_embed.weight"], states[-1]["src_embed.weight"])   # it trained
+    assert json.loads((run / "choice.json").read_text())["snapshots"] == [q.name for q in snaps]
+    # beam 4 with the paper's length penalty, both metrics, on 20 test sentences (the corpus's, not trained on)
+    src = (run / "data" / "test.en").read_text().splitlines()[:20]
+    ref = (run / "data" / "test.de").read_text().splitlines()[:20]
+    (tmp_path / "src.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "ref.de").write_text("\n".join(ref) + "\n")
+    assert main(["translate", "score", "--run", str(run), "--src", str(tmp_path / "src.en"), "--ref",
+                 str(tmp_path / "ref.de"), "--beam", "4", "--alpha", "0.6", "--json", "--no-progress", "--out",
+                 str(tmp_path / "hyp.de")]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert (res["beam"], res["alpha"], res["sentences"]) == (4, 0.6, 20)
+    hyps = (tmp_path / "hyp.de").read_text().splitlines()
+    model, bpe, run_info = load_run(run)
+    assert res["weights"] == run_info["weights"] and hyps == translate(model, bpe, src, beam=4, alpha=0.6)
+    assert res["bleu"] == pytest.approx(sacrebleu_score(hyps, ref).score)
+    assert res["tokenized_bleu"] == pytest.approx(tokenized_bleu(hyps, ref, lang="de").score)
+    assert "tok:13a" in res["signature"] and 0 <= res["tokenized_bleu"] <= 100
+
+
 # -- the nn.Transformer peer -----------------------------------------------------------------------------
 @torch.no_grad()
 def test_peer_decodes_like_its_full_forward():
