@@ -222,7 +222,8 @@ class Transformer(nn.Module):
                 "gelu_pytorch_tanh": "gelu_tanh"}
         unsupported = [f"{k}={v!r}" for k, v, ok in (
             ("activation_function", c.activation_function, c.activation_function in acts),
-            ("decoder_attention_heads", c.decoder_attention_heads, c.decoder_attention_heads == c.encoder_attention_heads),
+            ("decoder_attention_heads", c.decoder_attention_heads,
+             c.decoder_attention_heads == c.encoder_attention_heads),
             ("decoder_ffn_dim", c.decoder_ffn_dim, c.decoder_ffn_dim == c.encoder_ffn_dim),
             ("d_model", c.d_model, c.d_model % 2 == 0)) if not ok]
         if unsupported:

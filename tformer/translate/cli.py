@@ -64,8 +64,8 @@ def add_cli(subparsers) -> None:
     s.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy)")
     s.add_argument("--alpha", type=nonnegative_float, default=0.6, help="length penalty")
     s.add_argument("--weights", choices=["auto", "averaged", "last"], help="a run's weights (default: auto)")
-    s.add_argument("--testset", choices=TESTSETS_WITH_CARDS, help="with --hf: also print the model card's sacreBLEU on this "
-                   "WMT test set (give its sentences as --src and --ref)")
+    s.add_argument("--testset", choices=TESTSETS_WITH_CARDS, help="with --hf: also print the model card's sacreBLEU "
+                   "on this WMT test set (give its sentences as --src and --ref)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--out", help="also write the translations to this file")
     s.add_argument("--json", action="store_true", help="print one JSON object")
@@ -138,8 +138,8 @@ def _score(args) -> int:
         print(f"tokenized BLEU (paper style, compound splitting) {res['tokenized_bleu']:.2f}")
         print(f"beam {res['beam']}, {res['sentences']} sentences in {res['seconds']:.1f} s, weights: {res['weights']}")
         if "card_bleu" in res:
-            print(f"the model card: sacreBLEU {res['card_bleu']:.1f} on {args.testset} ({res['card_source']}); tformer's "
-                  f"beam search is not Marian's decoder: within about 0.5 BLEU is a reproduction")
+            print(f"the model card: sacreBLEU {res['card_bleu']:.1f} on {args.testset} ({res['card_source']}); "
+                  f"tformer's beam search is not Marian's decoder: within about 0.5 BLEU is a reproduction")
     return 0
 
 
