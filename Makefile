@@ -56,10 +56,10 @@ torch: $(PY)
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) requirements/jupyterlab-overrides.json | torch
 	@if [ "$(PYVER)" = "$(CI_PYTHON)" ]; then \
 	  echo "installing the tested versions ($(CONSTRAINTS), Python $(CI_PYTHON))"; \
-	  $(PIP) install --quiet -c $(CONSTRAINTS) -e ".[lab,dev,serve,book]"; \
+	  $(PIP) install --quiet -c $(CONSTRAINTS) -e ".[lab,dev,serve,book,translate]"; \
 	else \
 	  echo "Python $(PYVER) is not $(CI_PYTHON), which $(CONSTRAINTS) was made for: installing from pyproject.toml's version ranges instead"; \
-	  $(PIP) install --quiet -e ".[lab,dev,serve,book]"; \
+	  $(PIP) install --quiet -e ".[lab,dev,serve,book,translate]"; \
 	fi
 	@# JupyterLab opens on the course without its "official Jupyter news" pop-up
 	mkdir -p $(VENV)/share/jupyter/lab/settings
@@ -136,7 +136,7 @@ bench: install
 
 # Move to newer versions: upgrade within pyproject.toml's ranges, record them, run every test on them.
 constraints: torch
-	$(PIP) install --quiet --upgrade -e ".[lab,dev,serve,book]"
+	$(PIP) install --quiet --upgrade -e ".[lab,dev,serve,book,translate]"
 	$(PY) requirements/freeze.py
 	touch $(VENV)/.installed
 	@$(MAKE) --no-print-directory test \

@@ -4,6 +4,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -220,6 +224,37 @@ def test_bleu_two_ways():
         sacrebleu_score("a b", "a b")
 
 
+def test_the_papers_metric_tokenizes_as_moses_and_splits_as_get_ende_bleu():
+    """Sentences where the Moses tokenizer (tokenizer.perl -l de, via sacremoses) and a regex stand-in
+    differ, each tokenized form worked out by hand from tokenizer.perl's rules: punctuation is split off
+    except . ' , - inside a word or number, quotes and apostrophes are escaped, German (any language but
+    en, fr, it) splits an apostrophe from both sides, English keeps it on the suffix."""
+    from tformer.training.metrics import moses_tokenize
+    cases = [
+        ('Er sagte: "Das ist\'s!"', "de", "Er sagte : &quot; Das ist &apos; s ! &quot;"),
+        ("Don't stop.", "en", "Don &apos;t stop ."),
+        ("Don't stop.", "de", "Don &apos; t stop ."),
+        ("Er zahlte 1.000,50 Euro für 3,5 %.", "de", "Er zahlte 1.000,50 Euro für 3,5 % ."),
+        ("It costs $5,000, or 4.50 each.", "en", "It costs $ 5,000 , or 4.50 each ."),
+        ("„Gut“, sagte sie (wirklich).", "de", "„ Gut “ , sagte sie ( wirklich ) ."),
+        ("Tom & Jerry", "en", "Tom &amp; Jerry"),
+    ]
+    for line, lang, want in cases:
+        assert moses_tokenize(line, lang) == want, (line, lang)
+    # get_ende_bleu.sh's perl substitution: matches do not overlap, so a one-letter middle piece stays joined
+    assert split_compounds("E-Mail-Adresse") == "E ##AT##-##AT## Mail ##AT##-##AT## Adresse"
+    assert split_compounds("Vitamin-B-Mangel") == "Vitamin ##AT##-##AT## B-Mangel"
+    assert split_compounds("Euro - ein") == "Euro - ein"                     # a free-standing dash is no compound
+    # the tokens are what gets counted: 8 tokens, 7/8 unigrams, 5/7 bigrams, 3/6 trigrams, 2/5 4-grams match
+    # ("1.000,50" and "3,5" one token each), equal lengths: BLEU = (1/8)^(1/4)
+    hyp, ref = ["Er zahlte 1.000,50 Euro für 3,5 %."], ["Er zahlte 1.000,50 Euro für 4,5 %."]
+    assert tokenized_bleu(hyp, ref).score == pytest.approx(100 * 2 ** -0.75)
+    # multi-bleu.perl does not smooth: no trigram in common is 0, where sacreBLEU's exp smoothing is not
+    hyp, ref = ["Der Hund läuft."], ["Die Katze läuft."]
+    assert tokenized_bleu(hyp, ref).score == 0.0 and sacrebleu_score(hyp, ref).score > 0.0
+    assert "-l en" in tokenized_bleu(hyp, ref, lang="en").signature
+
+
 # -- end to end ---------------------------------------------------------------------------------------
 E2E = dict(offline_pairs=500, max_tokens=400, max_steps=24, snapshot_every=8, save_every=8, eval_every=0,
            vocab_size=320, warmup=8)
@@ -257,6 +292,54 @@ def test_end_to_end_interrupt_resume_decode_score(tmp_path, capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["bleu"] == pytest.approx(greedy["bleu"]) and "signature" in out
+
+
+def test_the_base_recipe_end_to_end_as_typed(tmp_path, capsys):
+    """`tformer translate train --preset base` at tiny sizes on generated lines (the built-in corpus: a learner's
+    clone has no ../shared): the paper's recipe as the preset holds it (the noam schedule, label smoothing 0.1,
+    dropout on sub-layer outputs only, no clipping), the last 5 snapshots averaged; then `score` with beam 4
+    and the length penalty 0.6, and both metrics."""
+    from tformer.cli import main
+    from tformer.inference.decode import translate
+    from tformer.training.checkpoint import load_checkpoint
+    from tformer.translate import load_run
+    run = tmp_path / "base"
+    sizes = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, vocab_size=320, max_tokens=500, max_len=48,
+                 max_steps=30, warmup=10, snapshot_minutes=0, snapshot_every=6, save_every=10, eval_every=0,
+                 offline_pairs=500)
+    sets = [x for k, v in sizes.items() for x in ("--set", f"{k}={v}")]
+    assert main(["translate", "train", "--preset", "base", "--out", str(run), "--no-progress", *sets]) == 0
+    capsys.readouterr()
+    info = json.loads((run / "config.json").read_text())
+    p = info["preset"]
+    assert info["preset_name"] == "base" and {k: p[k] for k in sizes} == sizes
+    assert (p["schedule"], p["label_smoothing"], p["dropout"], p["attn_dropout"], p["ffn_dropout"], p["grad_clip"],
+            p["average_last"], p["lr"]) == ("noam", 0.1, 0.1, 0.0, 0.0, None, 5, 7.0e-4)     # base's, not overridden
+    # the average of the last 5 snapshots (steps 6 ... 30), tensor by tensor
+    snaps = sorted(run.glob("snapshot_*.pt"))
+    assert [q.name for q in snaps] == [f"snapshot_{s:07d}.pt" for s in (6, 12, 18, 24, 30)]
+    averaged = load_checkpoint(run / "averaged.pt")
+    states = [load_checkpoint(q) for q in snaps]
+    for k in ("src_embed.weight", "decoder.layers.1.ffn.fc2.weight"):
+        torch.testing.assert_close(averaged[k], torch.stack([sd[k] for sd in states]).mean(0))
+    assert not torch.equal(states[0]["src_embed.weight"], states[-1]["src_embed.weight"])   # it trained
+    assert json.loads((run / "choice.json").read_text())["snapshots"] == [q.name for q in snaps]
+    # beam 4 with the paper's length penalty, both metrics, on 20 test sentences (the corpus's, not trained on)
+    src = (run / "data" / "test.en").read_text().splitlines()[:20]
+    ref = (run / "data" / "test.de").read_text().splitlines()[:20]
+    (tmp_path / "src.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "ref.de").write_text("\n".join(ref) + "\n")
+    assert main(["translate", "score", "--run", str(run), "--src", str(tmp_path / "src.en"), "--ref",
+                 str(tmp_path / "ref.de"), "--beam", "4", "--alpha", "0.6", "--json", "--no-progress", "--out",
+                 str(tmp_path / "hyp.de")]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert (res["beam"], res["alpha"], res["sentences"]) == (4, 0.6, 20)
+    hyps = (tmp_path / "hyp.de").read_text().splitlines()
+    model, bpe, run_info = load_run(run)
+    assert res["weights"] == run_info["weights"] and hyps == translate(model, bpe, src, beam=4, alpha=0.6)
+    assert res["bleu"] == pytest.approx(sacrebleu_score(hyps, ref).score)
+    assert res["tokenized_bleu"] == pytest.approx(tokenized_bleu(hyps, ref, lang="de").score)
+    assert "tok:13a" in res["signature"] and 0 <= res["tokenized_bleu"] <= 100
 
 
 # -- the nn.Transformer peer -----------------------------------------------------------------------------
@@ -333,3 +416,136 @@ def test_peer_trains_and_scores_through_the_pipeline(tmp_path):
     assert res["sentences"] == 300 and 0.0 <= res["bleu"] <= 100.0
     with pytest.raises(ValueError, match="arch must be one of"):
         train_run(tmp_path / "bad", "tiny", progress=False, arch="keras", **E2E)
+
+
+# -- a published model: tformer translate score --hf --------------------------------------------------
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def tformer_command(*args, cwd: Path, **env) -> subprocess.CompletedProcess:
+    """`python -m tformer ...` as typed, from a folder outside the checkout (the checkout's package first on
+    the path), with Hugging Face's cache in `cwd` and offline: nothing is downloaded."""
+    assert not cwd.resolve().is_relative_to(CHECKOUT)
+    environ = {**os.environ, "PYTHONPATH": str(CHECKOUT), "HF_HOME": str(cwd / "hf-home"), "HF_HUB_OFFLINE": "1",
+               **env}
+    return subprocess.run([sys.executable, "-m", "tformer", *map(str, args)], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory):
+    """A random-init MarianMTModel and its MarianTokenizer saved with save_pretrained, as the hub's
+    opus-mt-de-en folders are: source.spm and target.spm (SentencePiece models trained here on generated
+    German and English lines) over one vocab.json (</s> 0, <unk> 1, the pieces, <pad> last)."""
+    transformers = pytest.importorskip("transformers")
+    spm = pytest.importorskip("sentencepiece")
+    import io
+    out = tmp_path_factory.mktemp("published") / "opus-mt-de-en"          # named as the model: --testset finds it
+    out.mkdir()
+    en, de = generate_pairs(300, seed=7)
+    vocab = {"</s>": 0, "<unk>": 1}
+    for side, lines in (("source", de), ("target", en)):
+        buf = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, vocab_size=120,
+                                       character_coverage=1.0, minloglevel=2)
+        (out / f"{side}.spm").write_bytes(buf.getvalue())
+        sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+        for piece in map(sp.id_to_piece, range(sp.get_piece_size())):
+            if piece not in vocab and not (piece.startswith("<") and piece.endswith(">")):
+                vocab[piece] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab))
+    tok = transformers.MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
+                                       source_lang="de", target_lang="en")
+    tok.save_pretrained(out)
+    cfg = transformers.MarianConfig(
+        vocab_size=len(vocab), d_model=16, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+        decoder_ffn_dim=32, encoder_layers=1, decoder_layers=1, max_position_embeddings=128,
+        pad_token_id=len(vocab) - 1, decoder_start_token_id=len(vocab) - 1, eos_token_id=0, forced_eos_token_id=0,
+        activation_function="swish", scale_embedding=True)
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(cfg)
+    with torch.no_grad():                         # wider than HF's init, so that no two logits nearly tie
+        for name, p in model.named_parameters():
+            if "embed_positions" not in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p) if "layer_norm" in name and name.endswith("weight")
+                        else 0.3 * torch.randn_like(p))
+        model.final_logits_bias.normal_()
+    model.save_pretrained(out)
+    return out
+
+
+@torch.no_grad()
+def hf_greedy_text(folder: Path, lines: list[str]) -> list[str]:
+    """The reference: Hugging Face's own model and tokenizer, argmax step by step (the start token is pad, pad
+    never chosen), up to tformer's length limit (source tokens + 50), decoded by the tokenizer."""
+    import transformers
+    tok = transformers.MarianTokenizer.from_pretrained(folder)
+    hf = transformers.MarianMTModel.from_pretrained(folder).eval()
+    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
+    out = []
+    for line in lines:
+        src = torch.tensor([tok(line)["input_ids"]])                         # ends in </s>
+        ys, limit = [pad], src.shape[1] + 50
+        for t in range(limit):
+            logits = hf(input_ids=src, decoder_input_ids=torch.tensor([ys])).logits[0, -1]
+            logits[pad] = -math.inf
+            ys.append(eos if t + 1 >= limit else int(logits.argmax()))
+            if ys[-1] == eos:
+                break
+        out.append(tok.decode(ys[1:-1], skip_special_tokens=True))
+    return out
+
+
+def test_score_a_published_model_as_typed(marian_folder, tmp_path):
+    """`tformer translate score --hf DIR`: the model converted into tformer's Transformer and the real
+    MarianTokenizer wrapped for the pipeline translate as Hugging Face's own model does (greedy, so its
+    argmax is the reference), the JSON has today's keys and the card's figure; an offline name is one line."""
+    en, de = generate_pairs(6, seed=11)
+    (tmp_path / "src.de").write_text("\n".join(de) + "\n")
+    (tmp_path / "ref.en").write_text("\n".join(en) + "\n")
+    proc = tformer_command("translate", "score", "--hf", marian_folder, "--src", "src.de", "--ref", "ref.en",
+                           "--beam", 1, "--testset", "newstest2014", "--json", "--out", "hyp.en", "--no-progress",
+                           cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert set(res) == {"bleu", "signature", "detail", "tokenized_bleu", "beam", "alpha", "sentences", "seconds",
+                        "weights", "card_bleu", "card_source"}
+    assert (res["sentences"], res["beam"], res["weights"], res["card_bleu"]) == (6, 1, str(marian_folder), 34.0)
+    assert "opus-mt-de-en" in res["card_source"] and "tok:13a" in res["signature"]
+    hyps = (tmp_path / "hyp.en").read_text().splitlines()
+    assert hyps == hf_greedy_text(marian_folder, de) and all(hyps)
+    # a name that is neither a folder nor in Hugging Face's cache, offline: one line, exit 2, no download
+    proc = tformer_command("translate", "score", "--hf", "Helsinki-NLP/opus-mt-de-en", "--src", "src.de", "--ref",
+                           "ref.en", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Helsinki-NLP/opus-mt-de-en" in proc.stderr and "HF_HUB_OFFLINE" in proc.stderr
+    assert not any((tmp_path / "hf-home").rglob("*.safetensors"))
+
+
+def test_score_takes_a_run_or_a_published_model(marian_folder, tmp_path, capsys, monkeypatch):
+    from tformer.cli import main
+    from tformer.translate.cli import TESTSETS_WITH_CARDS
+    from tformer.translate.pipeline import TESTSETS, card_bleu
+    assert TESTSETS_WITH_CARDS == TESTSETS and card_bleu("Helsinki-NLP/opus-mt-en-de", "newstest2018")[0] == 45.2
+    (tmp_path / "a.de").write_text("Hallo.\n")
+    files = ["--src", tmp_path / "a.de", "--ref", tmp_path / "a.de"]
+
+    def one_line_error(argv, *words):
+        try:
+            code = main(["translate", "score", *map(str, argv)])
+        except SystemExit as e:                                           # argparse's usage errors
+            code = e.code
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and all(w in err for w in words), (code, err)
+    one_line_error(files, "--run", "--hf")                                # one of the two is required
+    one_line_error(["--run", tmp_path, "--hf", marian_folder, *files], "not allowed with")
+    one_line_error(["--hf", marian_folder, "--weights", "last", *files], "--weights")
+    one_line_error(["--run", tmp_path, "--testset", "newstest2014", *files], "--testset", "--hf")
+    from tformer.utils.errors import UserError
+    with pytest.raises(UserError, match="no model card figure for 'opus-mt-en-de'.*opus-mt-de-en on newstest2014"):
+        card_bleu("Helsinki-NLP/opus-mt-en-de", "newstest2014")            # the card gives 2016 and 2018 only
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)               # not installed: the extra is named
+    one_line_error(["--hf", marian_folder, *files], "sentencepiece", ".[translate]")
+

@@ -2,7 +2,8 @@
 
 Attention alone is permutation-equivariant: shuffle the tokens and the outputs shuffle the same way.
 Order enters through positions:
-  * sinusoidal (the paper): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)
+  * sinusoidal (the paper): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same); tensor2tensor
+    and Marian keep the same numbers concatenated (every sin, then every cos): `sinusoidal_permutation`
   * learned: a trainable table, one vector per position
   * RoPE: rotate each (q, k) feature pair by an angle proportional to the position, so q.k depends
     only on the relative offset; with position interpolation, NTK-aware and YaRN scaling for contexts
@@ -48,13 +49,30 @@ def sinusoidal_shift_matrix(k: int, d_model: int, base: float = 10000.0) -> torc
     return m.float()
 
 
-class SinusoidalPositionalEncoding(nn.Module):
-    """Adds the fixed sinusoidal table to (B, T, d_model) embeddings (no parameters)."""
+def sinusoidal_permutation(d_model: int) -> torch.Tensor:
+    """(d_model,) feature order [0, 2, 4, ..., 1, 3, 5, ...]: `sinusoidal_table(L, d)[:, perm]` is the
+    concatenated layout of tensor2tensor and Marian, every sin(pos w_i) in the first half and every
+    cos(pos w_i) in the second. The same table up to this fixed permutation of the features: a model's first
+    layer sees the same information either way, with its input weights permuted to match."""
+    if d_model % 2:
+        raise ValueError(f"sinusoidal_permutation: d_model must be even, got {d_model}")
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
-    def __init__(self, d_model: int, max_len: int = 4096):
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table to (B, T, d_model) embeddings (no parameters).
+
+    layout "interleaved" (the paper's formula, sin and cos alternating) or "concat" (every sin, then every
+    cos: tensor2tensor's and Marian's; `sinusoidal_permutation`)."""
+
+    def __init__(self, d_model: int, max_len: int = 4096, layout: str = "interleaved"):
         super().__init__()
-        self.max_len = max_len
-        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+        if layout not in ("interleaved", "concat"):
+            raise ValueError(f"SinusoidalPositionalEncoding: layout must be 'interleaved' or 'concat', got {layout!r}")
+        self.max_len, self.layout = max_len, layout
+        pe = sinusoidal_table(max_len, d_model)
+        self.register_buffer("pe", pe if layout == "interleaved" else pe[:, sinusoidal_permutation(d_model)],
+                             persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         check_rank(x, 3, "SinusoidalPositionalEncoding(x)", "(B, T, d_model)")

@@ -139,7 +139,7 @@ def run_translate(run: CapstoneRun, recipe: dict, data: Path) -> dict:
             src, ref = src[:20], ref[:20]
         out = {"weights": info["weights"]}
         for beam in recipe["beams"]:
-            s = score_lines(model, bpe, src, ref, beam=beam, alpha=recipe["alpha"])
+            s = score_lines(model, bpe, src, ref, beam=beam, alpha=recipe["alpha"], lang=recipe["tgt"])
             out[f"beam{beam}"] = {"bleu": round(s["bleu"], 2), "signature": s["signature"],
                                   "hyp_len_ratio": round(len(" ".join(s["hypotheses"]).split()) /
                                                          max(len(" ".join(ref).split()), 1), 3),

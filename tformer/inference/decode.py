@@ -28,6 +28,15 @@ def length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Tensor |
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def special_ids(model, pad_id: int | None = None, bos_id: int | None = None,
+                eos_id: int | None = None) -> tuple[int, int, int]:
+    """(pad, start, end) ids: the ones given, else the model's config (`TransformerConfig.pad_id`, `bos_id`,
+    `eos_id`; a Marian model starts with its pad id), else 0, 1, 2."""
+    cfg = getattr(model, "cfg", None)
+    return tuple(int(given if given is not None else getattr(cfg, name, default))
+                 for given, name, default in ((pad_id, "pad_id", 0), (bos_id, "bos_id", 1), (eos_id, "eos_id", 2)))
+
+
 def _limits(model, src: torch.Tensor, max_extra: int, pad_id: int) -> torch.Tensor:
     """Per-sentence output limit: source length + max_extra, within the model's positional table."""
     src_len = (src != pad_id).sum(1)
@@ -44,10 +53,12 @@ def _step_logprobs(model, tokens: torch.Tensor, memory, src_mask, cache, pad_id:
 
 
 @torch.no_grad()
-def greedy_decode(model, src: torch.Tensor, *, max_extra: int = 50, pad_id: int = 0, bos_id: int = 1,
-                  eos_id: int = 2) -> torch.Tensor:
-    """Pick the most likely token at every step. src (B, S) -> (B, L): ids, </s>, then <pad>."""
+def greedy_decode(model, src: torch.Tensor, *, max_extra: int = 50, pad_id: int | None = None,
+                  bos_id: int | None = None, eos_id: int | None = None) -> torch.Tensor:
+    """Pick the most likely token at every step. src (B, S) -> (B, L): ids, </s>, then <pad>.
+    pad_id, bos_id, eos_id: None = the model's (`special_ids`)."""
     check_tokens(src, "src")
+    pad_id, bos_id, eos_id = special_ids(model, pad_id, bos_id, eos_id)
     model.eval()
     b = src.shape[0]
     memory, src_mask = model.encode(src)
@@ -71,15 +82,18 @@ def greedy_decode(model, src: torch.Tensor, *, max_extra: int = 50, pad_id: int 
 
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, *, beam: int = 4, alpha: float = 0.6, max_extra: int = 50,
-                pad_id: int = 0, bos_id: int = 1, eos_id: int = 2, return_scores: bool = False):
+                pad_id: int | None = None, bos_id: int | None = None, eos_id: int | None = None,
+                return_scores: bool = False):
     """Batched beam search with length penalty. src (B, S) -> (B, L): ids, </s>, then <pad>.
 
     Each sentence keeps `beam` live hypotheses (ranked by log-probability) and the `beam` best
     finished ones (ranked by log-probability / lp(length)). A sentence stops when no live hypothesis
     can still beat its worst finished one (log-probabilities only fall and lp is bounded by the
     length limit), or at its length limit. return_scores: also return the (B,) normalised scores.
+    pad_id, bos_id, eos_id: None = the model's (`special_ids`).
     """
     check_tokens(src, "src")
+    pad_id, bos_id, eos_id = special_ids(model, pad_id, bos_id, eos_id)
     if beam < 1:
         raise ValueError(f"beam_search: beam must be >= 1, got {beam}")
     model.eval()
@@ -166,4 +180,4 @@ def translate(model, bpe, lines: Sequence[str], *, beam: int = 4, alpha: float =
     return out
 
 
-__all__ = ["greedy_decode", "beam_search", "length_penalty", "translate"]
+__all__ = ["greedy_decode", "beam_search", "length_penalty", "special_ids", "translate"]

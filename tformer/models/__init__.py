@@ -1,6 +1,7 @@
 """Models built from tformer's blocks, one file each (nanoGPT's model.py style: a config, then the model).
 
-    transformer  the encoder-decoder of "Attention Is All You Need" (TransformerConfig, Transformer)
+    transformer  the encoder-decoder of "Attention Is All You Need" (TransformerConfig, Transformer),
+                 from_hf_marian (Helsinki-NLP's opus-mt WMT models)
     gpt          decoder-only LM (GPTConfig, GPT), from_hf_gpt2; optional MoE layers
     bert         encoder with masked-LM pretraining and a classifier head
     vit          Vision Transformer (patches, class token)

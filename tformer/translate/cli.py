@@ -3,6 +3,7 @@
     tformer translate train [--data DIR | --dataset wmt14 --pair en-de] --src de --tgt en \\
                             --preset {tiny,small,base,big} --out RUN [--time-budget MIN] [--max-steps N]
     tformer translate score --run RUN --src FILE --ref FILE [--beam 4] [--json]
+    tformer translate score --hf NAME_OR_DIR --src FILE --ref FILE [--beam 4] [--testset newstest2014]
     tformer translate --run RUN [--beam 4] < sentences.txt
 
 Re-running `train` with the same RUN resumes it (settings that define the model, the data or the
@@ -19,6 +20,8 @@ import sys
 from pathlib import Path
 
 from .presets import PRESETS
+
+TESTSETS_WITH_CARDS = ["newstest2014", "newstest2016", "newstest2017", "newstest2018"]   # pipeline.CARD_BLEU's
 
 
 def add_cli(subparsers) -> None:
@@ -51,12 +54,19 @@ def add_cli(subparsers) -> None:
     t.set_defaults(func=_train)
 
     s = sub.add_parser("score", help="translate FILE and print sacreBLEU with its signature")
-    s.add_argument("--run", required=True)
+    which = s.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", help="a run folder (tformer translate train --out RUN)")
+    which.add_argument("--hf", metavar="NAME_OR_DIR", help="a published Marian model, converted into tformer's "
+                       "Transformer: a Hugging Face name (Helsinki-NLP/opus-mt-de-en) or a save_pretrained folder; "
+                       "needs the translate extra")
     s.add_argument("--src", required=True, help="source sentences, one a line")
     s.add_argument("--ref", required=True, help="reference translations, aligned")
     s.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy)")
     s.add_argument("--alpha", type=nonnegative_float, default=0.6, help="length penalty")
-    s.add_argument("--weights", default="auto", choices=["auto", "averaged", "last"])
+    s.add_argument("--weights", choices=["auto", "averaged", "last"], help="a run's weights (default: auto)")
+    s.add_argument("--testset", choices=TESTSETS_WITH_CARDS, help="with --hf: also print the model card's sacreBLEU "
+                   "on this WMT test set (give its sentences as --src and --ref)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--out", help="also write the translations to this file")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     add_debug(s)
@@ -106,7 +116,17 @@ def _score(args) -> int:
         if out.is_dir() or not out.parent.is_dir():
             raise UserError(f"--out {out}: {'is a folder' if out.is_dir() else 'its folder does not exist'}; "
                             f"give a file path to write the translations to")
-    res = score_files(args.run, args.src, args.ref, beam=args.beam, alpha=args.alpha, weights=args.weights)
+    if args.hf is not None:
+        if args.weights is not None:
+            raise UserError("--weights chooses among a run's weights; it does not go with --hf")
+        from .pipeline import score_published
+        res = score_published(args.hf, args.src, args.ref, beam=args.beam, alpha=args.alpha, testset=args.testset,
+                              progress=not args.no_progress)
+    else:
+        if args.testset is not None:
+            raise UserError("--testset prints a published model's card figure: give it with --hf")
+        res = score_files(args.run, args.src, args.ref, beam=args.beam, alpha=args.alpha,
+                          weights=args.weights or "auto", progress=not args.no_progress)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write("\n".join(res["hypotheses"]) + "\n")
@@ -117,6 +137,9 @@ def _score(args) -> int:
         print(f"  {res['detail']}")
         print(f"tokenized BLEU (paper style, compound splitting) {res['tokenized_bleu']:.2f}")
         print(f"beam {res['beam']}, {res['sentences']} sentences in {res['seconds']:.1f} s, weights: {res['weights']}")
+        if "card_bleu" in res:
+            print(f"the model card: sacreBLEU {res['card_bleu']:.1f} on {args.testset} ({res['card_source']}); "
+                  f"tformer's beam search is not Marian's decoder: within about 0.5 BLEU is a reproduction")
     return 0
 
 

@@ -16,11 +16,17 @@ A run folder holds everything needed to resume, translate and score:
               time_budget=30)
     model, bpe, info = load_run("runs/m30k")
     score_files("runs/m30k", "test_2016_flickr.de", "test_2016_flickr.en", beam=4)
+
+A published model (Helsinki-NLP's opus-mt, converted by `Transformer.from_hf_marian`) scores the same way:
+
+    score_published("Helsinki-NLP/opus-mt-de-en", "newstest2014.de", "newstest2014.en", testset="newstest2014")
+    card_bleu("Helsinki-NLP/opus-mt-de-en", "newstest2014")         # (34.0, the model card it is from)
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -29,8 +35,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..utils.errors import UserError
+from ..utils.errors import MissingExtra, UserError
 from ..data import SharedBPE, TokenBatcher, multi30k, read_parallel, wmt14, write_offline_corpus
+from ..data.sources import offline_reason
 from ..inference.decode import translate
 from ..training.metrics import sacrebleu_score, tokenized_bleu
 from ..models.transformer import Transformer, TransformerConfig
@@ -435,28 +442,167 @@ def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
 
 
 def score_lines(model, bpe, src_lines, ref_lines, *, beam: int = 4, alpha: float = 0.6, max_tokens: int = 4000,
-                progress: bool = False) -> dict:
-    """Translate and score: sacreBLEU (with signature) and the paper's tokenized BLEU."""
+                progress: bool = False, lang: str = "de") -> dict:
+    """Translate and score: sacreBLEU (with signature) and the paper's tokenized BLEU (`lang`: the target
+    language, for its Moses tokenizer)."""
     t0 = time.perf_counter()
     hyps = translate(model, bpe, src_lines, beam=beam, alpha=alpha, max_tokens=max_tokens, progress=progress)
     secs = time.perf_counter() - t0
-    sb, tb = sacrebleu_score(hyps, ref_lines), tokenized_bleu(hyps, ref_lines)
+    sb, tb = sacrebleu_score(hyps, ref_lines), tokenized_bleu(hyps, ref_lines, lang=lang)
     return {"bleu": sb.score, "signature": sb.signature, "detail": sb.detail, "tokenized_bleu": tb.score,
             "beam": beam, "alpha": alpha, "sentences": len(hyps), "seconds": secs, "hypotheses": hyps}
 
 
-def score_files(run, src_file, ref_file, *, beam: int = 4, alpha: float = 0.6, weights: str = "auto",
-                progress: bool = False) -> dict:
-    """Translate `src_file` with the run's weights and score against `ref_file`. The files are read and
-    checked (UTF-8, not empty, the same number of lines) before the model is loaded."""
+def read_aligned(src_file, ref_file, beam: int = 1) -> tuple[list[str], list[str]]:
+    """The source and reference lines of `score`, read and checked (UTF-8, not empty, the same number of
+    lines, beam >= 1) before anything is loaded."""
     if beam < 1:
         raise RunInputError(f"beam must be >= 1 (1 = greedy), got {beam}")
     src_lines = read_lines(src_file, "--src")
     ref_lines = read_lines(ref_file, "--ref")
     if len(src_lines) != len(ref_lines):
         raise RunInputError(f"--src {src_file} has {len(src_lines)} lines but --ref {ref_file} has {len(ref_lines)}; "
-                         f"they must be line-aligned (one reference per source sentence)")
+                            f"they must be line-aligned (one reference per source sentence)")
+    return src_lines, ref_lines
+
+
+def score_files(run, src_file, ref_file, *, beam: int = 4, alpha: float = 0.6, weights: str = "auto",
+                progress: bool = False) -> dict:
+    """Translate `src_file` with the run's weights and score against `ref_file`. The files are read and
+    checked (UTF-8, not empty, the same number of lines) before the model is loaded."""
+    src_lines, ref_lines = read_aligned(src_file, ref_file, beam)
     model, bpe, info = load_run(run, weights)
-    res = score_lines(model, bpe, src_lines, ref_lines, beam=beam, alpha=alpha, progress=progress)
+    res = score_lines(model, bpe, src_lines, ref_lines, beam=beam, alpha=alpha, progress=progress, lang=info["tgt"])
     res["weights"] = info["weights"]
+    return res
+
+
+# -- published models (`tformer translate score --hf`) --------------------------------------------------
+# Helsinki-NLP's opus-mt models are Marian Transformers of the paper's base shape (6+6 layers, d=512).
+# `load_published` loads one through `transformers` (the model and its real MarianTokenizer: two
+# SentencePiece models over one vocabulary, and the Moses punctuation normaliser), converts the model into
+# the course's own Transformer (`Transformer.from_hf_marian`) and wraps the tokenizer in the interface
+# above (`MarianTokens`), so that tformer's beam search translates it and `score_lines` scores it. tformer's
+# beam search (GNMT length penalty 0.6) is not Marian's decoder: within about 0.5 BLEU of the card's figure
+# counts as a reproduction.
+
+# The model cards' sacreBLEU figures (the "Benchmarks" table of each card on the Hugging Face hub; the
+# weights and the scores of release opus-2020-02-26 in both directions, whose scores file is
+# https://object.pouta.csc.fi/OPUS-MT-models/<pair>/opus-2020-02-26.eval.txt). The card names the test set
+# with its WMT pair: newstest2014-deen.de.en, newstest2016-ende.de.en, ...
+CARD_SOURCE = {
+    "opus-mt-de-en": "huggingface.co/Helsinki-NLP/opus-mt-de-en, model card, Benchmarks (release opus-2020-02-26)",
+    "opus-mt-en-de": "huggingface.co/Helsinki-NLP/opus-mt-en-de, model card, Benchmarks (release opus-2020-02-26)",
+}
+CARD_BLEU: dict[tuple[str, str], float] = {
+    ("opus-mt-de-en", "newstest2014"): 34.0,
+    ("opus-mt-de-en", "newstest2016"): 40.4,
+    ("opus-mt-de-en", "newstest2017"): 35.7,
+    ("opus-mt-de-en", "newstest2018"): 43.7,
+    ("opus-mt-en-de", "newstest2016"): 37.0,
+    ("opus-mt-en-de", "newstest2018"): 45.2,
+}
+TESTSETS = sorted({t for _, t in CARD_BLEU})
+
+
+def card_bleu(name: str, testset: str) -> tuple[float, str]:
+    """(the model card's sacreBLEU, where it is from) for a published model (a hub name or a folder named as
+    the model, e.g. opus-mt-de-en) on a WMT test set; UserError naming what the table holds otherwise."""
+    model = Path(name.rstrip("/\\")).name
+    if (model, testset) not in CARD_BLEU:
+        held = ", ".join(f"{m} on {t}" for m, t in sorted(CARD_BLEU))
+        raise UserError(f"--testset {testset}: no model card figure for {model!r} on it (tformer's table holds "
+                        f"{held}); leave --testset out to score without one")
+    return CARD_BLEU[(model, testset)], CARD_SOURCE[model]
+
+
+class MarianTokens:
+    """A `MarianTokenizer` in the translation pipeline's tokenizer interface (`SharedBPE`'s): `pad_id`,
+    `bos_id` (the decoder's start token, which for Marian is the pad id), `eos_id`, `vocab_size`,
+    `encode(lines)` (ids without </s>: the pipeline appends it) and `decode(rows)` (up to </s>)."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.pad_id = int(tokenizer.pad_token_id)
+        self.bos_id = self.pad_id
+        self.eos_id = int(tokenizer.eos_token_id)
+        self.vocab_size = len(tokenizer)
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [list(ids) for ids in self.tok(list(lines), add_special_tokens=False)["input_ids"]]
+
+    def decode(self, rows: list[list[int]]) -> list[str]:
+        cut = [row[:row.index(self.eos_id)] if self.eos_id in row else row for row in rows]
+        return self.tok.batch_decode(cut, skip_special_tokens=True)
+
+
+def _target_language(name: str, tokenizer) -> str:
+    """The target language, for the Moses tokenizer of the paper's metric: the tokenizer's, else the name's
+    (opus-mt-de-en -> en), else de (what tensor2tensor's script uses)."""
+    lang = getattr(tokenizer, "target_lang", None)
+    m = re.search(r"opus-mt-([a-z]+)-([a-z]+)$", Path(name.rstrip("/\\")).name)
+    return lang or (m.group(2) if m else "de")
+
+
+def load_published(name: str, device: str | None = None):
+    """(model, tokens, info) for a Hugging Face Marian model: a hub name (downloaded once into Hugging
+    Face's cache) or a folder written by `save_pretrained` holding the model and its tokenizer. The model
+    is converted into tformer's `Transformer` (eval mode, on `tformer.utils.device`'s device); `tokens` is a
+    `MarianTokens`; info holds "name" and "tgt" (the target language). A name that cannot be fetched (offline
+    and not cached) or a folder without a Marian model is a UserError."""
+    try:
+        import sacremoses  # noqa: F401  (MarianTokenizer's normaliser; without it, it warns and skips it)
+        import sentencepiece  # noqa: F401
+        import transformers
+    except ModuleNotFoundError as e:
+        raise MissingExtra(e.name or "transformers", "tformer translate score --hf", extra="translate") from None
+    from ..models.transformer import Transformer
+    from ..utils.device import resolve as resolve_device
+
+    local = Path(name).is_dir()
+    if not local and (name.startswith(".") or re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is None):
+        raise FileNotFoundError(f"--hf {name}: not a folder; give a folder written by save_pretrained or a "
+                                f"Hugging Face name such as Helsinki-NLP/opus-mt-de-en")
+    transformers.utils.logging.disable_progress_bar()           # stderr keeps tformer's own bar and errors
+    transformers.utils.logging.set_verbosity_error()
+
+    def load(cached_only: bool):
+        config = transformers.AutoConfig.from_pretrained(name, local_files_only=cached_only)
+        if config.model_type != "marian":
+            raise UserError(f"--hf {name}: a {config.model_type!r} model; `translate score --hf` takes Marian "
+                            f"translation models (Helsinki-NLP/opus-mt-*)")
+        return (transformers.MarianTokenizer.from_pretrained(name, local_files_only=cached_only),
+                transformers.MarianMTModel.from_pretrained(name, local_files_only=cached_only))
+    try:
+        try:
+            tokenizer, hf = load(cached_only=True)               # a folder, or a name in Hugging Face's cache
+        except OSError:
+            if local:
+                raise
+            reason = offline_reason("huggingface.co")          # fail at once, before the hub client retries
+            if reason:
+                raise UserError(f"--hf {name}: not in Hugging Face's cache, and {reason}; give a folder written "
+                                f"by save_pretrained, or fetch the model once with a connection") from None
+            tokenizer, hf = load(cached_only=False)
+    except (OSError, ValueError) as e:
+        why = " ".join(str(e).split())[:200] or type(e).__name__
+        raise UserError(f"--hf {name}: cannot load it ({why}); give a folder written by save_pretrained holding "
+                        f"a Marian model and its tokenizer, or a Hugging Face name") from None
+    model = Transformer.from_hf_marian(hf).to(resolve_device(device or None))
+    return model, MarianTokens(tokenizer), {"name": name, "tgt": _target_language(name, tokenizer)}
+
+
+def score_published(name: str, src_file, ref_file, *, beam: int = 4, alpha: float = 0.6, testset: str | None = None,
+                    progress: bool = False, device: str | None = None) -> dict:
+    """Translate `src_file` with a published Marian model converted into tformer's Transformer (tformer's
+    beam search, in batches) and score against `ref_file`: `score_files`'s record ("weights" is the model's
+    name), with `testset` also "card_bleu" and "card_source". The files and the test set are checked before
+    the model is loaded."""
+    src_lines, ref_lines = read_aligned(src_file, ref_file, beam)
+    card = card_bleu(name, testset) if testset is not None else None
+    model, tokens, info = load_published(name, device)
+    res = score_lines(model, tokens, src_lines, ref_lines, beam=beam, alpha=alpha, progress=progress, lang=info["tgt"])
+    res["weights"] = name
+    if card is not None:
+        res["card_bleu"], res["card_source"] = card
     return res

@@ -14,6 +14,7 @@ EXTRAS = {
     "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve", "openai": "serve",
     "httpx": "serve", "nbclient": "lab", "nbformat": "lab", "jupytext": "lab", "ipykernel": "lab",
     "transformers": "dev", "sphinx": "book", "myst_nb": "book", "polib": "book",
+    "sentencepiece": "translate", "sacremoses": "translate",
 }
 
 
@@ -30,9 +31,9 @@ class JobFailed(Exception):
 class MissingExtra(UserError):
     """An optional dependency is missing: names the extra that installs it."""
 
-    def __init__(self, module: str, what: str = "this command"):
+    def __init__(self, module: str, what: str = "this command", extra: str | None = None):
         top = module.split(".")[0]
-        extra = EXTRAS.get(top)
+        extra = extra or EXTRAS.get(top)            # a command may name its own extra (transformers: translate)
         hint = (f'pip install -e ".[{extra}]" (or `make install`, which installs every extra)' if extra
                 else f"pip install {top}")
         super().__init__(f"{what} needs the package {top!r}, which is not installed: {hint}")
