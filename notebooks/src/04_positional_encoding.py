@@ -78,6 +78,20 @@ plt.tight_layout()
 assert torch.allclose(table.norm(dim=-1), torch.full((128,), math.sqrt(32)))   # every row: 32 pairs of sin^2+cos^2
 
 # %% [markdown]
+# The paper interleaves its columns: sine in the even ones, cosine in the odd ones. Its own code,
+# tensor2tensor, and the published Marian translation models put every sine first and every cosine after.
+# The two are the same table with its features reordered, so a model's first layer sees the same
+# information either way (its weights permuted to match). The cell builds the second layout by hand and
+# finds the first one inside it.
+
+# %%
+pos, w = torch.arange(128.0)[:, None], 10000 ** (-torch.arange(0, 64, 2) / 64)
+concat = torch.cat([torch.sin(pos * w), torch.cos(pos * w)], dim=1)     # every sin, then every cos
+perm = tformer.positional.sinusoidal_permutation(64)                     # [0, 2, 4, ..., 1, 3, 5, ...]
+torch.testing.assert_close(table[:, perm], concat)
+print(f"interleaved table, columns {perm[:3].tolist()} ... {perm[32:35].tolist()} ...: the concatenated table")
+
+# %% [markdown]
 # ## 3. $PE_{pos+k}$ is a fixed linear map of $PE_{pos}$
 #
 # Find the map from data: least squares for $M$ in $PE_{pos+k} \approx M\,PE_{pos}$ over all positions.
