@@ -424,7 +424,7 @@ def test_tformer_grade_report_in_chinese(tmp_path, capsys, monkeypatch):
     # test above); the notebook's run is replaced by the report above, so no worker starts here
     monkeypatch.delenv("TFORMER_LANG")
     nbformat.write(nbformat.v4.new_notebook(), tmp_path / "01_attention.ipynb")
-    monkeypatch.setattr("tformer.grading.classroom.runner.run_notebook", lambda path, timeout, small: rep)
+    monkeypatch.setattr("tformer.grading.classroom.runner.run_notebook", lambda path, timeout, small, **kw: rep)
     out = tmp_path / "report.json"
     assert main(["grade", str(tmp_path), "--json", str(out), "--lang", "zh"]) == 0
     printed = capsys.readouterr().out
