@@ -11,6 +11,7 @@ a file is (the learner's `tformer grade PATH` and a class use both).
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -29,11 +30,26 @@ def chapter_order(stem: str) -> tuple[str, str]:
 
 
 def read_cells(path: Path) -> list[str]:
-    """The sources of a notebook's code cells, in order (ValueError if it is not a readable notebook)."""
-    import nbformat
+    """The sources of a notebook's code cells, in order (ValueError if it is not a readable notebook). A
+    version-4 notebook is read as JSON (a tenth of nbformat's time: a class reads every notebook twice); an
+    older one goes through nbformat, which converts it."""
     try:
-        nb = nbformat.read(str(path), as_version=4)
-        return [c.source for c in nb.cells if c.cell_type == "code"]
+        nb = json.loads(Path(path).read_bytes())
+        if isinstance(nb, dict) and nb.get("nbformat") == 4 and isinstance(nb.get("cells"), list):
+            cells = []
+            for c in nb["cells"]:
+                if not isinstance(c, dict):
+                    raise ValueError("a cell is not a JSON object")
+                if c.get("cell_type") == "code":
+                    src = c.get("source", "")
+                    if isinstance(src, list) and all(isinstance(s, str) for s in src):
+                        src = "".join(src)
+                    if not isinstance(src, str):
+                        raise ValueError("a code cell's source is not text")
+                    cells.append(src)
+            return cells
+        import nbformat
+        return [c.source for c in nbformat.reads(json.dumps(nb), as_version=4).cells if c.cell_type == "code"]
     except Exception as e:                            # not JSON, not a notebook, unreadable
         raise ValueError(f"{type(e).__name__}: {e}".splitlines()[0][:200]) from None
 
