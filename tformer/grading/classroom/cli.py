@@ -55,6 +55,12 @@ def _main(args: argparse.Namespace) -> int:
         return 1 if res["differ"] or res["changed"] or res["gone"] else 0
     if args.roster is not None and not Path(args.roster).is_file():
         raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
+    if args.roster is not None and args.lms == "moodle":
+        from .lms import read_moodle_roster
+        try:
+            read_moodle_roster(args.roster)
+        except ValueError as e:
+            raise UserError(f"--roster {e}") from None
     if args.merge:
         if args.out is None or args.path is not None:
             raise UserError("--merge OUT1 OUT2 ... combines shards into --out OUT: give --out and no CLASS")
@@ -141,12 +147,16 @@ def add_cli(sub) -> None:
     p.add_argument("--memory", default=None, metavar="SIZE",
                    help="a class: address space per worker, e.g. 4G (default: the machine's memory shared among "
                         "the workers); files a worker writes are limited to 1G or less")
-    p.add_argument("--lms", choices=("canvas",), default=None,
-                   help="a class: also write OUT/canvas.csv for Canvas's gradebook import (one column per chapter)")
+    p.add_argument("--lms", choices=("canvas", "moodle"), default=None,
+                   help="a class: also write OUT/canvas.csv for Canvas's gradebook import, or OUT/moodle.csv for "
+                        "Moodle's CSV grade import (one column per chapter)")
     p.add_argument("--roster", type=Path, default=None,
                    help="a class: Canvas's gradebook export (Grades > Export); canvas.csv takes each student's ID, SIS "
                         "ids and section from it, matched by Canvas id (a Canvas download) or by the student folder's "
-                        "name as SIS Login ID, SIS User ID, ID or name; unmatched students are listed")
+                        "name as SIS Login ID, SIS User ID, ID or name. With --lms moodle: Moodle's grades export or "
+                        "participants CSV; moodle.csv identifies each student by the row's email (or ID number), "
+                        "matched by the folder's name as email, ID number, username or name. Unmatched students "
+                        "are listed")
     p.add_argument("--shard", type=shard, default=None, metavar="K/N",
                    help="a class: grade only shard K of N (students split by a hash of their id), e.g. one task "
                         "of a SLURM array or a Kubernetes indexed Job; combine the parts with --merge")
