@@ -19,6 +19,7 @@
     run.py          the class run: grade every notebook (resumable), verify a recorded run, shards
     gradebook.py    the journal, grades.json, gradebook.csv, the teacher's weights and overrides, totals, merge
     feedback.py     each student's feedback page and the class report (HTML, offline)
-    lms.py          Canvas's gradebook import and roster
+    lms.py          Canvas's and Moodle's grade imports, and their rosters
+    gradescope.py   Gradescope's autograder: the zip (--gradescope-zip) and the run of one submission
     similarity.py   answers that look alike (a report for the teacher, never a change of grade)
 """

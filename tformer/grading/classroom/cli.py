@@ -6,6 +6,7 @@
     tformer grade CLASS --out OUT_2 --shard 2/8     # one part of a class; then:
     tformer grade --merge OUT_1 ... OUT_8 --out OUT
     tformer grade --verify OUT/grades.json CLASS    # the same verdicts again, with the recorded seeds
+    tformer grade --gradescope-zip autograder.zip --assignment week1.toml   # Gradescope's autograder
 
 How one notebook is graded is tformer/grading/classroom/runner.py. Prints one table per notebook (exercise, points,
 passed) with a total, and writes the same as JSON.
@@ -34,6 +35,8 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError(f"--exercises: {e}") from None
     if args.lang:
         os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
+    if args.gradescope_zip is not None:               # Gradescope's autograder, instead of any grading
+        return _gradescope_zip(args, UserError)
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
         raise UserError(f"--out {args.out}: not a folder (a file of that name exists); give the folder the class's "
                         f"grades go into")
@@ -55,6 +58,12 @@ def _main(args: argparse.Namespace) -> int:
         return 1 if res["differ"] or res["changed"] or res["gone"] else 0
     if args.roster is not None and not Path(args.roster).is_file():
         raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
+    if args.roster is not None and args.lms == "moodle":
+        from .lms import read_moodle_roster
+        try:
+            read_moodle_roster(args.roster)
+        except ValueError as e:
+            raise UserError(f"--roster {e}") from None
     if args.merge:
         if args.out is None or args.path is not None:
             raise UserError("--merge OUT1 OUT2 ... combines shards into --out OUT: give --out and no CLASS")
@@ -84,6 +93,31 @@ def _main(args: argparse.Namespace) -> int:
     if args.require_all and t["earned"] < t["possible"]:
         print(f"tformer grade: not every exercise passed ({t['earned']} of {t['possible']} points)", file=sys.stderr)
         return 1
+    return 0
+
+
+def _gradescope_zip(args: argparse.Namespace, UserError) -> int:
+    """`tformer grade --gradescope-zip ZIP --assignment FILE`: write Gradescope's autograder (gradescope.py)
+    and grade nothing."""
+    from .gradescope import build_zip
+    from .submissions import ClassError
+    if args.assignment is None:
+        raise UserError("--gradescope-zip ZIP needs --assignment FILE: the notebooks and points the autograder grades")
+    if args.path is not None or args.out is not None or args.merge or args.verify is not None:
+        raise UserError("--gradescope-zip writes Gradescope's autograder and grades nothing: leave out CLASS, --out, "
+                        "--merge and --verify")
+    zip_path = Path(args.gradescope_zip)
+    if zip_path.suffix.lower() != ".zip" or zip_path.is_dir():
+        raise UserError(f"--gradescope-zip {zip_path}: give the .zip file to write (Gradescope uploads a zip)")
+    if not zip_path.resolve().parent.is_dir():
+        raise UserError(f"--gradescope-zip {zip_path}: the folder {zip_path.parent} does not exist")
+    try:
+        names = build_zip(zip_path, Path(args.assignment), [str(f) for f in args.exercises or []])
+    except ClassError as e:
+        raise UserError(f"--gradescope-zip: {e}") from None
+    parts = [n for n in names if "/" not in n] + sorted({n.split("/")[0] + "/" for n in names if "/" in n})
+    print(f"wrote {zip_path} ({len(names)} files: {', '.join(parts)}): upload it in Gradescope (Configure "
+          f"Autograder > Zip file upload); each submission is graded there as a class of one")
     return 0
 
 
@@ -148,12 +182,16 @@ def add_cli(sub) -> None:
     p.add_argument("--memory", default=None, metavar="SIZE",
                    help="a class: address space per worker, e.g. 4G (default: the machine's memory shared among "
                         "the workers); files a worker writes are limited to 1G or less")
-    p.add_argument("--lms", choices=("canvas",), default=None,
-                   help="a class: also write OUT/canvas.csv for Canvas's gradebook import (one column per chapter)")
+    p.add_argument("--lms", choices=("canvas", "moodle"), default=None,
+                   help="a class: also write OUT/canvas.csv for Canvas's gradebook import, or OUT/moodle.csv for "
+                        "Moodle's CSV grade import (one column per chapter)")
     p.add_argument("--roster", type=Path, default=None,
                    help="a class: Canvas's gradebook export (Grades > Export); canvas.csv takes each student's ID, SIS "
                         "ids and section from it, matched by Canvas id (a Canvas download) or by the student folder's "
-                        "name as SIS Login ID, SIS User ID, ID or name; unmatched students are listed")
+                        "name as SIS Login ID, SIS User ID, ID or name. With --lms moodle: Moodle's grades export or "
+                        "participants CSV; moodle.csv identifies each student by the row's email (or ID number), "
+                        "matched by the folder's name as email, ID number, username or name. Unmatched students "
+                        "are listed")
     p.add_argument("--shard", type=shard, default=None, metavar="K/N",
                    help="a class: grade only shard K of N (students split by a hash of their id), e.g. one task "
                         "of a SLURM array or a Kubernetes indexed Job; combine the parts with --merge")
@@ -182,6 +220,10 @@ def add_cli(sub) -> None:
                    help="grade CLASS again as OUT/grades.json recorded it (its seeds, cells, timeout and memory "
                         "unless given); report every notebook whose sha256 changed or that is gone and every verdict "
                         "that differs (exit 1 if any; exit 2 if another grader version wrote it)")
+    p.add_argument("--gradescope-zip", type=Path, default=None, metavar="ZIP",
+                   help="with --assignment FILE: write Gradescope's autograder zip (a wheel of this checkout, the "
+                        "released notebooks, the assignment and your files, setup.sh, run_autograder) and grade "
+                        "nothing; each submission is then graded as a class of one")
     p.add_argument("--every-cell", action="store_true",
                    help="a class: run every cell (default: skip the released cells the exercises do not need)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")

@@ -308,6 +308,15 @@ def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roste
         for student in unmatched:
             log(f"tformer grade: {student} matches no row of {roster} (by SIS Login ID, SIS User ID, Canvas ID "
                 f"or name): Canvas will not import that row")
+    if lms == "moodle":                               # Moodle's grade import (lms.moodle_csv)
+        assigned = grades["settings"].get("assignment") or {}
+        text, left = lms_files.moodle_csv(grades, lms_files.read_moodle_roster(roster) if roster else None,
+                                          assigned.get("moodle_column", "tformer {chapter}"))
+        _write_atomic(out / "moodle.csv", text)
+        written.append("moodle.csv")
+        for student, why in left:
+            log(f"tformer grade: {student} {why}: left out of moodle.csv (Moodle refuses a whole file with a row "
+                f"it cannot match)")
     log(f"wrote {', '.join(written)} in {out}")
 
 

@@ -1,13 +1,17 @@
-"""Grades into a learning-management system: Canvas's gradebook import (`--lms canvas`), and Canvas's
-gradebook export read as a roster (`--roster`).
+"""Grades into a learning-management system: Canvas's gradebook import (`--lms canvas`) with Canvas's
+gradebook export read as a roster, and Moodle's grade import (`--lms moodle`) with a Moodle grades export or
+participants CSV read as a roster (`--roster`).
 
     OUT/canvas.csv    one row per student (Student, ID, SIS User ID, SIS Login ID, Section), one column per
                       chapter, a "Points Possible" row first
+    OUT/moodle.csv    one row per student: an identifier column (Email address or ID number), one column per
+                      chapter (a grade item)
 """
 from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -73,3 +77,104 @@ def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,
                     known.get("SIS Login ID", ""), known.get("Section", "")]
                    + [s.get("chapters_final", s["chapters"])[c] if c in handed else "" for c in chapters])
     return buf.getvalue(), unmatched
+
+
+# --- Moodle ----------------------------------------------------------------------------------------------------
+#
+# Moodle's CSV grade import (Grades > Import > CSV file; docs.moodle.org "Grade import", and its reader,
+# grade/import/csv/classes/load_data.php): the teacher maps one column to the user field that identifies a row
+# ("Map from" Email address to "useremail", or ID number to "useridnumber") and each other column to a grade item,
+# or to "new grade item" named by its header. "-" is no grade, in an existing item and in a new one (a blank
+# cell is no grade only in an existing one); a row whose user Moodle cannot find aborts the whole import, so
+# moodle.csv holds only the students it can identify, and lists the others.
+
+MOODLE_FIELDS = {"email": ("email address", "email"), "idnumber": ("id number", "idnumber"),
+                 "username": ("username",), "name": ("full name", "fullname", "name")}
+MOODLE_FIRST, MOODLE_LAST = ("first name", "firstname"), ("last name", "surname", "lastname")
+MOODLE_HEADER = {"email": "Email address", "idnumber": "ID number"}
+# a folder of Moodle's "Download all submissions" (in folders): "Ada Lovelace_4101_assignsubmission_file_"
+_MOODLE_FOLDER = re.compile(r"^(?P<name>.+?)_\d+_assignsubmission_[a-z]+_?$")
+
+
+def read_moodle_roster(path: Path) -> list[dict]:
+    """Moodle's grades export (Grades > Export > Plain text file) or the participants page's CSV download, as rows
+    {"email", "idnumber", "username", "name"} (any of them may be ""). ValueError (one line) when the file has
+    neither an Email address nor an ID number column: nothing in it could identify a student to Moodle."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 (export it from Moodle with the UTF-8 encoding)") from None
+    try:
+        dialect = csv.Sniffer().sniff(text.split("\n", 1)[0], delimiters=",;\t")
+    except csv.Error:
+        dialect = csv.excel
+    reader = csv.reader(io.StringIO(text), dialect)
+    head = [h.strip().casefold() for h in next(reader, [])]
+
+    def column(names) -> int | None:
+        return next((head.index(n) for n in names if n in head), None)
+    at = {k: column(names) for k, names in MOODLE_FIELDS.items()}
+    first, last = column(MOODLE_FIRST), column(MOODLE_LAST)
+    if at["email"] is None and at["idnumber"] is None:
+        raise ValueError(f"{path}: no \"Email address\" or \"ID number\" column (Moodle: Grades > Export > Plain "
+                         f"text file, or the participants page's CSV download, gives one)")
+    rows = []
+    for r in reader:
+        def get(i):
+            return r[i].strip() if i is not None and i < len(r) else ""
+        name = get(at["name"]) or " ".join(x for x in (get(first), get(last)) if x)
+        row = {"email": get(at["email"]), "idnumber": get(at["idnumber"]), "username": get(at["username"]),
+               "name": name}
+        if row["email"] or row["idnumber"]:
+            rows.append(row)
+    return rows
+
+
+def match_moodle(roster: list[dict], student: str) -> dict | None:
+    """The roster row of a student, as `match` finds a Canvas row: the student's id (a folder's name) as the
+    row's email, ID number, username or exact name (a Moodle download's folder by the name in it), the first
+    of these that one row alone has."""
+    key = student.strip()
+    m = _MOODLE_FOLDER.match(key)
+    for field, value in (("email", key), ("idnumber", key), ("username", key), ("name", m["name"] if m else key)):
+        found = [r for r in roster if r.get(field) and r[field].casefold() == value.casefold()]
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def moodle_csv(grades: dict, roster: list[dict] | None = None,
+               column: str = "tformer {chapter}") -> tuple[str, list[tuple[str, str]]]:
+    """(Moodle's grade import, [(student, why) left out of it]). An identifier column, then one grade item per
+    chapter (`column`; a name Moodle does not know becomes a new grade item on import). With a roster the
+    identifier is the matched row's email (its ID number where the roster lacks emails); without one it is the
+    student's id, as "Email address" when every id is one, else "ID number". A chapter none of whose assigned
+    notebooks the student handed in is "-" (Moodle's no grade), as canvas.csv leaves it blank."""
+    chapters = sorted({x["chapter"] for x in grades["exercises"]})
+    stems = grades["settings"]["notebooks"]
+    students, left = [], []
+    for s in grades["students"]:
+        row = match_moodle(roster, s["student"]) if roster is not None else None
+        if roster is not None and row is None:
+            left.append((s["student"], "matches no row of the roster (by email, ID number, username or name)"))
+        elif roster is None and _MOODLE_FOLDER.match(s["student"]):
+            left.append((s["student"], "a Moodle download's folder name: give --roster (a Moodle grades export) to "
+                                       "find the student's email"))
+        else:
+            students.append((s, row))
+    if roster is not None:
+        emails = sum(bool(r["email"]) for _, r in students)
+        field = "email" if emails >= sum(bool(r["idnumber"]) for _, r in students) else "idnumber"
+    else:
+        field = "email" if students and all("@" in s["student"] for s, _ in students) else "idnumber"
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([MOODLE_HEADER[field]] + [column.format(chapter=c) for c in chapters])
+    for s, row in students:
+        ident = row[field] if row is not None else s["student"]
+        if not ident:
+            left.append((s["student"], f"has no {MOODLE_HEADER[field]} in the roster"))
+            continue
+        handed = chapters_handed_in(s, stems)
+        w.writerow([ident] + [s["chapters"][c] if c in handed else "-" for c in chapters])
+    return buf.getvalue(), left

@@ -1,0 +1,184 @@
+"""Grades where the course is run: `tformer grade CLASS --out OUT --lms moodle` (Moodle's CSV grade import) and
+`tformer grade --gradescope-zip ZIP --assignment FILE` (Gradescope's autograder), each through the command as
+typed (a subprocess started in a folder outside the checkout), checked by the files it wrote and its exit code.
+
+The autograder's layout and results.json follow Gradescope's specification (github.com/gradescope/
+autograder_samples, docs/specs.md: ROOT/source holds the unzipped zip, ROOT/submission the submission,
+ROOT/results/results.json the results, with `score`, `output` and `tests` of `name`, `score`, `max_score`,
+`output` and `visibility`), the fields gradescope-utils' JSONTestRunner (gradescope_utils/autograder_utils/
+json_test_runner.py, `buildResult`) writes. The tests run the zip's own run_autograder in a temporary ROOT
+(TFORMER_AUTOGRADER_ROOT) with this checkout's Python as `python3`; they never run setup.sh."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from test_grade_cli import CHECKOUT, NO_SCALE, one_line_error, tformer, tformer_all, tiny, write
+
+HIDDEN = ("import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
+          "add_hidden_cases('ch01.softmax', lambda: [Case('large logits', (torch.full((2, 3), 1000.0),))])\n")
+
+
+# --- Moodle ------------------------------------------------------------------------------------------------
+
+MOODLE_EXPORT = ("First name,Last name,ID number,Institution,Department,Email address,"
+                 "Assignment: Week 1 (Real),Last downloaded from this course\n"
+                 "Ada,Lovelace,S-001,,,ada@uni.edu,-,1700000000\n"
+                 "Bob,Babbage,S-002,,,bob@uni.edu,-,1700000000\n"
+                 "Eve,Adams,S-005,,,eve@uni.edu,-,1700000000\n")
+
+
+def test_moodle_csv_with_a_matched_and_an_unmatched_student(tmp_path):
+    """--lms moodle --roster (a Moodle grades export): S-001 is matched by ID number, Bob's Moodle download folder
+    by the name in it; both are identified by the roster's email. cy matches no row: listed on the terminal in
+    one line and left out of moodle.csv (Moodle aborts a whole import on a row it cannot match). Nobody handed
+    in chapter 2: "-", Moodle's no grade. A roster with no email or ID number column is one line and exit 2."""
+    cls = tmp_path / "class"
+    tiny(cls / "S-001")
+    tiny(cls / "Bob Babbage_4102_assignsubmission_file_", NO_SCALE)
+    tiny(cls / "cy")
+    (tmp_path / "week1.toml").write_text('notebooks = ["01_attention", "02_self_attention"]\n', encoding="utf-8")
+    (tmp_path / "moodle.csv").write_text(MOODLE_EXPORT, encoding="utf-8")
+    (tmp_path / "canvas.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section\n", encoding="utf-8")
+    with ThreadPoolExecutor(2) as pool:
+        bad = pool.submit(tformer, "grade", cls, "--out", tmp_path / "bad", "--lms", "moodle", "--roster",
+                          tmp_path / "canvas.csv", cwd=tmp_path)
+        proc = tformer("grade", cls, "--out", tmp_path / "out", "--assignment", tmp_path / "week1.toml",
+                       "--lms", "moodle", "--roster", tmp_path / "moodle.csv", "--workers", 2, cwd=tmp_path)
+    one_line_error(bad.result(), "--roster", "canvas.csv", "Email address", "ID number")
+    assert not (tmp_path / "bad").exists()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.reader((tmp_path / "out" / "moodle.csv").open(encoding="utf-8")))
+    assert rows == [["Email address", "tformer ch01", "tformer ch02"],
+                    ["bob@uni.edu", "1", "-"],
+                    ["ada@uni.edu", "4", "-"]], rows
+    said = [line for line in proc.stdout.splitlines() if "moodle.csv" in line and "cy" in line]
+    assert len(said) == 1 and "matches no row" in said[0], proc.stdout[-3000:]
+    assert not [line for line in proc.stdout.splitlines() if "left out of moodle.csv" in line and "cy" not in line]
+    assert "moodle.csv" in proc.stdout and not (tmp_path / "out" / "canvas.csv").exists()
+
+
+# --- Gradescope ---------------------------------------------------------------------------------------------
+
+def autograde(source: Path, root: Path, notebooks: dict[str, list[str] | str]) -> dict:
+    """Lay out Gradescope's ROOT (source/ = the unzipped zip, submission/, results/) and run the zip's
+    run_autograder there with this checkout's Python as `python3`; return results.json."""
+    for name, content in notebooks.items():
+        if isinstance(content, str):
+            (root / "submission").mkdir(parents=True, exist_ok=True)
+            (root / "submission" / name).write_text(content, encoding="utf-8")
+        else:
+            write(root / "submission" / name, content)
+    (root / "bin").mkdir(parents=True)
+    (root / "source").symlink_to(source, target_is_directory=True)
+    (root / "bin" / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (root / "bin" / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
+    env.update(PATH=f"{root / 'bin'}:{env['PATH']}", PYTHONPATH=str(CHECKOUT), TFORMER_AUTOGRADER_ROOT=str(root))
+    proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def gradescope(tmp_path_factory):
+    """The autograder zip of an assignment of chapter 1 (attention worth 3 points) with a hidden case for
+    ch01.softmax, built once with `tformer grade --gradescope-zip`, unzipped as Gradescope does; then three
+    submissions run through it at once: a right one, one without the attention scale, and one with no notebook."""
+    root = tmp_path_factory.mktemp("gradescope")
+    (root / "secret").mkdir()
+    (root / "secret" / "week1_hidden.py").write_text(HIDDEN, encoding="utf-8")
+    (root / "week1.toml").write_text('notebooks = ["01_attention"]\nhidden = ["secret/week1_hidden.py"]\n\n'
+                                     '[points]\n"ch01.attention" = 3\n', encoding="utf-8")
+    proc = tformer("grade", "--gradescope-zip", root / "autograder.zip", "--assignment", root / "week1.toml",
+                   cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    source = root / "source"
+    with zipfile.ZipFile(root / "autograder.zip") as z:
+        z.extractall(source)
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    for name, mode in modes.items():                  # zipfile drops the modes; Gradescope's unzip keeps them
+        (source / name).chmod(stat.S_IMODE(mode))
+    good, bad = tiny(root / "good"), tiny(root / "bad", NO_SCALE)
+    runs = {"good": {"01_attention.ipynb": _cells(good)}, "bad": {"01_attention (1).ipynb": _cells(bad)},
+            "crash": {"01_attention.py": "def my_attention(q, k, v):\n    return q\n"}}
+    with ThreadPoolExecutor(3) as pool:
+        done = {k: pool.submit(autograde, source, root / k, nbs) for k, nbs in runs.items()}
+        results = {k: f.result() for k, f in done.items()}
+    return root, proc, modes, results
+
+
+def _cells(path: Path) -> list[str]:
+    import nbformat
+    return [c.source for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+
+
+def test_the_autograder_zip_holds_what_gradescope_runs(gradescope):
+    """The zip: setup.sh (torch's CPU build, then the wheel), run_autograder (executable), a wheel of this
+    checkout, the assignment with its paths rewritten into the zip, the released notebook, the hidden cases."""
+    root, proc, modes, _ = gradescope
+    wheels = [n for n in modes if n.startswith("tformer-") and n.endswith(".whl")]
+    assert len(wheels) == 1, sorted(modes)
+    assert {"setup.sh", "run_autograder", "assignment.toml", "released/01_attention.ipynb",
+            "hidden/week1_hidden.py"} <= set(modes), sorted(modes)
+    assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
+    with zipfile.ZipFile(root / "source" / wheels[0]) as w:
+        assert "tformer/grading/classroom/gradescope.py" in w.namelist()
+    setup = (root / "source" / "setup.sh").read_text()
+    cpu, wheel = setup.index("download.pytorch.org/whl/cpu"), setup.index(wheels[0])
+    assert cpu < wheel, setup
+    assigned = (root / "source" / "assignment.toml").read_text()
+    assert 'hidden = ["hidden/week1_hidden.py"]' in assigned and 'released = "released"' in assigned, assigned
+    assert '"ch01.attention" = 3' in assigned and str(root) not in assigned, assigned
+    assert "autograder.zip" in proc.stdout and "student(s) graded" not in proc.stdout, proc.stdout   # grades nothing
+
+
+def test_run_autograder_scores_a_right_and_a_wrong_submission(gradescope):
+    """results.json: one test per exercise with name, score, max_score, output and visibility (the exercise
+    with hidden cases after_published), and the overall score. The wrong one names its mistake; its notebook,
+    under a download's name, is still chapter 1's."""
+    *_, results = gradescope
+    good, bad = results["good"], results["bad"]
+    for r in (good, bad):
+        assert [t["name"] for t in r["tests"]] == ["ch01.softmax", "ch01.attention"], r
+        assert all(set(t) == {"name", "score", "max_score", "output", "visibility"} for t in r["tests"]), r
+        assert [(t["max_score"], t["visibility"]) for t in r["tests"]] == [(1, "after_published"), (3, "visible")]
+    assert good["score"] == 4 and [t["score"] for t in good["tests"]] == [1, 3], good
+    assert all(t["output"].startswith("passed") for t in good["tests"]), good
+    assert bad["score"] == 1 and [t["score"] for t in bad["tests"]] == [1, 0], bad
+    assert "1/sqrt(d_k)" in bad["tests"][1]["output"] and "01_attention (1).ipynb" in bad["output"], bad
+
+
+def test_run_autograder_writes_results_when_grading_fails(gradescope):
+    """A submission with no notebook: the grader refuses it, and results.json still says so, each exercise at
+    0 of its points, the error in `output`."""
+    *_, results = gradescope
+    crash = results["crash"]
+    assert crash["score"] == 0 and crash["output"].startswith("The autograder could not grade"), crash
+    assert "no student folders with notebooks" in crash["output"] and "tformer-gradescope" not in crash["output"]
+    assert [(t["name"], t["score"], t["max_score"]) for t in crash["tests"]] == [("ch01.softmax", 0, 1),
+                                                                                  ("ch01.attention", 0, 3)], crash
+
+
+def test_gradescope_zip_errors_are_one_line_before_anything_is_built(tmp_path):
+    (tmp_path / "a.toml").write_text('notebooks = ["01_attention"]\n')
+    (tmp_path / "class").mkdir()
+    cases = [
+        (("grade", "--gradescope-zip", tmp_path / "ag.zip"), ("--gradescope-zip", "--assignment")),
+        (("grade", tmp_path / "class", "--out", tmp_path / "out", "--gradescope-zip", tmp_path / "ag.zip",
+          "--assignment", tmp_path / "a.toml"), ("--gradescope-zip", "leave out CLASS")),
+        (("grade", "--gradescope-zip", tmp_path / "ag.tar", "--assignment", tmp_path / "a.toml"), (".zip",)),
+    ]
+    for proc, (_, words) in zip(tformer_all([c for c, _ in cases], tmp_path), cases):
+        one_line_error(proc, *words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.toml", "class"]
