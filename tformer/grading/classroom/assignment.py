@@ -38,7 +38,7 @@ else:                                                     # pragma: no cover (Py
     import tomli as tomllib
 
 KEYS = {"notebooks", "points", "lms", "exercises", "released", "hidden", "show_hidden_mistakes", "round", "due", "late"}
-LMS_KEYS = {"canvas_column"}
+LMS_KEYS = {"canvas_column", "moodle_column"}
 
 
 @dataclass
@@ -46,6 +46,7 @@ class Assignment:
     notebooks: list[str]                                  # stems, in the gradebook's column order
     points: dict[str, int] = field(default_factory=dict)  # exercise -> points (the course's where absent)
     canvas_column: str = "tformer {chapter}"
+    moodle_column: str = "tformer {chapter}"
     path: str = ""
     sha256: str = ""
     exercise_files: list[str] = field(default_factory=list)    # a teacher's exercise modules (absolute paths)
@@ -59,7 +60,7 @@ class Assignment:
     def record(self) -> dict:
         """What grades.json keeps of it."""
         return {"file": self.path, "sha256": self.sha256, "notebooks": self.notebooks, "points": self.points,
-                "canvas_column": self.canvas_column, "exercises": self.exercise_files, "released": self.released,
+                "canvas_column": self.canvas_column, "moodle_column": self.moodle_column, "exercises": self.exercise_files, "released": self.released,
                 "hidden": self.hidden, "show_hidden_mistakes": self.show_hidden_mistakes, "round": self.round,
                 "due": self.due, "late": self.late}
 
@@ -175,8 +176,11 @@ def read_assignment(path: Path) -> Assignment:
     unknown = sorted(set(lms) - LMS_KEYS)
     if unknown:
         raise ClassError(f"{path}: [lms]: unknown key {unknown[0]!r} (known: {', '.join(sorted(LMS_KEYS))})")
-    column = lms.get("canvas_column", "tformer {chapter}")
-    if not isinstance(column, str) or "{chapter}" not in column:
-        raise ClassError(f"{path}: [lms] canvas_column must be a name with {{chapter}} in it, got {column!r}")
-    return Assignment(list(stems), dict(points), column, str(path.resolve()), hashlib.sha256(data).hexdigest(),
+    columns = {key: lms.get(key, "tformer {chapter}") for key in ("canvas_column", "moodle_column")}
+    for key, column in columns.items():
+        if not isinstance(column, str) or "{chapter}" not in column:
+            raise ClassError(f"{path}: [lms] {key} must be a name with {{chapter}} in it, got {column!r}")
+    column = columns["canvas_column"]
+    return Assignment(list(stems), dict(points), column, columns["moodle_column"], str(path.resolve()),
+                      hashlib.sha256(data).hexdigest(),
                       files, released, hidden, show, digits, due or "", rule)

@@ -176,5 +176,5 @@ def moodle_csv(grades: dict, roster: list[dict] | None = None,
             left.append((s["student"], f"has no {MOODLE_HEADER[field]} in the roster"))
             continue
         handed = chapters_handed_in(s, stems)
-        w.writerow([ident] + [s["chapters"][c] if c in handed else "-" for c in chapters])
+        w.writerow([ident] + [s.get("chapters_final", s["chapters"])[c] if c in handed else "-" for c in chapters])
     return buf.getvalue(), left
