@@ -2,7 +2,8 @@
 
     Journal          OUT/journal.jsonl, one line per graded notebook as it finishes (resume after kill -9)
     build_grades     the journal -> grades.json's content: every student, notebook and exercise, with seeds
-    score            the teacher's weights and overrides, then every total: the one place totals are computed
+    score            partial credit, the teacher's points and overrides, every total, then the late penalty
+                     (late.py): the one place totals are computed
     read_weights, read_overrides    the teacher's files, checked line by line
     finish           writes OUT: grades.json, gradebook.csv, the feedback pages, report.html, the LMS file
     merge            the OUT folders of shards as one run over the class

@@ -10,8 +10,10 @@ the expected answers and compares them in its own process, which alone holds the
 the notebook's printed results are for the learner only. A worker that overruns an exercise's time limit
 is killed (the exercise is a timeout) and a fresh one runs the notebook again for the next exercises. A cell
 that ends the worker's process (`os._exit`) or runs past the per-cell limit is reported and left out of the
-next run, so the exercises collected before it are still graded. Exercises the notebook owes but never
-handed to `check` are listed as "not run".
+next run, so the exercises collected before it are still graded. An exercise the notebook owes whose check
+cell is gone is graded with the function of the released stub's name, if the notebook defines one, and says
+so; one with no such function is listed as "not run". A class run adds the teacher's hidden cases here, in
+the grader, and sends the worker their inputs under neutral names.
 """
 from __future__ import annotations
 
