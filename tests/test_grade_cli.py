@@ -405,7 +405,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         (("grade", cls, "--out", out, "--shard", "3/2"), ("K/N",)),
         (("grade", "--merge", out), ("--merge", "--out")),
         (("grade", "--verify", tmp_path / "none.json", cls), ("--verify",)),
-        (("grade", cls, "--out", out, "--lms", "moodle"), ("--lms",)),
+        (("grade", cls, "--out", out, "--lms", "blackboard"), ("--lms",)),
         (("grade", cls, "--out", out, "--timeout", 0), ("--timeout",)),
         (("grade", cls, "--out", out, "--workers", 0), ("--workers",)),
         (("grade", cls / "ada" / "01_attention.ipynb", "--json", tmp_path / "no" / "r.json"), ("--json",)),
