@@ -107,15 +107,29 @@ def chapter_of(nb_path: Path) -> str | None:
     m = _CHAPTER.match(nb_path.name)
     return f"ch{m.group(1)}" if m else None
 
-def check_calls(sources: list[str]) -> dict[str, tuple[int, str]]:
+def parse_cells(sources: list[str], words: tuple[str, ...] = ("check(", "def ")) -> list:
+    """Each cell's syntax tree, None for a cell that does not parse or holds none of `words` (a cell without
+    `check(` or `def ` defines or checks no exercise: most of a chapter's cells are not parsed at all)."""
+    import ast
+    trees = []
+    for src in sources:
+        tree = None
+        if any(w in src for w in words):
+            try:
+                tree = ast.parse(src)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                tree = None
+        trees.append(tree)
+    return trees
+
+
+def check_calls(sources: list[str], trees: list | None = None) -> dict[str, tuple[int, str]]:
     """exercise id -> (index of the first cell that calls check("id", name), name): the function each
-    `check(...)` call hands in. Cells that do not parse are skipped."""
+    `check(...)` call hands in. Cells that do not parse are skipped; `trees`: parse_cells(sources), if made."""
     import ast
     calls: dict[str, tuple[int, str]] = {}
-    for i, src in enumerate(sources):
-        try:
-            tree = ast.parse(src)
-        except (SyntaxError, ValueError):
+    for i, tree in enumerate(trees if trees is not None else parse_cells(sources, ("check(",))):
+        if tree is None:
             continue
         for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"

@@ -19,7 +19,7 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
-from .notebooks import ROOT, check_calls, read_cells, released_notebooks
+from .notebooks import ROOT, check_calls, parse_cells, read_cells, released_notebooks
 
 MIN_NODES = 30          # an answer shorter than this many AST nodes is not distinctive
 COMMON = 0.2            # an answer shared by more than this share of the answering students (and > 2) is common
@@ -80,14 +80,9 @@ def shape(fn: ast.FunctionDef) -> tuple[str, int]:
 def graded_functions(sources: list[str]) -> dict[str, ast.FunctionDef]:
     """exercise id -> the function that was graded: the last top-level `def` of the name handed to check(...)
     in the cells before the first cell that calls that check (a redefinition after the check was not graded)."""
-    trees = []
-    for src in sources:
-        try:
-            trees.append(ast.parse(src))
-        except (SyntaxError, ValueError):
-            trees.append(None)
+    trees = parse_cells(sources)                      # each cell parsed once, only those with `def ` or `check(`
     out = {}
-    for ex, (at, name) in check_calls(sources).items():
+    for ex, (at, name) in check_calls(sources, trees).items():
         for tree in reversed(trees[:at + 1]):
             defs = [n for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                     and n.name == name]
