@@ -502,3 +502,12 @@ def test_torch_references_are_caught_by_any_name():
     r = check("ch01.attention", lambda q, k, v, mask=None: (sdpa_c(q, k, v, attn_mask=mask), None))
     assert r.status == "error" and "called the reference" in r.message, r.message
     torch.testing.assert_close(imported_early(torch.zeros(2), -1), torch.full((2,), 0.5))   # restored
+
+
+def test_a_notebooks_import_of_check_loads_none_of_the_teachers_half():
+    """`from tformer.grading import check` (every chapter's first cell) loads no module of grading/classroom/."""
+    import subprocess
+    code = ("import sys; from tformer.grading import check, load_exercises; load_exercises(); "
+            "print(sorted(m for m in sys.modules if m.startswith('tformer.grading.classroom')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
