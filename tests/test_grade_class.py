@@ -15,13 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from tformer.grading import REGISTRY, load_exercises
 from tformer.grading.classroom import cells as cellplan, gradebook, lms, notebooks, run, submissions
 from tformer.grading.classroom.runner import run_notebook
-from tools.notebooks import SRC, build_notebook
+from test_grade_cli import NO_SCALE, cells as _cells, replace as _replace, write as _write
+from tools.notebooks import SRC
 
 load_exercises()                                        # registers every chapter
 
@@ -35,33 +35,9 @@ EXPECTED = {                                        # the gradebook, cell for ce
     "broken": [0, 3, 0, 1, 0, 0, 0, 3, 1, 0, 4, 11],
     "mistakes": [1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 2, 11],
 }
-NO_SCALE = ("def my_attention(q, k, v, mask=None):\n"
-            "    s = q @ k.transpose(-2, -1)\n"
-            "    if mask is not None:\n"
-            "        s = s.masked_fill(~mask, float('-inf'))\n"
-            "    w = torch.softmax(s, dim=-1)\n"
-            "    return w @ v, w\n")
 NO_TRANSPOSE = ("def my_split_heads(x, n_heads):\n"
                 "    b, t, d = x.shape\n"
                 "    return x.reshape(b, n_heads, t, d // n_heads)\n")
-
-
-def _cells(stem: str, solutions: bool) -> list[str]:
-    return [c.source for c in build_notebook(SRC / f"{stem}.py", solutions).cells if c.cell_type == "code"]
-
-
-def _write(path: Path, cells: list[str], mtime: float | None = None) -> None:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells],
-                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(path))
-    if mtime is not None:
-        os.utime(path, (mtime, mtime))
-
-
-def _replace(cells: list[str], starts: str, new: str) -> list[str]:
-    i = next(i for i, c in enumerate(cells) if c.startswith(starts))
-    return cells[:i] + [new] + cells[i + 1:]
 
 
 def build_class(root: Path) -> Path:

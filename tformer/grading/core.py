@@ -122,33 +122,39 @@ def register(ex: Exercise) -> Exercise:
 TEACHER_FILES: dict[str, str] = {}     # a teacher's exercise file (resolved path) -> the module it was loaded as
 
 
+def _import_file(path: Path, kind: str, loaded: dict[str, str], missing: str) -> None:
+    """Import the module at `path` once (`loaded`: path -> module name), under a name no other file shares;
+    FileNotFoundError(`missing`) where there is no such file. A module that raises is not counted as loaded."""
+    import hashlib
+    import importlib.util
+    if str(path) in loaded:
+        return
+    if not path.is_file():
+        raise FileNotFoundError(missing)
+    name = f"tformer_{kind}_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name], loaded[str(path)] = module, name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name], loaded[str(path)]
+        raise
+
+
 def load_exercises(*files: str | os.PathLike) -> dict[str, Exercise]:
     """Register every chapter's exercises (tformer/grading/exercises/), and the exercises of a teacher's own
     `files` (a module that calls `register(Exercise(...))` as a chapter's does), and return the registry: the one
     way the grader, the worker and the tools load them. A file already loaded is not loaded again; in a grading
     worker, a file of the same name as one the grader loaded (the student's copy of the teacher's module) is
     the grader's."""
-    import hashlib
-    import importlib.util
     from . import exercises
     exercises.load()
     for f in files:
         path = Path(f).expanduser().resolve()
-        if str(path) in TEACHER_FILES or (os.environ.get("TFORMER_GRADE_WORKER") and
-                                          any(Path(t).name == path.name for t in TEACHER_FILES)):
+        if os.environ.get("TFORMER_GRADE_WORKER") and any(Path(t).name == path.name for t in TEACHER_FILES):
             continue
-        if not path.is_file():
-            raise FileNotFoundError(f"no exercise file {f} (a module of register(Exercise(...)) calls)")
-        name = f"tformer_exercises_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        TEACHER_FILES[str(path)] = name
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name], TEACHER_FILES[str(path)]
-            raise
+        _import_file(path, "exercises", TEACHER_FILES, f"no exercise file {f} (a module of register(Exercise(...)) calls)")
     return REGISTRY
 
 
@@ -308,23 +314,8 @@ HIDDEN_FILES: dict[str, str] = {}                           # a hidden-cases fil
 def load_hidden(*files: str | os.PathLike) -> None:
     """Import files of hidden cases (`add_hidden_cases(...)` calls) into this process only: the class grader's.
     They are never named to a worker (unlike `load_exercises`' files), so no worker imports them."""
-    import hashlib
-    import importlib.util
     for f in files:
-        path = Path(f).expanduser().resolve()
-        if str(path) in HIDDEN_FILES:
-            continue
-        if not path.is_file():
-            raise FileNotFoundError(f"no file of hidden cases {f}")
-        name = f"tformer_hidden_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        HIDDEN_FILES[str(path)] = name
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del HIDDEN_FILES[str(path)]
-            raise
+        _import_file(Path(f).expanduser().resolve(), "hidden", HIDDEN_FILES, f"no file of hidden cases {f}")
 
 
 def add_hidden_cases(name: str, make: Callable[[], list[Case]]) -> None:

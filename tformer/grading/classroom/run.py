@@ -116,6 +116,8 @@ def _hidden_out_of_reach(hidden: list[str], cls: Path) -> None:
     be one `open` away from a student's code."""
     import tempfile
     from .landlock import worker_paths
+    if not hidden:
+        return
     read, _ = worker_paths([Path(cls)], Path(tempfile.gettempdir()), Path(cls))
     for f in hidden:
         where = next((r for r in read if Path(f).resolve().is_relative_to(r)), None)
@@ -278,9 +280,10 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
     verdicts could differ for that reason alone. A learner can show their own work so."""
     from .sandbox import available_cores, machine_limits
     grades = json.loads(Path(grades_path).read_text(encoding="utf-8"))
-    if grades.get("grader") != grader_hash():
+    grader = grader_hash()
+    if grades.get("grader") != grader:
         raise ClassError(f"{grades_path} was written by other grader code ({str(grades.get('grader'))[:12]}, this "
-                         f"is {grader_hash()[:12]}): verify with the version that graded (`tformer --version`)")
+                         f"is {grader[:12]}): verify with the version that graded (`tformer --version`)")
     recorded = grades.get("settings", {})
     from .assignment import exercises_hash, use_teacher_files
     assigned = recorded.get("assignment") or {}
