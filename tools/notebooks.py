@@ -10,7 +10,12 @@ Sources are jupytext "percent" files, `notebooks/src/NN_slug.py`: cells start wi
 
 The learner notebook (`notebooks/NN_slug.ipynb`, committed without outputs) gets a stub in its place,
 `raise NotImplementedError(...)`, at the same indentation; the solution notebook keeps the code and drops
-the markers.
+the markers. A question's answer is a line ending in `### ANSWER`:
+
+    answer = "B"  ### ANSWER
+
+which the learner notebook gets as `answer = ...  # your answer` (the stub its check reads as "not
+attempted"), and the solution notebook without the marker.
 
     python -m tools.notebooks build                          # learner notebooks -> notebooks/
     python -m tools.notebooks build --solutions --out DIR    # solution notebooks -> DIR
@@ -24,6 +29,8 @@ from pathlib import Path
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'
+ANSWER = "### ANSWER"
+ANSWER_STUB = "...  # your answer"
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "notebooks" / "src"
 
@@ -45,11 +52,22 @@ def strip_solutions(text: str, solutions: bool) -> str:
                 raise ValueError(f"line {n}: {END} without {BEGIN}")
             inside = False
             continue
+        if line.rstrip().endswith(ANSWER):
+            line = answer_line(line, solutions, n)
         if solutions or not inside:
             out.append(line)
     if inside:
         raise ValueError(f"unclosed {BEGIN}")
     return "\n".join(out) + "\n"
+
+
+def answer_line(line: str, solutions: bool, n: int) -> str:
+    """`answer = "B"  ### ANSWER` -> `answer = "B"` (solution) or `answer = ...  # your answer` (learner)."""
+    code = line.rstrip()[: -len(ANSWER)].rstrip()
+    target, eq, value = code.partition("=")
+    if not eq or not target.strip().isidentifier() or not value.strip():
+        raise ValueError(f"line {n}: {ANSWER} ends a line `name = value`, got {line.strip()!r}")
+    return code if solutions else f"{target.rstrip()} = {ANSWER_STUB}"
 
 
 def build_notebook(src: Path, solutions: bool):

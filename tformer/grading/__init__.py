@@ -1,15 +1,16 @@
 """Graded exercises: `check("ch01.attention", my_fn)` in a notebook (the learner's half), and `tformer grade`
 (classroom/, the teacher's half, which a notebook never loads).
 
-core.py (the checker: cases, judge, hidden cases, partial credit, `check`), guards.py (what guards a
+core.py (the checker: cases, judge, hidden cases, partial credit, `check`), questions.py (questions whose
+answer is a value: a number, a letter, an expression), guards.py (what guards a
 learner's function while it runs: disabled references, the time limit), compare.py (what "equal"
 means: shape, dtype, tolerance, and the message that says what differs), messages.py (the checker's messages
 and their Chinese translation), inputs.py (shared seeded inputs), exercises/ (each chapter's exercises,
 registered by `load_exercises()`), classroom/ (`tformer grade`: one learner's notebooks or a whole class,
 graded in workers out of the learner's reach; its docstring is its map).
 """
-from .core import (REGISTRY, Case, Exercise, Result, add_hidden_cases, check, compare, get_mode, load_exercises,
-                   register, set_mode)
+from .core import (REGISTRY, Case, Exercise, Question, Result, add_hidden_cases, check, compare, get_mode,
+                   load_exercises, register, set_mode)
 
 __all__ = ["check", "Case", "Exercise", "Result", "REGISTRY", "register", "compare", "set_mode", "get_mode",
-           "load_exercises", "add_hidden_cases"]
+           "load_exercises", "add_hidden_cases", "Question"]

@@ -4,7 +4,8 @@ An exercise is a function the learner writes. `check(name, fn)` runs it on fixed
 first), then on seeded random cases, compares each result with tformer's reference in float64, and
 reports either "passed" or the *smallest* failing case: its name and seed, expected vs got (shape,
 dtype, largest difference) and a hint. When the wrong answer equals a known mistake (missing
-1/sqrt(d_k), softmax over the wrong axis, ...) the report names the mistake.
+1/sqrt(d_k), softmax over the wrong axis, ...) the report names the mistake. A question (questions.py) is an
+exercise whose answer is a value: `check("ch01.q_scale", answer)` judges the value, calling nothing.
 
 Modes (environment variable TFORMER_GRADE, or `set_mode`):
     learner (default)  never raises, so "Run All" always finishes
@@ -39,6 +40,7 @@ import torch
 from .compare import compare, flatten_tensors  # noqa: F401  (part of the exercise API)
 from .guards import REFERENCE_CALLED, TimeLimit, forbid, time_limit
 from .messages import N_, _, language  # noqa: F401  (N_, language: the exercises' messages)
+from .questions import Question, judge_question, plain  # noqa: F401  (plain: the grading worker's)
 
 MODES = ("learner", "strict", "blank")
 _mode: str | None = None
@@ -101,6 +103,7 @@ class Result:
     message: str
     cases_run: int = 0
     fraction: float | None = None     # partial credit: the share of the points earned (None: all or nothing)
+    mistakes: list[str] = field(default_factory=list)   # a question's named misconceptions (English messages)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -109,10 +112,11 @@ class Result:
         return f"**{self.exercise}**: {self.message}".replace("\n", "  \n")
 
 
-REGISTRY: dict[str, Exercise] = {}
+REGISTRY: dict[str, Exercise | Question] = {}
 
 
-def register(ex: Exercise) -> Exercise:
+def register(ex: Exercise | Question) -> Exercise | Question:
+    """Add an exercise or a question (tformer.grading.questions.Question) to the registry."""
     if ex.name in REGISTRY:
         raise ValueError(f"exercise {ex.name!r} registered twice")
     REGISTRY[ex.name] = ex
@@ -423,7 +427,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool =
         total=n_done, points=ex.points), n_done, fraction)
 
 
-def exercise(name: str) -> Exercise:
+def exercise(name: str) -> Exercise | Question:
     """The registered exercise `name` (importing every chapter's exercises first if needed)."""
     if name not in REGISTRY:
         load_exercises()
@@ -432,8 +436,9 @@ def exercise(name: str) -> Exercise:
     return REGISTRY[name]
 
 
-def check(name: str, fn: Callable) -> Result:
-    """Grade `fn` against exercise `name`, print the verdict, and return a `Result`."""
+def check(name: str, fn: Callable | Any) -> Result:
+    """Grade `fn` against exercise `name` (or the value `fn` against question `name`), print the verdict, and
+    return a `Result`."""
     try:
         ex = exercise(name)
     except KeyError as e:
@@ -443,8 +448,11 @@ def check(name: str, fn: Callable) -> Result:
         print(f"[{_('FAIL')}] {msg}")                       # learner mode: never raise, so "Run All" finishes
         return Result(name, 0, False, "error", msg)
     t0 = time.perf_counter()
-    cases = exercise_cases(ex)
-    result = judge(ex, cases, run_learner(ex, fn, cases))
+    if isinstance(ex, Question):
+        result = judge_question(ex, plain(fn))
+    else:
+        cases = exercise_cases(ex)
+        result = judge(ex, cases, run_learner(ex, fn, cases))
     mark = _("PASS") if result.passed else (_("TODO") if result.status == "not attempted" else _("FAIL"))
     print(f"[{mark}] {ex.name} ({_(ex.title)}): {result.message} [{time.perf_counter() - t0:.1f}s]")
     mode = get_mode()
