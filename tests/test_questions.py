@@ -406,3 +406,22 @@ def test_a_question_refuses_hidden_cases_partial_credit_and_unknown_names(quiz_c
                            tmp_path / "weights.txt", cwd=tmp_path), "weights.txt:2", "w01.q_nope")
     one_line_error(tformer("grade", cls, "--out", tmp_path / "o", "--exercises", root / "quiz.py", "--only", "w01.q_nope",
                            cwd=tmp_path), "--only", "w01.q_nope")
+
+
+def test_the_exercise_templates_commented_question_works_once_uncommented(tmp_path):
+    """`tformer exercise new` writes a question in comments; uncommented, it registers and judges as it says."""
+    from tformer.grading import load_exercises
+    from tformer.grading.classroom.template import new_exercise
+    text = new_exercise("w09.triple", tmp_path / "w09.py").read_text()
+    block = [line for line in text.splitlines() if line.startswith("# from tformer.grading import Question")
+             or line.startswith("# register(Question(") or line.startswith("#                   mistakes=")]
+    assert len(block) == 3, text
+    (tmp_path / "w09.py").write_text(text + "\n" + "\n".join(line[2:] for line in block) + "\n")
+    try:
+        load_exercises(tmp_path / "w09.py")
+        assert verdict("w09.q_triple", 6)[0] == "passed"
+        status, message = verdict("w09.q_triple", 5)
+        assert status == "failed" and "added 2 instead of doubling" in message
+    finally:
+        REGISTRY.pop("w09.triple", None)
+        REGISTRY.pop("w09.q_triple", None)

@@ -1,7 +1,8 @@
 """`tformer exercise new NAME FILE`: a teacher's own exercise, as a commented module to fill in.
 
 The module uses the API the course's chapters use (`Exercise`, `Case`, `register`; tformer/grading/core.py
-says what each field means): a reference, two edge cases, a random case and one named mistake. Grade it with
+says what each field means): a reference, two edge cases, a random case and one named mistake, and a question
+of understanding (`Question`) in comments. Grade it with
 `tformer grade ... --exercises FILE` or an assignment's `exercises = ["FILE"]`; a learner's notebook checks it
 with `load_exercises("FILE")` and `check(NAME, fn)`.
 """
@@ -61,6 +62,12 @@ register(Exercise(
     mistakes={{"added 2 instead of doubling": added_two}},
     notebook="{stem}",                   # the notebook that owes it (its released copy sits in `released`)
 ))
+
+# A question of understanding (its answer a value, not a function) registers the same way; uncomment:
+# from tformer.grading import Question
+# register(Question(name="{chapter}.q_{slug}", title="what is 2 * x at x = 3?", kind="number", answer=6,
+#                   mistakes={{"added 2 instead of doubling": 5}}, notebook="{stem}"))
+# The notebook's cell is `answer = 6` then `check("{chapter}.q_{slug}", answer)`; kinds: number, choice, expr.
 '''
 
 
@@ -74,5 +81,7 @@ def new_exercise(name: str, file: Path, title: str = "double every value") -> Pa
     if file.suffix != ".py":
         raise ValueError(f"{file}: an exercise file is a Python module (.py)")
     stem = name.replace(".", "_")
-    file.write_text(TEMPLATE.format(name=name, title=title, stem=stem, file=file.name), encoding="utf-8")
+    chapter, slug = name.split(".")
+    file.write_text(TEMPLATE.format(name=name, title=title, stem=stem, file=file.name, chapter=chapter, slug=slug),
+                    encoding="utf-8")
     return file
