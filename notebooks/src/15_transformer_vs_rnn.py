@@ -392,6 +392,50 @@ assert all(x["model"] == "Transformer" for x in scale_rows[::2])
 # same compute) on almost every task.
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"2 * n + 1"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** In section 1, beyond the last position, the Transformer's gradient is about the same at
+# every distance back from the loss. Why?
+# - **A.** Every earlier position is one attention step from the loss position, whatever its distance.
+# - **B.** It does fall with distance, only more slowly than the LSTM's.
+# - **C.** Its positional encoding gives far tokens more weight to make up for the distance.
+# - **D.** The causal mask lets the last position see only the nearest tokens, so the far ones all get the
+#   same small gradient.
+#
+# The figure *gradient reaching earlier positions* and the ratios printed under it show it.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch15.q_flat_gradient", answer)
+
+# %% [markdown]
+# **Question 2.** During training, how many steps that must wait for each other does one layer run over a
+# sequence of $T$ tokens?
+# - **A.** The LSTM $T$, the Transformer 1.
+# - **B.** 1 each: PyTorch runs the LSTM's loop in compiled code, in one call.
+# - **C.** $T$ each: with the causal mask, position $t$ waits for position $t-1$.
+# - **D.** The LSTM $T$, the Transformer $T^2$: attention compares every pair.
+#
+# The introduction's claim 2 and the text under *2. Parallelism* say it; chapter 7 measured it.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch15.q_sequential_steps", answer)
+
+# %% [markdown]
+# **Question 3.** Chinchilla has 70B parameters and was trained on 1.4T tokens. What was its training
+# compute, in FLOPs? Answer with a number (`5e20` is a number). The cell after *Exercise 2* computes the
+# same for each model of the sweep.
+
+# %%
+answer = 6 * 70e9 * 1.4e12  ### ANSWER
+check("ch15.q_chinchilla_flops", answer)
+
+# %% [markdown]
 # ## Summary
 # | property | LSTM | Transformer |
 # |---|---|---|
