@@ -593,7 +593,7 @@ check("ch12.q_vit_tokens", answer)
 # loss puts matching pairs together* prints it: the loss of a guess that prefers no caption.
 
 # %%
-answer = math.log(16)  ### ANSWER
+answer = 2.7726  ### ANSWER
 check("ch12.q_clip_chance", answer)
 
 # %% [markdown]
@@ -604,7 +604,7 @@ check("ch12.q_clip_chance", answer)
 # - **C.** The image features through cross-attention layers, as a decoder reads an encoder.
 # - **D.** The raw pixels of the image, as extra tokens.
 #
-# `vlm_logits` and the shapes printed under it show the data flow.
+# The cell that defines `vlm_logits`, and the shapes printed by the cell under it, show the data flow.
 
 # %%
 answer = "B"  ### ANSWER

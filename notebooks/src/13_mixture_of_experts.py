@@ -591,7 +591,7 @@ print(inspect.getsource(moe_lm_param_counts))
 # number. The cell under *Qwen3-235B-A22B from its published configuration* prints the counts.
 
 # %%
-answer = 100 * qwen["active"] / qwen["total"]  ### ANSWER
+answer = 100 * 22.19 / 235.09  ### ANSWER
 check("ch13.q_active_share", answer)
 
 # %% [markdown]
@@ -600,7 +600,7 @@ check("ch13.q_active_share", answer)
 # prints the configuration, and the source above shows which terms depend on the experts per token.
 
 # %%
-answer = moe_lm_param_counts(**dict(QWEN3_235B_A22B, experts_per_token=16))["active"] / 1e9  ### ANSWER
+answer = 22.19 + 94 * 8 * 3 * 4096 * 1536 / 1e9  ### ANSWER
 check("ch13.q_active_16", answer)
 
 # %% [markdown]

@@ -413,18 +413,21 @@ answer = "A"  ### ANSWER
 check("ch15.q_flat_gradient", answer)
 
 # %% [markdown]
-# **Question 2.** During training, how many steps that must wait for each other does one layer run over a
-# sequence of $T$ tokens?
-# - **A.** The LSTM $T$, the Transformer 1.
-# - **B.** 1 each: PyTorch runs the LSTM's loop in compiled code, in one call.
-# - **C.** $T$ each: with the causal mask, position $t$ waits for position $t-1$.
-# - **D.** The LSTM $T$, the Transformer $T^2$: attention compares every pair.
+# **Question 2.** On a CPU the Transformer of section 2 typically trains fewer tokens per second than
+# the LSTM, and the ratio falls as $T$ grows. Why does that not contradict the claim that a Transformer
+# trains in parallel and an RNN cannot?
+# - **A.** It does contradict it: attention is simply slower to train than recurrence.
+# - **B.** The LSTM's $T$ steps must run one after another, the Transformer's positions need not; but a CPU
+#   with one or two threads has little parallel hardware to fill, so the arithmetic per token decides, and
+#   attention's grows with $T$.
+# - **C.** PyTorch's LSTM also computes all positions at once, in one compiled kernel.
+# - **D.** The causal mask makes the Transformer compute its positions one after another in training.
 #
-# The introduction's claim 2 and the text under *2. Parallelism* say it; chapter 7 measured it.
+# The table under *2. Parallelism*, the ratios printed under it and the text after them show it.
 
 # %%
-answer = "A"  ### ANSWER
-check("ch15.q_sequential_steps", answer)
+answer = "B"  ### ANSWER
+check("ch15.q_parallel_cpu", answer)
 
 # %% [markdown]
 # **Question 3.** Chinchilla has 70B parameters and was trained on 1.4T tokens. What was its training

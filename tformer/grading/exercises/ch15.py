@@ -161,16 +161,16 @@ register(Question(
 ))
 
 register(Question(
-    name="ch15.q_sequential_steps",
-    title="dependent steps of one layer over T tokens: LSTM and Transformer",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    name="ch15.q_parallel_cpu",
+    title="why a CPU timing that favours the LSTM does not contradict the Transformer's parallelism",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
     mistakes={
+        "the claim is about steps that must wait for each other, not about one machine's clock: on a GPU, which "
+        "can run the positions at once, the parallel form wins (full mode, benchmarks/gpu_check.py)": "A",
         "a compiled loop is still a loop: the LSTM's step t needs the state of step t-1, so its T steps run one "
-        "after another, however fast each is": "B",
+        "after another, however fast each is": "C",
         "in training the causal mask does not make position t wait for t-1: all T rows of the masked scores are "
-        "computed at once": "C",
-        "T^2 is the Transformer's arithmetic per sequence (all pairs), not a count of steps that must wait for "
-        "each other": "D",
+        "computed at once": "D",
     },
 ))
 
