@@ -4,6 +4,7 @@ The chapters (their sources and both languages' catalogs) and both READMEs are s
 narrate how the project got its numbers: earlier sessions, development runs, machines of other days,
 internal targets. Such text belongs in `benchmarks/RESULTS.md` (CONTRIBUTING, "Where measurements go").
 """
+import json
 import re
 from pathlib import Path
 
@@ -70,6 +71,18 @@ def test_the_readme_results_section_is_short_and_only_measured():
         assert re.search(r"\d", cells[1]), f"a Results row without a measured figure: {row}"
     assert (ROOT / "benchmarks" / "RESULTS.md").exists()
 
+
+
+def test_the_readme_gives_each_capstone_its_references_command():
+    """A Results row's `tformer capstone NAME ...` is the command that made the committed reference
+    (data/capstones/NAME/result.json), paths written as the option's metavar: typing it reproduces the row."""
+    from tformer.capstones.show import public_command
+    section = results_section((ROOT / "README.md").read_text())
+    commands = {name: cmd for cmd, name in re.findall(r"`(tformer capstone (\w+)[^`]*)`", section)}
+    assert set(commands) >= {"translate", "vit", "clip", "moe", "grpo"}, commands
+    for name, command in commands.items():
+        ref = json.loads((ROOT / "data" / "capstones" / name / "result.json").read_text())
+        assert command == public_command(ref["command"], name), f"README: `{command}`; reference: `{ref['command']}`"
 
 # -- the pages' last mile: a summary at the end, a caption on every figure, no clutter in the outputs -------
 

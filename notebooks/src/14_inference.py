@@ -92,7 +92,7 @@ else:
 tok = train_tokenizer([text], vocab_size=vocab)
 ids = encode(tok, text)
 train_ids, val_ids = split_stream(ids, 0.9)
-val_batches = LMBatches(val_ids, 8, block, 4 if SMALL else 40, shuffle=False)
+val_batches = LMBatches(val_ids, 8, block, min(4 if SMALL else 40, (len(val_ids) - 1) // (8 * block)), shuffle=False)
 print(f"{len(ids):,} tokens, vocabulary {vocab}")
 
 # %% [markdown]
@@ -532,7 +532,10 @@ plt.title("throughput vs concurrency"); plt.legend(); plt.tight_layout(); plt.sh
 # **The server.** `tformer serve --run RUN` (or `--hf DIR`, or `--demo`) puts the engine behind an
 # OpenAI-compatible HTTP API (`/v1/completions`, `/v1/chat/completions` with streaming, `/v1/models`,
 # `/health`, `/metrics`), so the official `openai` client works unchanged. Here it serves the target
-# model from a background thread on a free port (port 0), and is stopped at the end of the cell.
+# model from a background thread on a free port (port 0), and is stopped at the end of the cell. What the
+# cell proves is the plumbing: the text that comes back over HTTP is the engine's, token for token, and
+# the streamed pieces join to it. The words are the target's own: in small mode, trained for seconds,
+# it answers "Return the" with a loop of " the".
 
 # %%
 import openai
@@ -542,12 +545,13 @@ server = start_in_background(build_app(target, tok, name="ch14-target", block_si
 try:
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     print("models:", [m.id for m in client.models.list().data])
-    r = client.completions.create(model="ch14-target", prompt="The", max_tokens=12, temperature=0)
-    print(repr(r.choices[0].text), r.usage)
-    same = Engine(target, n_blocks=16, block_size=8).generate([tok.encode("The").ids], SamplingParams(
+    r = client.completions.create(model="ch14-target", prompt="Return the", max_tokens=12, temperature=0)
+    print(repr("Return the"), "->", repr(r.choices[0].text), r.usage)
+    same = Engine(target, n_blocks=16, block_size=8).generate([tok.encode("Return the").ids], SamplingParams(
         max_tokens=12, stop_token_ids=(tok.token_to_id("<|endoftext|>"),)))[0]
     assert r.choices[0].text == tok.decode(same.output)                # the engine's tokens, through HTTP
-    stream = client.completions.create(model="ch14-target", prompt="The", max_tokens=12, temperature=0, stream=True)
+    stream = client.completions.create(model="ch14-target", prompt="Return the", max_tokens=12, temperature=0,
+                                       stream=True)
     pieces = [chunk.choices[0].text for chunk in stream]
     print(len(pieces), "streamed pieces:", pieces[:6])
     assert "".join(pieces) == r.choices[0].text
