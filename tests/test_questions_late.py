@@ -91,3 +91,25 @@ def test_ch15_chinchilla_compute_splits_back(q):
     from tformer.training.metrics import compute_optimal
     n, d = compute_optimal(q["ch15.q_chinchilla_flops"].answer, 20.0)
     assert _close(n, 70e9, 1e-9) and _close(d, 1.4e12, 1e-9)
+
+
+def test_ch11_uniform_loss_is_the_loss_of_equal_logits(q):
+    from tformer.training.losses import causal_lm_loss
+    for v in (7, 1024):
+        loss = causal_lm_loss(torch.zeros(2, 5, v), torch.randint(0, v, (2, 5)))
+        assert _close(loss, eval(q["ch11.q_uniform_loss"].answer, {"log": math.log}, {"V": v}), 1e-6)
+
+
+def test_ch14_kv_bytes_is_what_the_cache_holds(q):
+    from tformer.cache import make_caches
+    layers, kv_heads, head, t = 32, 8, 128, 3                         # Llama 3 8B's shape, bf16
+    caches = make_caches(layers)
+    for c in caches:
+        c.append(*(torch.zeros(1, kv_heads, t, head, dtype=torch.bfloat16) for _ in range(2)))
+    assert sum(c.nbytes() for c in caches) / t == q["ch14.q_kv_bytes"].answer
+
+
+def test_ch14_passes_count_the_chapters_way(q):
+    answer = q["ch14.q_no_cache_passes"].answer
+    for n, p in [(32, 8), (96, 8), (5, 1)]:
+        assert eval(answer, {}, {"n": n, "P": p}) == sum(p + i for i in range(n))   # the chapter's own count
