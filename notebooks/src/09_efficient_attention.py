@@ -386,6 +386,45 @@ print(format_table(rows))
 # `tiled_attention` does, and differs in how well it keeps a particular chip busy.
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** The Sparse Transformer uses the strided pattern with stride $\sqrt n$. Its count of
+# scored pairs grows as $n^p$: what is $p$? Answer with a number. The table under *2. Cost vs $n$* fits
+# the exponent of every pattern.
+
+# %%
+answer = 1.5  ### ANSWER
+check("ch09.q_strided_exponent", answer)
+
+# %% [markdown]
+# **Question 2.** On the one-layer key lookup of section 3, which attentions score exactly what exact
+# attention scores?
+# - **A.** Linformer and Performer: their approximation of the softmax is close enough for a lookup.
+# - **B.** Longformer and BigBird: with one layer only the query's row matters, and it sees every key.
+# - **C.** The sliding window: the answer is usually close to the query.
+# - **D.** None of them: every cheaper attention loses some accuracy.
+#
+# The accuracy table under *3. What the approximations cost* shows it.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch09.q_lookup_exact", answer)
+
+# %% [markdown]
+# **Question 3.** `tiled_attention` folds the keys in blocks of $b$ through `online_softmax_step`. For
+# one head with $n$ queries and $n$ keys, how many scores does it hold at once? Answer with a formula in
+# `n` and `b`, as a string. The source of `online_softmax_step` printed above gives the shape of one
+# block's scores; the memory table of section 4 shows the peak growing as $n$, not $n^2$.
+
+# %%
+answer = "n * b"  ### ANSWER
+check("ch09.q_tiled_memory", answer)
+
+# %% [markdown]
 # ## Summary
 # * Counted pairs: dense causal attention grows as $n^2$, the strided pattern with stride $\sqrt n$ as
 #   about $n^{1.5}$, the sliding window, Longformer and BigBird as about $n$. A mask through a dense kernel

@@ -663,6 +663,44 @@ torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
 # numbers under the two, so `tformer translate score` prints both, and only like is compared with like.
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** The paper's rate is $d_{model}^{-1/2}\,\min(s^{-1/2},\ s\,w^{-3/2})$ with $w$ warmup steps,
+# and it peaks at $s = w$. What is the peak rate? Answer with a formula in `d` ($d_{model}$) and `w`, as a
+# string. The cell under *1. The schedule* prints it for the base model.
+
+# %%
+answer = "(d * w)**-0.5"  ### ANSWER
+check("ch10.q_peak_lr", answer)
+
+# %% [markdown]
+# **Question 2.** Section 2 trains the same 4+4-layer model at one constant rate, three ways. Which run
+# stays on the plateau?
+# - **A.** Post-LN with warmup.
+# - **B.** Post-LN without warmup.
+# - **C.** Pre-LN without warmup.
+# - **D.** None: the three runs end at about the same loss; warmup only changes the first steps.
+#
+# The losses printed under the figure of *2. Warmup keeps a post-LN model training* show it.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch10.q_warmup", answer)
+
+# %% [markdown]
+# **Question 3.** With label smoothing $\epsilon = 0.1$ and a vocabulary of $V = 4$ tokens, which
+# probability of the right token makes the label-smoothed loss smallest? Answer with a number. The formula
+# of *3. Label smoothing* gives the target; the margin cell shows that a larger margin stops paying.
+
+# %%
+answer = 0.925  ### ANSWER
+check("ch10.q_smoothed_target", answer)
+
+# %% [markdown]
 # ## Summary
 # * The paper's schedule warms up linearly, peaks at step 4000 at $(512 \cdot 4000)^{-1/2}$ = 6.99e-04 for
 #   the base model, then decays as $1/\sqrt{s}$; a run with a fixed budget decays linearly to 0 instead.

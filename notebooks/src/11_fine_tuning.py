@@ -384,6 +384,26 @@ plt.show()
 # (GRPO), and gives it facts it never saw through retrieval (RAG).
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question.** In supervised fine-tuning, which tokens of a conversation carry loss?
+# - **A.** Every token of the conversation: the model learns the whole dialogue.
+# - **B.** The assistant's tokens only, in every turn.
+# - **C.** The last answer only: the earlier turns are context.
+# - **D.** The user's tokens only: the model learns to understand the questions.
+#
+# The cell under *3. Supervised fine-tuning* prints a two-turn conversation with the tokens that carry
+# loss in brackets, and the share of positions that carry loss.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch11.q_sft_loss_tokens", answer)
+
+# %% [markdown]
 # ## Summary
 # * Greedy decoding loops: its continuation's distinct-2 stays below 0.5 (asserted). Higher temperature and
 #   higher top-p raise distinct-2 (asserted); a repetition penalty ends the loop only at the strong settings

@@ -489,6 +489,38 @@ else:
 # `tests/test_llama.py` checks that the logits and the greedy tokens equal theirs.
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** Before training, the GPT's validation loss sits near the loss of a uniform guess over
+# the $V$ tokens of its vocabulary. What is that loss per token? Answer with a formula in `V`, as a string
+# (`log` is the natural logarithm). The cell that prints the validation loss before training shows it
+# beside the measured value, and the training-loss figure draws it as a line.
+
+# %%
+answer = "log(V)"  ### ANSWER
+check("ch11.q_uniform_loss", answer)
+
+# %% [markdown]
+# **Question 2.** Which is true of the two families?
+# - **A.** BERT's guess at a gap uses the words after it; GPT predicts each token from the ones before it
+#   only, which is what lets it generate left to right.
+# - **B.** Both read the whole sentence; GPT's causal mask only makes training faster.
+# - **C.** BERT generates left to right as well as GPT: filling a gap is the same task as predicting the
+#   next word.
+# - **D.** GPT also uses the words after a position, since its loss is computed on the whole window at once.
+#
+# The fill-in-the-blank cell of section 4 prints the total variation between BERT's two guesses, and the
+# cell at the end of section 3 checks GPT's loss on a whole window.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch11.q_bert_vs_gpt", answer)
+
+# %% [markdown]
 # ## Summary
 # * BPE from scratch learns the same merges as Hugging Face's `tokenizers`; a bigger vocabulary holds
 #   longer pieces, so the same text takes fewer tokens.

@@ -407,6 +407,27 @@ plt.show()
 # never seen in fine-tuning.
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question.** In section 4 the answer loss falls by more than half with the retrieved passage in the
+# prompt. What makes it fall?
+# - **A.** The model is fine-tuned on the new facts before it answers.
+# - **B.** The retrieved passage is put into the prompt, and the same SFT model reads the answer from it.
+# - **C.** The retriever writes the answer; the language model copies it.
+# - **D.** The passage adds tokens to the prompt, and the loss is averaged over more of them.
+#
+# The cell under *4. Retrieval-augmented generation* that compares the two losses shows it, with the code
+# that computes them.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch11.q_rag", answer)
+
+# %% [markdown]
 # ## Summary
 # * DPO, with the chosen answer's NLL added, takes the held-out pairs where the policy prefers the chosen
 #   answer from under 20% to over 90% (asserted). It changes the form of what the model writes, and the

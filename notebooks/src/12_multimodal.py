@@ -573,6 +573,44 @@ print(f"held-out caption loss: own image {own:.3f}, another image {other:.3f} na
 assert own < other
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** ViT-B/16 cuts a 224x224 RGB image into 16x16 patches. How many tokens does its encoder
+# read, the `[class]` token included? Answer with a number. Section 1 does the same to an 8x8 digit with
+# $p = 2$, and the capstone cell prints its count of patches + `[class]` token.
+
+# %%
+answer = 197  ### ANSWER
+check("ch12.q_vit_tokens", answer)
+
+# %% [markdown]
+# **Question 2.** A batch of $N = 16$ (image, caption) pairs, and towers that know nothing yet: every
+# logit $L_{ij}$ is equal. What is the symmetric InfoNCE loss? Answer with a number. The cell under *The
+# loss puts matching pairs together* prints it: the loss of a guess that prefers no caption.
+
+# %%
+answer = 2.7726  ### ANSWER
+check("ch12.q_clip_chance", answer)
+
+# %% [markdown]
+# **Question 3.** In the VLM of section 4, what does the language model receive from the image?
+# - **A.** The digit the vision encoder recognises, written as a word.
+# - **B.** The vision encoder's patch and class features, projected to the LM's width, as 17 tokens in
+#   front of the text.
+# - **C.** The image features through cross-attention layers, as a decoder reads an encoder.
+# - **D.** The raw pixels of the image, as extra tokens.
+#
+# The cell that defines `vlm_logits`, and the shapes printed by the cell under it, show the data flow.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch12.q_vlm_input", answer)
+
+# %% [markdown]
 # ## Summary
 # * An image becomes a sequence: an 8x8 digit in 2x2 patches is 16 tokens plus `[class]`, and the strided
 #   convolution of the patch embedding equals a linear map of the flattened patches.

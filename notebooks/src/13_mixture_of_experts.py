@@ -575,6 +575,50 @@ print(inspect.getsource(top_k_route))
 print(inspect.getsource(load_balancing_loss))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+#
+# The first two count Qwen3-235B-A22B's parameters from its configuration, as section 3 did with
+# `moe_lm_param_counts`. Its source:
+
+# %%
+print(inspect.getsource(moe_lm_param_counts))
+
+# %% [markdown]
+# **Question 1.** What share of Qwen3-235B-A22B's parameters does one token use, in percent? Answer with a
+# number. The cell under *Qwen3-235B-A22B from its published configuration* prints the counts.
+
+# %%
+answer = 100 * 22.19 / 235.09  ### ANSWER
+check("ch13.q_active_share", answer)
+
+# %% [markdown]
+# **Question 2.** Keep everything of Qwen3-235B-A22B's configuration but send each token to 16 experts
+# instead of 8. How many parameters does a token use, in billions? Answer with a number. The same cell
+# prints the configuration, and the source above shows which terms depend on the experts per token.
+
+# %%
+answer = 22.19 + 94 * 8 * 3 * 4096 * 1536 / 1e9  ### ANSWER
+check("ch13.q_active_16", answer)
+
+# %% [markdown]
+# **Question 3.** In section 3 one MoE layer grows from 2 to 32 experts, each token still visiting $k = 2$.
+# What happens to its parameters and to its forward FLOPs?
+# - **A.** Both grow about linearly with $E$: a bigger layer costs more to run.
+# - **B.** The parameters grow about linearly with $E$; the experts' FLOPs stay the same, only the
+#   router's small matmul grows.
+# - **C.** The parameters stay the same; the FLOPs fall, since each expert gets fewer tokens.
+# - **D.** Neither changes: parameters that a token does not visit do not count.
+#
+# The table under *3. Total vs active parameters* prints both.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch13.q_compute_follows_k", answer)
+
+# %% [markdown]
 # ## Summary
 # * Top-k gating built by hand, with a loop over tokens, equals `tformer.moe.MoE`, and the sorted dispatch
 #   paths equal the loop.

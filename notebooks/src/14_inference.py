@@ -670,6 +670,45 @@ print(inspect.getsource(plan_admission))
 
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** Llama 3 8B has 32 layers and uses GQA with 8 key/value heads of size 128; its cache is
+# kept in bf16. How many bytes of KV cache does one token take? Answer with a number. The cell under
+# *2. MQA and GQA* measures the same for the chapter's models, and the text above it gives the formula.
+
+# %%
+answer = 2 * 32 * 8 * 128 * 2  ### ANSWER
+check("ch14.q_kv_bytes", answer)
+
+# %% [markdown]
+# **Question 2.** Without a cache, every step of greedy decoding runs the model over the whole context so
+# far. How many token positions does it run to generate $n$ tokens after a prompt of $P$ tokens? Answer
+# with a formula in `n` and `P`, as a string. The cell under *1. The KV cache* counts them for $P = 8$.
+
+# %%
+answer = "n * P + n * (n - 1) / 2"  ### ANSWER
+check("ch14.q_no_cache_passes", answer)
+
+# %% [markdown]
+# **Question 3.** With temperature 1, speculative sampling accepts a draft token $x$ with probability
+# $\min(1, p(x)/q(x))$ and otherwise draws from $\mathrm{norm}(\max(0, p - q))$. Which distribution do
+# the emitted tokens follow?
+# - **A.** The draft's $q$: the draft proposes every token.
+# - **B.** The target's $p$, exactly.
+# - **C.** A mixture of $p$ and $q$ that depends on the acceptance rate.
+# - **D.** Only the target's greedy choice: speculative decoding works for greedy decoding only.
+#
+# The histogram cell of *5. Speculative decoding* prints the distances to $p$ and to $q$.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch14.q_speculative_distribution", answer)
+
+# %% [markdown]
 # ## Summary
 # | technique | what it saves | measured above |
 # |---|---|---|

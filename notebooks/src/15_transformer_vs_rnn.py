@@ -392,6 +392,53 @@ assert all(x["model"] == "Transformer" for x in scale_rows[::2])
 # same compute) on almost every task.
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** In section 1, beyond the last position, the Transformer's gradient is about the same at
+# every distance back from the loss. Why?
+# - **A.** Every earlier position is one attention step from the loss position, whatever its distance.
+# - **B.** It does fall with distance, only more slowly than the LSTM's.
+# - **C.** Its positional encoding gives far tokens more weight to make up for the distance.
+# - **D.** The causal mask lets the last position see only the nearest tokens, so the far ones all get the
+#   same small gradient.
+#
+# The figure *gradient reaching earlier positions* and the ratios printed under it show it.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch15.q_flat_gradient", answer)
+
+# %% [markdown]
+# **Question 2.** On a CPU the Transformer of section 2 typically trains fewer tokens per second than
+# the LSTM, and the ratio falls as $T$ grows. Why does that not contradict the claim that a Transformer
+# trains in parallel and an RNN cannot?
+# - **A.** It does contradict it: attention is simply slower to train than recurrence.
+# - **B.** The LSTM's $T$ steps must run one after another, the Transformer's positions need not; but a CPU
+#   with one or two threads has little parallel hardware to fill, so the arithmetic per token decides, and
+#   attention's grows with $T$.
+# - **C.** PyTorch's LSTM also computes all positions at once, in one compiled kernel.
+# - **D.** The causal mask makes the Transformer compute its positions one after another in training.
+#
+# The table under *2. Parallelism*, the ratios printed under it and the text after them show it.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch15.q_parallel_cpu", answer)
+
+# %% [markdown]
+# **Question 3.** Chinchilla has 70B parameters and was trained on 1.4T tokens. What was its training
+# compute, in FLOPs? Answer with a number (`5e20` is a number). The cell after *Exercise 2* computes the
+# same for each model of the sweep.
+
+# %%
+answer = 6 * 70e9 * 1.4e12  ### ANSWER
+check("ch15.q_chinchilla_flops", answer)
+
+# %% [markdown]
 # ## Summary
 # | property | LSTM | Transformer |
 # |---|---|---|

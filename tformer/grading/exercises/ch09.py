@@ -5,6 +5,7 @@ import torch
 
 from ... import efficient, sparse
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 
 def _state(g, rows, d, seen: bool):
@@ -122,4 +123,48 @@ register(Exercise(
     mistakes={"not causal (j > i allowed)": _strided_not_causal,
               "local head one token too wide (d <= stride)": _strided_local_off_by_one},
     forbidden=[(sparse, "strided_pattern")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch09.q_strided_exponent",
+    title="the strided pattern with stride sqrt(n): its cost grows as n^p, p = ?",
+    kind="number", answer=1.5, rel_tol=0.04, points=1,
+    mistakes={
+        "2 is dense attention's exponent: the strided pattern scores about 2 sqrt(n) keys per query, not n": 2,
+        "a cost linear in n needs a fixed number of keys per query, as a window's; here each query scores about "
+        "2 sqrt(n) keys, which grows with n": 1,
+        "sqrt(n) is the number of keys one query scores (p = 0.5); the n queries together score n sqrt(n)": 0.5,
+    },
+    hint="count per query: the local head keeps the last sqrt(n) tokens, the strided head every sqrt(n)-th one "
+         "(about sqrt(n) of them); multiply by the n queries.",
+))
+
+register(Question(
+    name="ch09.q_lookup_exact",
+    title="on the one-layer key lookup, which attentions score exactly what exact attention scores",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "Linformer and Performer approximate the softmax, and on this recall task they lose most of exact "
+        "attention's accuracy (the table)": "A",
+        "a window of 3 cannot reach an answer further back: the sliding window scores about chance on far "
+        "answers": "C",
+        "a sparse pattern is exact on the pairs it keeps; with one layer only the query's row matters, and "
+        "Longformer's global query and BigBird's blocks keep all of that row": "D",
+    },
+))
+
+register(Question(
+    name="ch09.q_tiled_memory",
+    title="the scores tiled_attention holds at once, per head: n queries, key blocks of b",
+    kind="expr", answer="n * b", symbols=("n", "b"), points=1,
+    mistakes={
+        "n**2 is the full score matrix that explicit attention stores; the tiled loop holds one block of keys "
+        "at a time": "n**2",
+        "the GPU kernels also cut the queries into blocks, but tiled_attention keeps all n queries and scores "
+        "them against one block of b keys, scores (T_q, B_k)": "b**2",
+    },
+    hint="look at the shape of scores in online_softmax_step: (..., T_q, B_k).",
 ))

@@ -6,6 +6,7 @@ from ...training import losses, schedules
 from ...training.losses import label_smoothed_cross_entropy
 from ...training.schedules import noam_lr
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 
 # -- the schedule -------------------------------------------------------------------------------------
@@ -149,4 +150,47 @@ register(Exercise(
               "no smoothing applied": _no_smoothing,
               "sum instead of mean": _sum_not_mean},
     forbidden=[(losses, "label_smoothed_cross_entropy"), (F, "cross_entropy")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch10.q_peak_lr",
+    title="the peak of the paper's learning rate, as a formula in d_model and warmup",
+    kind="expr", answer="(d * w)**-0.5", symbols=("d", "w"), points=1,
+    mistakes={
+        "d**-0.5 is only the factor in front; at s = w the min(...) adds a factor w^-1/2": "d**-0.5",
+        "w^-3/2 is the slope of the warmup ramp; at the peak the ramp s * w^-3/2 has reached w^-1/2":
+            "d**-0.5 * w**-1.5",
+        "the rate also scales as d_model^-1/2: a wider model gets a smaller rate": "w**-0.5",
+    },
+    hint="at s = w both branches of the min equal w^-1/2; multiply by d_model^-1/2.",
+))
+
+register(Question(
+    name="ch10.q_warmup",
+    title="at a constant rate without warmup, which model stays on the plateau",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "the warmup is what takes post-LN off the plateau: with it, the same model leaves the plateau early": "A",
+        "pre-LN keeps an identity path that skips every LayerNorm: it trains without warmup": "C",
+        "the difference lasts: at the end of the run post-LN without warmup is still well above the other two "
+        "(the printed losses and the assertion under them)": "D",
+    },
+))
+
+register(Question(
+    name="ch10.q_smoothed_target",
+    title="label smoothing 0.1, V = 4: the probability of the right token that minimises the loss",
+    kind="number", answer=0.925, points=1,
+    mistakes={
+        "1 - eps is the weight of the plain term; the smoothing term spreads eps over all V tokens, the right one "
+        "included, so the right token's target is 1 - eps + eps / V": 0.9,
+        "1 is the optimum of plain cross-entropy; with eps > 0 certainty costs (margin 30 costs more than "
+        "margin 4)": 1,
+        "eps / V is the target of each wrong token, not of the right one": 0.025,
+    },
+    hint="the loss is a cross-entropy against the target (1 - eps) one_hot(y) + eps / V: it is smallest when the "
+         "model's distribution equals that target.",
 ))

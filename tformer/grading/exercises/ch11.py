@@ -14,6 +14,7 @@ from ...data.text import IGNORE
 from ...training.losses import causal_lm_loss
 from ...data.text import apply_mlm_masking
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 # --- BPE: one merge ---------------------------------------------------------------------------------
 
@@ -639,4 +640,59 @@ register(Exercise(
               "objective returned, not its negative (a loss to minimise)": _grpo_not_negated},
     forbidden=[(grpo, "grpo_loss"), (grpo, "k3_kl")],
     notebook="11_preference_rl",
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch11.q_uniform_loss",
+    title="the loss per token of a uniform guess over V tokens",
+    kind="expr", answer="log(V)", symbols=("V",), points=1, notebook="11_llms",
+    mistakes={
+        "1/V is the probability a uniform guess gives the right token; the loss is its negative logarithm": "1/V",
+        "V is the perplexity of a uniform guess, e^loss: the loss is its logarithm": "V",
+        "the natural logarithm, as the cross-entropy uses: log(V) nats, not log(V) / log(2) bits": "log(V)/log(2)",
+    },
+    hint="the cross-entropy of one token is -log p(right token), and a uniform guess gives every token 1/V.",
+))
+
+register(Question(
+    name="ch11.q_bert_vs_gpt",
+    title="which model reads the words after a position, and which can generate left to right",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1, notebook="11_llms",
+    mistakes={
+        "GPT's causal mask is part of the model: position t never sees anything after t, which is why "
+        "causal_lm_loss(model(w), w) equals the loss on x alone (section 3)": "B",
+        "BERT predicts a gap from both sides; to write left to right it would need the words that are not written "
+        "yet": "C",
+        "the loss covers the whole window at once, but with the causal mask position t never sees anything after t "
+        "(the check at the end of section 3)": "D",
+    },
+))
+
+register(Question(
+    name="ch11.q_sft_loss_tokens",
+    title="which tokens of an SFT conversation carry loss",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1, notebook="11_fine_tuning",
+    mistakes={
+        "the prompt's labels are -100 (ignored): trained on the user's turns, the model would learn to write "
+        "questions as well as answers": "A",
+        "every assistant turn carries loss, the first one too; only the user's turns are masked": "C",
+        "the mask is the other way round: the model is trained to write the answers, so the answers carry the "
+        "loss and the prompt is only read": "D",
+    },
+))
+
+register(Question(
+    name="ch11.q_rag",
+    title="what makes the answer loss fall when the retrieved passage is in the prompt",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1, notebook="11_preference_rl",
+    mistakes={
+        "nothing trains in section 4: the same SFT model, frozen (torch.no_grad), answers both ways": "A",
+        "TF-IDF only ranks the passages by their similarity to the question; the language model reads the "
+        "passage and writes the answer, as SFT taught it to": "C",
+        "the loss counts the answer's tokens only (the prompt's labels are ignored): the passage changes what "
+        "the model predicts, not what is counted": "D",
+    },
 ))

@@ -1,4 +1,6 @@
 """Chapter 12: ViT's patch embedding (patchify) and CLIP's symmetric InfoNCE loss."""
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -7,6 +9,7 @@ from ...models import vit as vit_module
 from ...models.clip import clip_loss
 from ...models.vit import patchify
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 # --- patchify ----------------------------------------------------------------------------------------
 
@@ -139,4 +142,46 @@ register(Exercise(
               "divided by logit_scale (it is 1/temperature: multiply)": _divide_by_scale,
               "summed the two directions instead of averaging": _sum_directions},
     forbidden=[(clip_module, "clip_loss"), (clip_module, "contrastive_logits_loss")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch12.q_vit_tokens",
+    title="the tokens ViT-B/16 reads for a 224x224 RGB image, [class] included",
+    kind="number", answer=197, points=1,
+    mistakes={
+        "196 are the patches (14 x 14); the [class] token is put in front of them": 196,
+        "768 = 16 x 16 x 3 is the length of one flattened patch (and ViT-B's width), not the number of tokens": 768,
+        "224 x 224 counts pixels: each 16x16 patch, not each pixel, becomes a token": 224 * 224,
+    },
+    hint="224 / 16 patches per side, squared, plus the [class] token.",
+))
+
+register(Question(
+    name="ch12.q_clip_chance",
+    title="the symmetric InfoNCE loss of N = 16 pairs when every logit is equal",
+    kind="number", answer=math.log(16), rel_tol=5e-3, points=1,
+    mistakes={
+        "1/16 is the probability each row gives its own caption; the loss is its negative logarithm": 1 / 16,
+        "the loss is the mean of the two cross-entropies (images to captions, captions to images), not their "
+        "sum": 2 * math.log(16),
+        "each image picks among the N captions of its row, not among all N^2 - N non-matching pairs":
+            math.log(16 * 15),
+    },
+    hint="each row is a cross-entropy over N candidates with equal logits.",
+))
+
+register(Question(
+    name="ch12.q_vlm_input",
+    title="what the language model of the VLM receives from the image",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "the LM never sees a label: it reads the projected patch features, which carry more than the class": "A",
+        "this VLM has no cross-attention layer: the image tokens sit in the same sequence as the text, and the "
+        "causal self-attention lets every text token read them": "C",
+        "the pixels go through the frozen vision encoder first; the LM reads its features, projected to the LM's "
+        "width": "D",
+    },
 ))

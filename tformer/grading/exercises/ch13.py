@@ -4,6 +4,7 @@ import torch
 from ... import moe
 from ...moe import load_balancing_loss, top_k_route
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 # ---------------------------------------------------------------------------------------------------
 # ch13.top_k_router: logits (N, E), k, normalize -> (gates (N, k), experts (N, k)), best expert first
@@ -155,4 +156,51 @@ register(Exercise(
               "missing the factor E (uniform routing should give 1)": _no_factor_e,
               "only the first choice counted in f_i": _first_choice_only},
     forbidden=[(moe, "load_balancing_loss")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+# The answers are moe_lm_param_counts(**QWEN3_235B_A22B) of tformer/moe/params.py, written out:
+# tests/test_questions_late.py recomputes them from the configuration.
+
+register(Question(
+    name="ch13.q_active_share",
+    title="the share of Qwen3-235B-A22B's parameters one token uses, in percent",
+    kind="number", answer=9.439, rel_tol=1e-2, points=1,
+    mistakes={
+        "8 / 128 = 6.25% is the share of the experts a token visits; the attention, embeddings, norms and routers "
+        "are used by every token, so the share of all parameters is larger": 6.25,
+        "a dense model uses 100% of its parameters; a token of this MoE skips 120 of the 128 experts of every "
+        "layer": 100,
+    },
+    hint="active / total, both printed under Qwen3-235B-A22B from its published configuration, times 100.",
+))
+
+register(Question(
+    name="ch13.q_active_16",
+    title="Qwen3-235B-A22B with 16 experts per token instead of 8: active parameters, in billions",
+    kind="number", answer=36.384, rel_tol=1e-2, points=1,
+    mistakes={
+        "only the experts' part doubles: the attention, embeddings, norms and routers stay the same": 44.382,
+        "the active count grows with k, the experts each token visits: 8 more experts of 3 x 4096 x 1536 per "
+        "layer": 22.191,
+        "16/128 of the total scales everything by k/E, but the attention and embeddings are used by every token "
+        "whatever k is": 29.387,
+    },
+    hint="add 94 layers x 8 more experts x 3 x 4096 x 1536 to the active count, or run moe_lm_param_counts with "
+         "experts_per_token=16.",
+))
+
+register(Question(
+    name="ch13.q_compute_follows_k",
+    title="from 2 to 32 experts at k = 2: what the parameters and the forward FLOPs do",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "each token still visits k experts whatever E is: the experts' FLOPs are the same at every E (asserted)":
+            "A",
+        "every expert has its own weights, so the total grows about linearly with E (asserted); each expert gets "
+        "fewer tokens, but there are more experts, and the FLOPs stay": "C",
+        "the total counts every expert, visited or not, and memory must hold them all; only the active count and "
+        "the FLOPs follow k": "D",
+    },
 ))

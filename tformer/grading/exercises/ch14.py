@@ -14,6 +14,7 @@ from ...inference.engine import plan_admission
 from ...inference.quantize import quantize_int8
 from ...inference.speculative import speculative_accept
 from ..core import Case, Exercise, compare, register
+from ..questions import Question
 
 # ---------------------------------------------------------------------------------------------------
 # ch14.kv_step: attend from T_new new queries over the cached keys/values plus the new ones
@@ -377,4 +378,46 @@ register(Exercise(
               "ignored the watermark": _adm_no_watermark,
               "rounded the block count down instead of up": _adm_floor},
     forbidden=[(engine, "plan_admission"), (engine, "can_admit"), (engine, "blocks_needed")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch14.q_kv_bytes",
+    title="KV-cache bytes per token of Llama 3 8B (32 layers, 8 KV heads of 128, bf16)",
+    kind="number", answer=2 * 32 * 8 * 128 * 2, points=1,
+    mistakes={
+        "32 is the number of query heads; with GQA the cache holds only the 8 key/value heads": 2 * 32 * 32 * 128 * 2,
+        "the cache holds keys and values: a factor 2 for the pair": 32 * 8 * 128 * 2,
+        "every layer has its own cache: multiply by the 32 layers": 2 * 8 * 128 * 2,
+        "bf16 takes 2 bytes a number, not 4": 2 * 32 * 8 * 128 * 4,
+    },
+    hint="2 (keys and values) x layers x KV heads x head size x bytes per number.",
+))
+
+register(Question(
+    name="ch14.q_no_cache_passes",
+    title="token positions run through the model to generate n tokens after a prompt of P, without a cache",
+    kind="expr", answer="n * P + n * (n - 1) / 2", symbols=("n", "P"), points=1,
+    mistakes={
+        "n + P - 1 is the count with the cache: the prompt once, then one new token per step": "n + P - 1",
+        "the context grows by one token each step: step i runs P + i positions, not P": "n * P",
+        "the model also reruns the prompt at every step: each step i runs P + i positions": "n * (n - 1) / 2",
+    },
+    hint="step i (from 0) runs the whole context so far, P + i positions; add them up for i = 0 .. n-1.",
+))
+
+register(Question(
+    name="ch14.q_speculative_distribution",
+    title="the distribution of the tokens speculative sampling emits",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "a rejected draft token is replaced by a draw from norm(max(0, p - q)), which corrects the draft's bias: "
+        "the histogram follows p, not q": "A",
+        "the rule is exact, not an approximation: accepting with min(1, p/q) and resampling the rest gives p for "
+        "any acceptance rate; the remaining distance is sampling noise": "C",
+        "speculative decoding also samples: with temperature 1 the accept/reject rule keeps the target's whole "
+        "distribution, not only its greedy choice": "D",
+    },
 ))

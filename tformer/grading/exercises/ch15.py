@@ -6,6 +6,7 @@ import torch
 from ...training import metrics
 from ...training.metrics import fit_power_law
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 
 def power_law_reference(n_params: torch.Tensor, losses: torch.Tensor, c: float) -> torch.Tensor:
@@ -141,4 +142,49 @@ register(Exercise(
               "returned (n_tokens, n_params): the order is (n_params, n_tokens)":
                   lambda c, r=20.0: _split(c, r)[::-1]},
     forbidden=[(metrics, "compute_optimal")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch15.q_flat_gradient",
+    title="why the Transformer's gradient does not fall with distance",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "the curve beyond the last position is flat, not slowly falling: the far half gets about as much as the "
+        "near half (printed); an LSTM's falls geometrically": "B",
+        "the model is at initialisation, with random positions: nothing has learned to favour far tokens yet; "
+        "every earlier position is simply one attention step away": "C",
+        "the causal mask hides only the future; every earlier position is visible, near or far": "D",
+    },
+))
+
+register(Question(
+    name="ch15.q_parallel_cpu",
+    title="why a CPU timing that favours the LSTM does not contradict the Transformer's parallelism",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "the claim is about steps that must wait for each other, not about one machine's clock: on a GPU, which "
+        "can run the positions at once, the parallel form wins (full mode, benchmarks/gpu_check.py)": "A",
+        "a compiled loop is still a loop: the LSTM's step t needs the state of step t-1, so its T steps run one "
+        "after another, however fast each is": "C",
+        "in training the causal mask does not make position t wait for t-1: all T rows of the masked scores are "
+        "computed at once": "D",
+    },
+))
+
+register(Question(
+    name="ch15.q_chinchilla_flops",
+    title="the training compute of Chinchilla (70B parameters, 1.4T tokens), in FLOPs",
+    kind="number", answer=6 * 70e9 * 1.4e12, rel_tol=1e-2, points=1,
+    mistakes={
+        "2ND counts the forward pass only; the backward pass costs about twice the forward, so C = 6ND":
+            2 * 70e9 * 1.4e12,
+        "N x D counts one operation per parameter and token; each parameter costs a multiply-add (2 FLOPs) per "
+        "token forward and two more backward: 6 FLOPs": 70e9 * 1.4e12,
+        "20 tokens per parameter is the ratio D / N that Chinchilla's rule gives, not a factor of the compute":
+            20 * 70e9 * 1.4e12,
+    },
+    hint="C = 6 N D: 2 FLOPs per parameter and token forward, 4 backward.",
 ))
