@@ -11,13 +11,13 @@ import torch
 
 from exercise_solutions import SOLUTIONS
 from exercise_solutions.ch13 import balance_loss
-from tformer.grading import REGISTRY, Question, check, set_mode
+from tformer.grading import REGISTRY, Exercise, check, set_mode
 from tformer.grading import load_exercises
 
 load_exercises()                                        # registers every chapter
 
-ALL = sorted(n for n in REGISTRY if not n.startswith("test.")     # the code exercises: questions of understanding
-             and not isinstance(REGISTRY[n], Question))          # have their own suite, test_questions_content
+# the exercises (questions are tested in tests/test_questions*.py)
+ALL = sorted(n for n, ex in REGISTRY.items() if not n.startswith("test.") and isinstance(ex, Exercise))
 
 
 @pytest.fixture(autouse=True)

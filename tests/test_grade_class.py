@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tformer.grading import REGISTRY, load_exercises
+from tformer.grading import REGISTRY, Question, load_exercises
 from tformer.grading.classroom import cells as cellplan, gradebook, lms, notebooks, run, submissions
 from tformer.grading.classroom.runner import run_notebook
 from test_grade_cli import NO_SCALE, cells as _cells, replace as _replace, write as _write
@@ -246,6 +246,11 @@ def test_every_exercise_on_the_fast_path(tmp_path):
                 if not mistakes:
                     continue
                 mistake = mistakes[k % len(mistakes)]
+                if isinstance(REGISTRY[name], Question):         # a question: its cell answers the mistake's value
+                    i = next(i for i, c in enumerate(cells) if f'check("{name}"' in c)
+                    cells[i] = f"answer = {REGISTRY[name].mistakes[mistake]!r}\ncheck({name!r}, answer)\n"
+                    want[(f"mistakes{k}", name)] = ("failed", mistake)
+                    continue
                 fn = next(c.split(",")[1].strip(" )\n") for c in cells if c.startswith(f'check("{name}"'))
                 i = next(i for i, c in enumerate(cells) if c.startswith(f"def {fn}("))
                 cells[i] = (f"from tformer.grading.core import REGISTRY as _R\n"

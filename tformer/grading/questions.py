@@ -79,34 +79,50 @@ class Question:
 
 def plain(value) -> tuple:
     """What the judge reads of a learner's value, as builtins only: ("stub",), ("number", float),
-    ("text", str) (cut to MAX_TEXT + 1 characters) or ("other", a short description of what it was)."""
+    ("text", str) (cut to MAX_TEXT + 1 characters) or ("other", a short description of what it was).
+    Never raises."""
+    try:
+        return _plain(value)
+    except Exception:
+        return ("other", "an object")
+
+
+def _plain(value) -> tuple:
     if value is Ellipsis:
         return ("stub",)
+    kind = str(type(value).__name__)[:40]
     if isinstance(value, bool):
-        return ("other", "bool")
+        return ("other", kind)
     if isinstance(value, str):
-        return ("text", str(value[: MAX_TEXT + 1]))
+        return ("text", str.__getitem__(value, slice(0, MAX_TEXT + 1)))
     if isinstance(value, (int, float)):
         return ("number", _float(value))
-    kind = type(value).__name__
     shape = getattr(value, "shape", None)
-    try:
-        if shape is not None and hasattr(value, "item") and hasattr(value, "dtype"):   # tensor / numpy value
-            n = 1
-            for s in tuple(shape):
-                n *= int(s)
-            if n == 1 and "bool" not in str(value.dtype) and "complex" not in str(value.dtype):
-                return ("number", _float(value.item()))
-            return ("other", f"{kind} of shape {tuple(int(s) for s in shape)}")
-    except Exception:
-        pass
-    return ("other", kind[:40])
+    if shape is not None and hasattr(value, "item") and hasattr(value, "dtype"):   # a tensor, a numpy value
+        dims = tuple(int(d) for d in shape)
+        if math.prod(dims) == 1 and not any(w in str(value.dtype) for w in ("bool", "complex")):
+            return ("number", _float(value.item()))
+        return ("other", f"{kind} of shape {dims}"[:60])
+    return ("other", kind)
+
+
+def valid(p) -> tuple:
+    """`p` as `plain` makes it, whatever it is (a worker's frame is the learner's to forge): ("other", "?") for
+    anything that is not one of plain's forms."""
+    if type(p) is tuple and p == ("stub",):
+        return p
+    if type(p) is tuple and len(p) == 2 and type(p[0]) is str:
+        if p[0] == "number" and type(p[1]) in (int, float):
+            return ("number", _float(p[1]))
+        if p[0] in ("text", "other") and type(p[1]) is str:
+            return (p[0], p[1][: MAX_TEXT + 1 if p[0] == "text" else 60])
+    return ("other", "?")
 
 
 def _float(x) -> float:
     try:
         return float(x)
-    except OverflowError:
+    except OverflowError:                       # an int beyond float64
         return math.inf if x > 0 else -math.inf
 
 
@@ -140,6 +156,8 @@ def _found(node: ast.AST) -> str:
     if isinstance(node, ast.Call):
         f = node.func
         name = f.id if isinstance(f, ast.Name) else (f.attr if isinstance(f, ast.Attribute) else "")
+        if isinstance(f, ast.Name) and name in FUNCTIONS:
+            return _("{name}(...) other than {name}(x)").format(name=name)
         return _("a call to {name}").format(name=name) if name else _("a call")
     if isinstance(node, ast.Name):
         return _("the name {name}").format(name=node.id)
@@ -157,7 +175,19 @@ def _found(node: ast.AST) -> str:
                                                  ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
                                                  ast.LShift: "<<", ast.RShift: ">>", ast.Invert: "~",
                                                  ast.Not: "not"}.get(type(op), type(op).__name__))
-    return type(node).__name__
+    if isinstance(node, ast.BoolOp):
+        return _("the operator {op}").format(op="and" if isinstance(node.op, ast.And) else "or")
+    if isinstance(node, ast.NamedExpr):
+        return _("the operator {op}").format(op=":=")
+    if isinstance(node, ast.Compare):
+        return _("a comparison")
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        return _("a comprehension")
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+        return _("a {what}").format(what=type(node).__name__.lower())
+    if isinstance(node, ast.IfExp):
+        return _("an if-else")
+    return _("a {what}").format(what=type(node).__name__)
 
 
 def _check_node(node: ast.AST, symbols: tuple) -> None:
@@ -288,8 +318,7 @@ def _wrong_type(q: Question, p: tuple) -> str | None:
 def judge_question(q: Question, p: tuple):
     """The Result of the plain value `p` (see `plain`) for question `q`."""
     from .core import Result
-    if not isinstance(p, tuple) or not p or p[0] not in ("stub", "number", "text", "other"):
-        p = ("other", "?")
+    p = valid(p)
     if p[0] == "stub":
         return Result(q.name, q.points, False, "not attempted",
                       _("not attempted yet: replace `...` in `answer = ...` with your answer."), 1)

@@ -1,7 +1,7 @@
 """The assignment a teacher declares: `tformer grade CLASS --out OUT --assignment FILE`, a TOML file.
 
     notebooks = ["01_attention", "02_self_attention", "w03_double"]   # in gradebook order; w03_double: yours
-    exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls
+    exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls (or Question)
     released = "handout/"           # your notebooks as students got them (w03_double.ipynb)
 
     [points]                        # points per exercise (whole numbers), as --weights gives them
@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import REGISTRY, load_exercises, load_hidden
+from ..core import REGISTRY, Question, load_exercises, load_hidden
 from .late import read_rule
 from .notebooks import known_stems
 from .submissions import ClassError
@@ -107,6 +107,14 @@ def use_teacher_files(exercise_files: list[str], released: str = "", hidden: lis
             raise ClassError(str(e)) from None
         except Exception as e:
             raise ClassError(f"{f}: {type(e).__name__}: {e}".splitlines()[0]) from None
+    from ..core import HIDDEN
+    for name in HIDDEN:
+        if isinstance(REGISTRY.get(name), Question):
+            raise ClassError(f"hidden cases for {name}: it is a question, answered by one value; hidden cases "
+                             f"and partial credit apply to exercises only")
+    for name, ex in REGISTRY.items():
+        if isinstance(ex, Question) and ex.partial:
+            raise ClassError(f"{name}: a question is all or nothing; partial credit applies to exercises only")
 
 
 def read_assignment(path: Path) -> Assignment:
@@ -167,7 +175,7 @@ def read_assignment(path: Path) -> Assignment:
         raise ClassError(f"{path}: [points] must be a table of `\"ch01.attention\" = 5` lines")
     for name, value in points.items():
         if name not in REGISTRY:
-            raise ClassError(f"{path}: [points]: no exercise named {name!r} (e.g. ch01.attention)")
+            raise ClassError(f"{path}: [points]: no exercise or question named {name!r} (e.g. ch01.attention)")
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ClassError(f"{path}: [points]: {name} must be a whole number of points >= 0, got {value!r}")
     lms = toml.get("lms", {})

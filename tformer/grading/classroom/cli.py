@@ -144,7 +144,7 @@ def _grade_class(args: argparse.Namespace, memory: int | None, UserError, REGIST
         raise UserError("--submitted and --extensions apply a late rule: give an --assignment with a due date "
                         "(due = 2026-12-01T23:59:00+01:00)")
     if args.only is not None and args.only not in REGISTRY:
-        raise UserError(f"--only {args.only}: no such exercise (e.g. ch01.attention)")
+        raise UserError(f"--only {args.only}: no such exercise or question (e.g. ch01.attention)")
     try:
         run.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or run.CLASS_TIMEOUT,
                         weights=weights, overrides=overrides, only=args.only, assignment=assignment,

@@ -1,7 +1,8 @@
 """What a class's grading writes for people: each student's feedback page, the teacher's report, an LMS file.
 
     OUT/feedback/<student>.html   one page per student: each exercise's verdict and the checker's message
-                                  (the smallest failing case, the named mistake), the cells that raised
+                                  (the smallest failing case, the named mistake; a question's title, the
+                                  learner's answer and the misconception it names), the cells that raised
     OUT/report.html               the score distribution (an inline SVG figure), the pass rate per exercise,
                                   the named mistakes by count, the students whose notebooks errored or timed out
 
@@ -57,14 +58,16 @@ def feedback_name(student: str) -> str:
     return (_SAFE.sub("_", student).strip("._") or "student") + ".html"
 
 
-def _exercise_row(x: dict, points: int) -> list[str]:
+def _exercise_row(x: dict, points: int, title: str = "") -> list[str]:
     status = _tag("span", _(x["status"]), x["status"].replace(" ", "-"))
-    return [html.escape(x["exercise"]), f"{x['earned']}/{points}", status, _tag("pre", x["message"])]
+    name = html.escape(x["exercise"]) + (f"<br>{_tag('span', _(title), 'muted')}" if title else "")
+    return [name, f"{x['earned']}/{points}", status, _tag("pre", x["message"])]
 
 
 def feedback_page(student: dict, exercises: list[dict]) -> str:
     """One student's page: per notebook, each exercise's verdict and message, and the cells that raised."""
     points = {x["id"]: x["points"] for x in exercises}
+    titles = {x["id"]: x.get("title", "") for x in exercises if x.get("kind") == "question"}   # the question asked
     score = _("{earned} of {possible} points").format(earned=student["total"], possible=student["possible"])
     parts = [f"<p>{_tag('b', score)}</p>"]
     if student.get("late_days"):
@@ -87,7 +90,8 @@ def feedback_page(student: dict, exercises: list[dict]) -> str:
                 older = _("Also handed in, not graded (an older file, by its {why}): {files}").format(
                     files=", ".join(nb["ignored"]), why=_(nb.get("chosen_by") or "modification time"))
             parts.append(_tag("p", older, "muted"))
-        rows = [_exercise_row(x, points.get(x["exercise"], x["points"])) for x in nb["exercises"]]
+        rows = [_exercise_row(x, points.get(x["exercise"], x["points"]), titles.get(x["exercise"], ""))
+                for x in nb["exercises"]]
         for row, x in zip(rows, nb["exercises"]):
             o = student["exercises"].get(x["exercise"], {}).get("override")
             if o:                                         # the teacher's grade wins, with its reason

@@ -18,7 +18,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..core import REGISTRY
+from ..core import REGISTRY, Question
 from . import late
 from .notebooks import chapter_order, course_exercises
 from .submissions import ClassError, Submission
@@ -111,8 +111,18 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
     return {"grader": grader, "tformer": getattr(tformer, "__version__", ""), "torch": torch.__version__,
             "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "settings": settings,
-            "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],
+            "exercises": [exercise_entry(n) for n in exercises],
             "students": students}
+
+
+def exercise_entry(name: str) -> dict:
+    """grades.json's entry for an exercise: its id, chapter and points; a question's also says so, with its
+    title (the feedback pages show it)."""
+    ex = REGISTRY[name]
+    entry = {"id": name, "chapter": name.split(".")[0], "points": ex.points}
+    if isinstance(ex, Question):
+        entry.update(kind="question", title=ex.title)
+    return entry
 
 
 def class_warnings(grades: dict) -> list[str]:
@@ -202,7 +212,7 @@ def read_weights(path: Path) -> dict[str, int]:
         name, _sep, value = line.replace(",", "=").partition("=")
         name = name.strip()
         if name not in REGISTRY:
-            raise ClassError(f"{path}:{n}: no exercise named {name!r} (e.g. ch01.attention)")
+            raise ClassError(f"{path}:{n}: no exercise or question named {name!r} (e.g. ch01.attention)")
         try:
             weights[name] = int(value)
         except ValueError:
@@ -220,7 +230,7 @@ def read_overrides(path: Path) -> list[dict]:
             if set(row) < {"student", "exercise", "points", "reason"}:
                 raise ClassError(f"{path}: expected the columns student, exercise, points, reason")
             if row["exercise"] not in REGISTRY:
-                raise ClassError(f"{path}:{n}: no exercise named {row['exercise']!r}")
+                raise ClassError(f"{path}:{n}: no exercise or question named {row['exercise']!r}")
             try:
                 points = int(row["points"])
             except ValueError:
@@ -358,7 +368,7 @@ def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | No
         st["missing_notebooks"] = [s for s in stems if s not in {nb["notebook"] for nb in st["notebooks"]}]
     settings = {**first["settings"], "shard": None, "merged": [str(o) for o, _ in parts], "notebooks": stems}
     grades = {**first, "settings": settings, "students": students,
-              "exercises": [{"id": n, "chapter": n.split(".")[0], "points": REGISTRY[n].points} for n in exercises],
+              "exercises": [exercise_entry(n) for n in exercises],
               "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     Path(out).mkdir(parents=True, exist_ok=True)
     overrides = [o for _, g in parts for o in g.get("overrides", [])]

@@ -28,12 +28,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..core import REGISTRY, load_exercises
+from ..core import REGISTRY, Question, load_exercises
 from ..messages import _
 from . import cells as cellplan
 from .gradebook import Journal, build_grades, finish, reload_journal, summary
 from .notebooks import chapter_of, chapter_order, exercises_of, read_cells, released_checks
-from .runner import NOT_RUN, NotebookReport, Row, grade_cells, worker_env
+from .runner import NotebookReport, Row, grade_cells, not_run, worker_env
 from .submissions import ClassError, read_class
 
 CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
@@ -51,6 +51,8 @@ def grader_hash(folder: Path | None = None) -> str:
     pages = grading / "classroom" / "feedback.py"
     files = {f for f in grading.rglob("*.py") if f != pages}
     for ex in REGISTRY.values():
+        if isinstance(ex, Question):                # data only, in chNN.py (hashed above) or a teacher's file
+            continue
         for fn in (ex.reference, ex.edge_cases, ex.random_case, ex.compare, *ex.mistakes.values()):
             try:
                 f = inspect.getsourcefile(fn) if fn is not None else None
@@ -80,7 +82,7 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
     except ValueError as e:
         report = NotebookReport(str(path), chapter_of(named))
         report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
-        report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in owed]
+        report.rows = [Row(n, REGISTRY[n].points, False, "not run", not_run(REGISTRY[n])) for n in owed]
         return {**record, "status": "invalid", "cells": 0, "run": [], "report": asdict(report)}
     plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
     run = plan.run if cells_run is None else [i for i in cells_run if i < len(cells)]

@@ -13,7 +13,9 @@ that ends the worker's process (`os._exit`) or runs past the per-cell limit is r
 next run, so the exercises collected before it are still graded. An exercise the notebook owes whose check
 cell is gone is graded with the function of the released stub's name, if the notebook defines one, and says
 so; one with no such function is listed as "not run". A class run adds the teacher's hidden cases here, in
-the grader, and sends the worker their inputs under neutral names.
+the grader, and sends the worker their inputs under neutral names. A question (questions.py) calls nothing:
+the worker hands over the value its check(...) got, as builtins, and the grader judges it; a question whose
+check cell is gone is "not run" (every question's cell rebinds `answer`, so no variable stands for it).
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from ..core import REGISTRY, Outcome, Result, exercise_cases, hidden_cases, judge, load_exercises, named_mistakes
+from ..core import (REGISTRY, Outcome, Question, Result, exercise_cases, hidden_cases, judge, judge_question,
+                    load_exercises, named_mistakes)
 from ..messages import N_, _
 from .notebooks import chapter_of, exercises_of, read_cells, released_checks
 from .worker import MAX_FRAME, write_frame
@@ -124,6 +127,7 @@ class _Worker:
         self.channel = channel
         self.ready: list[str] = []
         self.uncalled: list[str] = []                 # graded without a check(...) call (check cell deleted)
+        self.values: dict = {}                        # question -> the value its check(...) handed over
         self.cell_errors: list[str] = []
         self.current: int | None = None               # the code cell running now
         self.cell_seconds: dict[int, float] = {}
@@ -144,6 +148,8 @@ class _Worker:
                 elif "ready" in msg:
                     self.ready, self.cell_errors = list(msg["ready"]), list(msg["cell_errors"])
                     self.uncalled = list(msg.get("uncalled", []))
+                    values = msg.get("values", {})
+                    self.values = dict(values) if isinstance(values, dict) else {}
                     return
         except BaseException:
             self.kill()
@@ -200,6 +206,13 @@ def _request(worker: _Worker, ex, cases: list, torch_seed: int) -> Outcome:
 
 MAX_STOPPED_CELLS = 3      # cells left out after they ended or stalled the notebook; after that, the rest is not run
 NOT_RUN = N_("check(...) never ran for this exercise")
+NOT_RUN_QUESTION = N_("check(...) never ran for this question (its cell deleted, or the notebook stopped before it): "
+                      "a question is graded from its check cell only")
+
+
+def not_run(ex) -> str:
+    """The message of an exercise or question whose check(...) never ran."""
+    return _(NOT_RUN_QUESTION) if isinstance(ex, Question) else _(NOT_RUN)
 
 
 def worker_env(small: bool = True) -> dict[str, str]:
@@ -229,6 +242,8 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
     nb_path = Path(nb_path)
     report = NotebookReport(str(nb_path), chapter_of(nb_path))
     owed = exercises_of(nb_path) if owed is None else owed
+    # a question's deleted check cell is not graded from a variable: every question's cell rebinds `answer`
+    fallback = {n: f for n, f in (fallback or {}).items() if not isinstance(REGISTRY.get(n), Question)}
     outcomes: dict[str, tuple[list, Outcome | None, str, dict]] = {}   # name -> (cases, outcome, crash, seeds)
     t0 = time.perf_counter()
     worker, todo, left_out, stop_errors, uncalled = None, list(owed), [], [], set()
@@ -256,6 +271,9 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
         if name not in worker.ready:
             outcomes[name] = ([], None, "", {})
             continue
+        if isinstance(ex, Question):                  # its value came with "ready": nothing to call
+            outcomes[name] = ([], worker.values.get(name), "", {})
+            continue
         s = (seeds or {}).get(name) or fresh_seeds(ex)
         cases = exercise_cases(ex, s["cases"]) + hidden_cases(name)   # hidden: only in the grader's process
         try:
@@ -279,7 +297,11 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
         ex = REGISTRY[name]
         cases, outcome, crash, s = outcomes.get(name, ([], None, "", {}))
         if outcome is None:
-            report.rows.append(Row(name, ex.points, False, "not run", _(NOT_RUN)))
+            report.rows.append(Row(name, ex.points, False, "not run", not_run(ex)))
+            continue
+        if isinstance(ex, Question):                  # judged here, like an exercise; the value is checked first
+            res = judge_question(ex, outcome)
+            report.rows.append(Row(name, ex.points, res.passed, res.status, res.message, mistakes=res.mistakes))
             continue
         res = Result(name, ex.points, False, "error", crash, 0) if crash else judge(ex, cases, outcome, show_hidden)
         named = named_mistakes(ex, cases, outcome.outputs) if res.status == "failed" and ex.mistakes else []
@@ -310,7 +332,7 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: d
     except ValueError as e:
         report = NotebookReport(str(nb_path), chapter_of(named))
         report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
-        report.rows = [Row(n, REGISTRY[n].points, False, "not run", _(NOT_RUN)) for n in exercises_of(named)]
+        report.rows = [Row(n, REGISTRY[n].points, False, "not run", not_run(REGISTRY[n])) for n in exercises_of(named)]
         return report
     report = grade_cells(named, cells, lambda: _Subprocess(nb_path.parent.resolve(), env), timeout, seeds,
                          fallback=released_checks(named.stem))

@@ -1,6 +1,7 @@
 """Answers that look alike: pairs of students whose function for an exercise is the same program once
 names, comments, docstrings, type hints, whitespace and formatting are set aside (their ASTs compared),
 and answers equal to the course's published solution. A report for the teacher, never a change of grade.
+Questions are left out: their answers are values, which honest students share.
 
     answer_shapes   one notebook -> {exercise id: the normalized AST of the function handed to check}
     answers_of      a class -> what grades.json keeps of each answer (a hash of its shape, its size, stub?)
@@ -19,6 +20,7 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
+from ..core import REGISTRY, Question
 from .notebooks import ROOT, check_calls, parse_cells, read_cells, released_notebooks
 
 MIN_NODES = 30          # an answer shorter than this many AST nodes is not distinctive
@@ -83,6 +85,8 @@ def graded_functions(sources: list[str]) -> dict[str, ast.FunctionDef]:
     trees = parse_cells(sources)                      # each cell parsed once, only those with `def ` or `check(`
     out = {}
     for ex, (at, name) in check_calls(sources, trees).items():
+        if isinstance(REGISTRY.get(ex), Question):
+            continue                                  # a question's answer is a value, not a program
         for tree in reversed(trees[:at + 1]):
             defs = [n for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                     and n.name == name]

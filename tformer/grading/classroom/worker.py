@@ -14,7 +14,9 @@ Protocol on the worker's original stdin/stdout (the learner's prints go to stder
 big-endian length followed by a `torch.save` payload. The grader's first frame holds the code cells to run,
 `{"cells": [(index, source), ...]}` (the fast path of `tformer grade CLASS` leaves some out); the worker
 answers `{"cell": i}` before each cell and `{"collected": names}` after it, so the grader knows which cell
-stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...], "uncalled": names}`. The
+stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...], "uncalled": names, "values": {question: value}}`: a
+question's check call hands over its value, taken as `questions.plain` makes it (a float, a short string,
+or what the value was: builtins only), and no function is called for it. The
 first frame may carry `"fallback"`, {exercise: function name}: the released stubs' names. An exercise no
 `check(...)` handed over (its check cell deleted) is graded with the function of that name the notebook
 defined, if any, and listed in "uncalled". Each exercise request
@@ -113,8 +115,11 @@ def serve(proto_in, proto_out) -> int:
     core.load_exercises(*filter(None, os.environ.get("TFORMER_GRADE_EXERCISES", "").split(os.pathsep)))
 
     collected: dict = {}
+    values: dict = {}                                 # a question's answer, as questions.plain made it
 
     def collect(name, fn):
+        if isinstance(core.REGISTRY.get(name), core.Question):
+            values[name] = core.plain(fn)             # the value now: `answer` is rebound by the next question
         collected[name] = fn
         return core.Result(name, 0, False, "collected", "graded by tformer grade")
 
@@ -146,7 +151,8 @@ def serve(proto_in, proto_out) -> int:
         if name not in collected and callable(fn):
             collected[name] = fn
             uncalled.append(name)
-    write_frame(proto_out, {"ready": sorted(collected), "cell_errors": errors, "uncalled": uncalled})
+    write_frame(proto_out, {"ready": sorted(collected), "cell_errors": errors, "uncalled": uncalled,
+                            "values": values})
 
     while True:
         try:
