@@ -27,13 +27,15 @@ load_exercises()                                        # registers every chapte
 
 STEMS = ("01_attention", "02_self_attention", "03_multi_head_attention")
 SLEEPER = "3071.5"                    # the seconds of the process a broken notebook leaves behind
-HEADER = ["student", "ch01.softmax", "ch01.attention", "ch02.self_attention", "ch02.cross_attention",
-          "ch03.split_heads", "ch03.merge_heads", "ch03.mha_forward", "ch01", "ch02", "ch03", "total", "possible"]
+HEADER = ["student", "ch01.softmax", "ch01.attention", "ch01.q_sharper_query", "ch01.q_score_variance",
+          "ch01.q_saturation", "ch02.self_attention", "ch02.cross_attention", "ch02.q_cross_weights",
+          "ch02.q_path_length", "ch03.split_heads", "ch03.merge_heads", "ch03.mha_forward", "ch03.q_params",
+          "ch03.q_one_head", "ch01", "ch02", "ch03", "total", "possible"]
 EXPECTED = {                                        # the gradebook, cell for cell, in notebook order
-    "ace": [1, 3, 2, 1, 1, 1, 2, 4, 3, 4, 11, 11],
-    "blank": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 11],
-    "broken": [0, 3, 0, 1, 0, 0, 0, 3, 1, 0, 4, 11],
-    "mistakes": [1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 2, 11],
+    "ace": [1, 3, 1, 1, 1, 2, 1, 1, 1, 1, 1, 2, 1, 1, 7, 5, 6, 18, 18],
+    "blank": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 18],
+    "broken": [0, 3, 1, 1, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 6, 3, 0, 9, 18],   # questions after the broken cells: graded
+    "mistakes": [1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1, 1, 4, 0, 3, 7, 18],
 }
 NO_TRANSPOSE = ("def my_split_heads(x, n_heads):\n"
                 "    b, t, d = x.shape\n"
@@ -143,7 +145,7 @@ def test_broken_cases_each_get_a_status_and_the_rest_is_graded(graded):
     assert "ran longer than 8 s" in errors2 and "NameError" in errors2, errors2
     assert sorted(broken["notebooks_with_errors"]) == list(STEMS)
     assert not _sleepers(), "a process the notebook started outlived its worker"
-    assert st["ace"]["notebooks_with_errors"] == [] and st["ace"]["total"] == 11
+    assert st["ace"]["notebooks_with_errors"] == [] and st["ace"]["total"] == 18
 
 
 def test_fast_path_verdicts_equal_a_full_run(graded):
@@ -185,7 +187,7 @@ def test_resume_after_kill_and_regrade_after_a_checker_change(tmp_path, monkeypa
     after = [json.loads(line) for line in journal.read_text().splitlines()[len(before) + 1:]]
     keys = [(r["student"], r["notebook"]) for r in before + after]
     assert len(keys) == len(set(keys)) == 6                              # nothing graded twice, nothing lost
-    assert [(s["student"], s["total"]) for s in grades["students"]] == [("a", 7), ("b", 0), ("c", 7)]
+    assert [(s["student"], s["total"]) for s in grades["students"]] == [("a", 12), ("b", 0), ("c", 12)]
     rows = list(csv.reader((out / "gradebook.csv").open()))
     assert [r[0] for r in rows[1:]] == ["a", "b", "c"]
     # the same command again grades nothing; a changed checker grades everything again
@@ -276,7 +278,7 @@ def test_feedback_pages_and_report(graded, monkeypatch):
     assert sorted(pages) == sorted(EXPECTED)
     for text in pages.values():                                          # self-contained, offline
         assert "<script" not in text and "src=" not in text and "<link" not in text
-    assert "ch01.attention" in pages["ace"] and "11 of 11 points" in pages["ace"]
+    assert "ch01.attention" in pages["ace"] and "18 of 18 points" in pages["ace"]
     assert "01_attention.ipynb" in pages["ace"]                          # the older file, listed
     assert "missing 1/sqrt(d_k) scale" in pages["mistakes"] and "Notebooks not handed in: 02_self_attention" in pages["mistakes"]
     assert "Cells that raised" in pages["broken"] and "ended the notebook&#x27;s process" in pages["broken"]
@@ -309,12 +311,12 @@ def test_canvas_download_roster_and_gradebook_import(tmp_path):
     assert sorted(lms.read_roster(roster)) == ["4101", "4102"]
     grades = run.grade_class(cls, tmp_path / "out", progress=False, lms="canvas", roster=roster)
     assert [(s["student"], s["canvas_id"], s["total"]) for s in grades["students"]] == [
-        ("lovelaceada_4101", "4101", 4), ("turingalan_4102", "4102", 0)]
+        ("lovelaceada_4101", "4101", 7), ("turingalan_4102", "4102", 0)]
     rows = list(csv.reader((tmp_path / "out" / "canvas.csv").open()))
     sample = list(csv.reader(CANVAS_EXPORT.splitlines()))
     assert rows[0][:5] == sample[0][:5] and rows[0][5:] == ["tformer ch01"]   # Canvas's identifying columns
-    assert rows[1][0].strip() == sample[1][0].strip() == "Points Possible" and rows[1][5:] == ["4"]
-    assert rows[2] == ["Lovelace, Ada", "4101", "S-001", "ada@uni.edu", "Transformers 101", "4"]
+    assert rows[1][0].strip() == sample[1][0].strip() == "Points Possible" and rows[1][5:] == ["7"]
+    assert rows[2] == ["Lovelace, Ada", "4101", "S-001", "ada@uni.edu", "Transformers 101", "7"]
     assert rows[3] == ["Turing, Alan", "4102", "S-002", "alan@uni.edu", "Transformers 101", "0"]
 
 

@@ -338,9 +338,10 @@ def test_every_cell_and_full_mode(room, tmp_path):
 # --- one learner -------------------------------------------------------------------------------------------
 
 def tiny(folder: Path, attention: str | None = None, drop: str = "") -> Path:
-    """A short chapter-1 notebook: the imports, the two functions, their checks (but a cell starting `drop`)."""
+    """A short chapter-1 notebook: the imports, the two functions, their checks and the question cells (but a
+    cell starting `drop`)."""
     sol = cells("01_attention", True)
-    keep = [sol[0]] + [c for c in sol if c.startswith(("def my_attention", "def my_softmax", 'check("ch01'))]
+    keep = [sol[0]] + [c for c in sol if c.startswith(("def my_attention", "def my_softmax", 'check("ch01', "answer = "))]
     if attention is not None:
         keep = replace(keep, "def my_attention", attention)
     return write(folder / "01_attention.ipynb", [c for c in keep if not (drop and c.startswith(drop))])
@@ -362,7 +363,8 @@ def test_one_learner_json_require_all_and_lang(tmp_path):
     assert "练习" in proc.stdout or "通过" in proc.stdout, proc.stdout[-2000:]
     report = json.loads((tmp_path / "bad.json").read_text())
     statuses = {x["exercise"]: x["status"] for nb in report["notebooks"] for x in nb["exercises"]}
-    assert statuses == {"ch01.attention": "failed", "ch01.softmax": "passed"}
+    assert statuses == {"ch01.attention": "failed", "ch01.softmax": "passed",
+                    **{q: "passed" for q in ("ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation")}}
 
 
 def test_a_learners_folder_with_its_chinese_edition_is_one_learner(tmp_path):
@@ -453,8 +455,9 @@ def test_an_assignment_sets_what_is_graded(room, tmp_path):
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     b = book(again)
-    assert rows(again / "gradebook.csv")[0] == ["student", "ch01.softmax", "ch01.attention", "ch01", "total", "possible"]
-    assert b["ada"]["possible"] == "6" and b["ada"]["total"] == "6"
+    assert rows(again / "gradebook.csv")[0] == ["student", "ch01.softmax", "ch01.attention", "ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation",
+                                              "ch01", "total", "possible"]
+    assert b["ada"]["possible"] == "9" and b["ada"]["total"] == "9"
     grades = grades_of(again)
     ada = next(s for s in grades["students"] if s["student"] == "ada")
     assert ada["extra_notebooks"] == ["02_self_attention"] and ada["missing_notebooks"] == []
@@ -480,7 +483,7 @@ def test_a_canvas_download_with_names_outside_ascii(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     grades = grades_of(tmp_path / "out")
     totals = {s["student"]: (s["canvas_id"], s["total"]) for s in grades["students"]}
-    assert totals == {"müllerjürgen_123": ("123", 4), "张伟_124": ("124", 4), "anon_Xq3Zp": ("", 1)}, totals
+    assert totals == {"müllerjürgen_123": ("123", 7), "张伟_124": ("124", 7), "anon_Xq3Zp": ("", 4)}, totals
     nb = notebook_of(grades, "müllerjürgen_123")
     assert nb["canvas_late"] is True and notebook_of(grades, "张伟_124")["chosen_by"] == "Canvas file id"
     assert "marked this submission late" in (tmp_path / "out" / "feedback" / "müllerjürgen_123.html").read_text()

@@ -50,16 +50,16 @@ def test_the_late_rule_comes_last(late_class):
     assert head[-5:] == ["total", "possible", "late_days", "penalty", "final"]
     got = {s: (b[s]["total"], b[s]["late_days"], b[s]["penalty"], b[s]["final"]) for s in b}
     assert got == {
-        "ann": ("4", "2", "0.4", "3.6"),      # 2 started days, 1 of them grace: 10%
-        "ben": ("4", "1", "0", "4"),          # 1 day, the grace day covers it
-        "cat": ("4", "4", "1.2", "2.8"),      # --submitted: 4 days, 3 after grace: 30%
-        "dan": ("4", "0", "0", "4"),          # --extensions moved his due date past his time
-        "eve": ("4", "6", "4", "0"),          # 5 days after grace, past max_days: 0
+        "ann": ("7", "2", "0.7", "6.3"),      # 2 started days, 1 of them grace: 10%
+        "ben": ("7", "1", "0", "7"),          # 1 day, the grace day covers it
+        "cat": ("7", "4", "2.1", "4.9"),      # --submitted: 4 days, 3 after grace: 30%
+        "dan": ("7", "0", "0", "7"),          # --extensions moved his due date past his time
+        "eve": ("7", "6", "7", "0"),          # 5 days after grace, past max_days: 0
     }, got
     canvas = {r[0]: r for r in csv.reader((out / "canvas.csv").open(encoding="utf-8"))}
-    assert canvas["ann"][5] == "3.6" and canvas["eve"][5] == "0"                 # Canvas gets the final points
+    assert canvas["ann"][5] == "6.3" and canvas["eve"][5] == "0"                 # Canvas gets the final points
     page = (out / "feedback" / "ann.html").read_text(encoding="utf-8")
-    assert "2 day(s) late (1 grace day(s) used): 0.4 point(s) off, 3.6 in the end" in page
+    assert "2 day(s) late (1 grace day(s) used): 0.7 point(s) off, 6.3 in the end" in page
     assert "Late submissions" in (out / "report.html").read_text(encoding="utf-8")
 
 
@@ -75,8 +75,8 @@ def test_canvas_late_mark_counts_its_days(tmp_path):
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, b = book(tmp_path / "out")
-    assert (b["müllerjürgen_123"]["penalty"], b["müllerjürgen_123"]["final"]) == ("0.8", "3.2")
-    assert (b["张伟_124"]["penalty"], b["张伟_124"]["final"]) == ("0", "4")
+    assert (b["müllerjürgen_123"]["penalty"], b["müllerjürgen_123"]["final"]) == ("1.4", "5.6")
+    assert (b["张伟_124"]["penalty"], b["张伟_124"]["final"]) == ("0", "7")
 
 
 def test_without_a_due_date_the_gradebook_is_unchanged(late_class, tmp_path):
@@ -89,7 +89,7 @@ def test_without_a_due_date_the_gradebook_is_unchanged(late_class, tmp_path):
     proc = tformer("grade", cls, "--out", again, "--assignment", tmp_path / "plain.toml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     head, b = book(again)
-    assert head[-2:] == ["total", "possible"] and b["eve"]["total"] == "4"
+    assert head[-2:] == ["total", "possible"] and b["eve"]["total"] == "7"
     assert json.loads((again / "grades.json").read_text())["settings"]["late"] is None
 
 

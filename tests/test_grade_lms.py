@@ -59,8 +59,8 @@ def test_moodle_csv_with_a_matched_and_an_unmatched_student(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader((tmp_path / "out" / "moodle.csv").open(encoding="utf-8")))
     assert rows == [["Email address", "tformer ch01", "tformer ch02"],
-                    ["bob@uni.edu", "1", "-"],
-                    ["ada@uni.edu", "4", "-"]], rows
+                    ["bob@uni.edu", "4", "-"],
+                    ["ada@uni.edu", "7", "-"]], rows
     said = [line for line in proc.stdout.splitlines() if "moodle.csv" in line and "cy" in line]
     assert len(said) == 1 and "matches no row" in said[0], proc.stdout[-3000:]
     assert not [line for line in proc.stdout.splitlines() if "left out of moodle.csv" in line and "cy" not in line]
@@ -150,12 +150,12 @@ def test_run_autograder_scores_a_right_and_a_wrong_submission(gradescope):
     *_, results = gradescope
     good, bad = results["good"], results["bad"]
     for r in (good, bad):
-        assert [t["name"] for t in r["tests"]] == ["ch01.softmax", "ch01.attention"], r
+        assert [t["name"] for t in r["tests"]] == ["ch01.softmax", "ch01.attention", "ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation"], r
         assert all(set(t) == {"name", "score", "max_score", "output", "visibility"} for t in r["tests"]), r
-        assert [(t["max_score"], t["visibility"]) for t in r["tests"]] == [(1, "after_published"), (3, "visible")]
-    assert good["score"] == 4 and [t["score"] for t in good["tests"]] == [1, 3], good
+        assert [(t["max_score"], t["visibility"]) for t in r["tests"]] == [(1, "after_published"), (3, "visible")] + [(1, "visible")] * 3
+    assert good["score"] == 7 and [t["score"] for t in good["tests"]] == [1, 3, 1, 1, 1], good
     assert all(t["output"].startswith("passed") for t in good["tests"]), good
-    assert bad["score"] == 1 and [t["score"] for t in bad["tests"]] == [1, 0], bad
+    assert bad["score"] == 4 and [t["score"] for t in bad["tests"]] == [1, 0, 1, 1, 1], bad
     assert "1/sqrt(d_k)" in bad["tests"][1]["output"] and "01_attention (1).ipynb" in bad["output"], bad
 
 
@@ -167,7 +167,8 @@ def test_run_autograder_writes_results_when_grading_fails(gradescope):
     assert crash["score"] == 0 and crash["output"].startswith("The autograder could not grade"), crash
     assert "no student folders with notebooks" in crash["output"] and "tformer-gradescope" not in crash["output"]
     assert [(t["name"], t["score"], t["max_score"]) for t in crash["tests"]] == [("ch01.softmax", 0, 1),
-                                                                                  ("ch01.attention", 0, 3)], crash
+                                                                                  ("ch01.attention", 0, 3)] + [
+        (q, 0, 1) for q in ("ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation")], crash
 
 
 def test_gradescope_zip_errors_are_one_line_before_anything_is_built(tmp_path):

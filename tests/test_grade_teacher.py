@@ -47,7 +47,7 @@ def course(tmp_path_factory):
     cls = root / "class"
     sol = cells("01_attention", True)
     write(cls / "ada" / "01_attention.ipynb",
-          [sol[0]] + [c for c in sol if c.startswith(("def my_softmax", "def my_attention", 'check("ch01'))])
+          [sol[0]] + [c for c in sol if c.startswith(("def my_softmax", "def my_attention", 'check("ch01', "answer = "))])
     write(cls / "ada" / "w03_double.ipynb", notebook("2 * x"))
     write(cls / "bob" / "w03_double (1).ipynb", notebook("x + 2"))
     write(cls / "cy" / "w03_double.ipynb", notebook(None))
@@ -63,7 +63,8 @@ def course(tmp_path_factory):
 def test_a_teachers_exercise_is_graded_like_the_courses(course):
     root, cls, out = course
     head, *body = list(csv.reader((out / "gradebook.csv").open(encoding="utf-8")))
-    assert head == ["student", "ch01.softmax", "ch01.attention", "w03.double", "ch01", "w03", "total", "possible"]
+    assert head == ["student", "ch01.softmax", "ch01.attention", "ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation", "w03.double", "ch01", "w03",
+                    "total", "possible"]
     book = {r[0]: dict(zip(head, r)) for r in body}
     assert [book[s]["w03.double"] for s in ("ada", "bob", "cy", "dee")] == ["3", "0", "0", "2"]
     grades = json.loads((out / "grades.json").read_text(encoding="utf-8"))
@@ -74,7 +75,7 @@ def test_a_teachers_exercise_is_graded_like_the_courses(course):
     assert "added 2 instead of doubling" in (out / "feedback" / "bob.html").read_text(encoding="utf-8")
     assert "w03.double: 1 of 4, added 2 instead of doubling" in (out / "report.html").read_text(encoding="utf-8")
     canvas = list(csv.reader((out / "canvas.csv").open(encoding="utf-8")))
-    assert canvas[0][5:] == ["tformer ch01", "tformer w03"] and canvas[1][5:] == ["4", "3"]
+    assert canvas[0][5:] == ["tformer ch01", "tformer w03"] and canvas[1][5:] == ["7", "3"]
 
 
 def test_an_edit_to_the_teachers_file_regrades_and_verify_refuses_the_old_record(course, tmp_path):

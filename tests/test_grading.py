@@ -205,9 +205,9 @@ def test_tformer_grade_on_a_tiny_notebook(tmp_path, capsys, loop_exercise):
     out = tmp_path / "report.json"
     assert main(["grade", str(tmp_path), "--json", str(out), "--timeout", "120"]) == 0
     printed = capsys.readouterr().out
-    assert "ch01" in printed and "TOTAL 1/5 points" in printed and "RuntimeError: a broken cell" in printed
+    assert "ch01" in printed and "TOTAL 1/8 points" in printed and "RuntimeError: a broken cell" in printed
     data = json.loads(out.read_text())
-    assert data["total"] == {"earned": 1, "possible": 5}
+    assert data["total"] == {"earned": 1, "possible": 8}   # 1 + 3 + chapter 1's three questions
     rows = {r["exercise"]: r for r in data["notebooks"][0]["exercises"]}
     assert rows["ch01.softmax"]["passed"] and rows["ch01.softmax"]["status"] == "passed"
     assert rows["ch01.attention"]["status"] == "not attempted" and rows["ch01.attention"]["points"] == 3
@@ -239,7 +239,7 @@ def test_tformer_grade_cannot_be_forged(tmp_path):
         "open('grade-report.json', 'w').write(json.dumps({'total': {'earned': 4, 'possible': 4}}))",
     ])
     data = grade(tmp_path / "01_cheats.ipynb", json_path=tmp_path / "grade-report.json")
-    assert data["total"] == {"earned": 0, "possible": 4}, data
+    assert data["total"] == {"earned": 0, "possible": 7}, data
     rows = {r["exercise"]: r for r in data["notebooks"][0]["exercises"]}
     assert rows["ch01.softmax"]["status"] == rows["ch01.attention"]["status"] == "failed", rows
     assert json.loads((tmp_path / "grade-report.json").read_text()) == data
@@ -336,7 +336,8 @@ def test_each_notebook_owes_its_own_exercises(temp_exercise, tmp_path):
     temp_exercise(Exercise("ch97.any", "t", reference=lambda x: x, edge_cases=one, random_case=None, n_random=0))
     assert exercises_of(tmp_path / "97_first_part.ipynb") == ["ch97.first", "ch97.any"]
     assert exercises_of(tmp_path / "97b_second_part.ipynb") == ["ch97.second", "ch97.any"]
-    assert exercises_of(tmp_path / "01_attention.ipynb") == ["ch01.softmax", "ch01.attention"]   # notebook order
+    assert exercises_of(tmp_path / "01_attention.ipynb") == [                       # notebook order, questions last
+        "ch01.softmax", "ch01.attention", "ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation"]
 
 
 # --- no correct answer rejected, no wrong one accepted, messages that do not mislead ------------------

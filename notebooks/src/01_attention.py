@@ -202,6 +202,48 @@ check("ch01.attention", my_attention)
 print(inspect.getsource(tformer.scaled_dot_product_attention))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** Section 1 also runs the query multiplied by 10. What does multiplying a query by 10 do to
+# the attention output?
+# - **A.** It becomes 10 times larger: attention is linear in the query.
+# - **B.** Nothing: the softmax does not depend on the size of the scores.
+# - **C.** The weights concentrate on the best-matching key, and the output approaches that key's value.
+# - **D.** The weights spread out more evenly over the keys.
+#
+# The cell under *1. Queries, keys and values* prints the answer on its last line.
+
+# %%
+answer = "C"  ### ANSWER
+check("ch01.q_sharper_query", answer)
+
+# %% [markdown]
+# **Question 2.** The entries of $q$ and $k$ are independent, with mean 0 and variance 1, and $d_k = 64$.
+# What is the variance of the unscaled score $q \cdot k$? Answer with a number. The cell under
+# *3. Why divide by $\sqrt{d_k}$?* prints its standard deviation for each $d_k$.
+
+# %%
+answer = 64  ### ANSWER
+check("ch01.q_score_variance", answer)
+
+# %% [markdown]
+# **Question 3.** Without the $1/\sqrt{d_k}$, what happens to the softmax of the scores as $d_k$ grows?
+# - **A.** The weights become nearly one-hot, and the gradient that reaches the scores vanishes.
+# - **B.** The weights become nearly uniform over the keys.
+# - **C.** The gradient that reaches the scores grows with the scores.
+# - **D.** Nothing: the softmax normalizes the scores anyway.
+#
+# The figure of entropy and gradient against $d_k$, and the cell after it, measure both.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch01.q_saturation", answer)
+
+# %% [markdown]
 # ## Summary
 # * Query-key dot products decide *where* to read, values decide *what* is read.
 # * $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$: measured equal to tformer's and PyTorch's implementations.

@@ -176,6 +176,42 @@ check("ch02.cross_attention", my_cross_attention)
 print(inspect.getsource(tformer.MultiHeadAttention.__init__))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** Section 2's layer attends from `x`, 7 positions, to a context of 11 positions. What shape
+# is one head's matrix of attention weights, for one sequence?
+# - **A.** $7 \times 7$
+# - **B.** $11 \times 11$
+# - **C.** $7 \times 11$
+# - **D.** $11 \times 7$
+#
+# The cell under *2. Self- vs cross-attention* prints the shapes.
+
+# %%
+answer = "C"  ### ANSWER
+check("ch02.q_cross_weights", answer)
+
+# %% [markdown]
+# **Question 2.** Between two positions of a sequence of $n$ tokens, what is the maximum path length (the
+# number of steps information takes from one to the other) in one self-attention layer, and in a recurrent
+# network?
+# - **A.** $O(1)$ and $O(n)$
+# - **B.** $O(n)$ and $O(n)$
+# - **C.** $O(\log n)$ and $O(n)$
+# - **D.** $O(1)$ and $O(1)$
+#
+# The figure under *3. Constant path length* shows it with gradients, and its cell prints how far they fall
+# across the sequence.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch02.q_path_length", answer)
+
+# %% [markdown]
 # ## Summary
 # * Self-attention: $Q, K, V$ from one sequence; cross-attention: $Q$ from one, $K, V$ from another
 #   (the weights are $T_q \times T_k$).

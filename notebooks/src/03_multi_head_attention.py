@@ -299,6 +299,35 @@ print(inspect.getsource(tformer.merge_heads))
 print(inspect.getsource(tformer.MultiHeadAttention.forward))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** How many parameters does a `tformer.MultiHeadAttention` with $d_{model} = 512$ and
+# $h = 4$ heads have, biases included? Answer with a number. The cell under *2. Same parameters and FLOPs
+# as one full-width head* counts them for other numbers of heads.
+
+# %%
+answer = 1_050_624  ### ANSWER
+check("ch03.q_params", answer)
+
+# %% [markdown]
+# **Question 2.** Section 4 trains one head of size 64 on the task that needs both $x_{t-1}$ and $x_{t-3}$.
+# What does it learn?
+# - **A.** Nothing useful: its accuracy stays near chance.
+# - **B.** It solves the task, splitting its weight between $t-1$ and $t-3$ and blending the two values.
+# - **C.** It solves the task by reading $t-1$ alone.
+# - **D.** It learns two sharp patterns, one per lag, as the four heads do.
+#
+# The cell under *4. One head of the same size* prints its accuracy and its weight on each lag.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch03.q_one_head", answer)
+
+# %% [markdown]
 # ## Summary
 # * Multi-head attention = project, split into $h$ heads, attend per head, concatenate, project with
 #   $W_o$; built by hand it equals `tformer.MultiHeadAttention` and `torch.nn.MultiheadAttention`.

@@ -273,6 +273,54 @@ print(inspect.getsource(tformer.sinusoidal_table))
 print(inspect.getsource(tformer.sinusoidal_shift_matrix))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** A Transformer layer gets no positional encoding, and its input tokens are shuffled. Its
+# output is:
+# - **A.** the same as before, row for row.
+# - **B.** the original output, shuffled the same way.
+# - **C.** different at every position.
+#
+# The cell under *1. Without positions, attention is permutation-equivariant* checks it.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch04.q_permutation", answer)
+
+# %% [markdown]
+# **Question 2.** Section 3 fits a matrix $M_k$ with $PE_{pos+k} = M_k\,PE_{pos}$. What is it?
+# - **A.** One matrix for every position: it turns each (sin, cos) pair by the angle $k\,\omega_i$.
+# - **B.** A different matrix at each position.
+# - **C.** $k$ times the identity.
+# - **D.** A permutation of the features.
+#
+# The cell under *3. $PE_{pos+k}$ is a fixed linear map of $PE_{pos}$* fits it, tests it far from the fit
+# and draws it.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch04.q_shift_matrix", answer)
+
+# %% [markdown]
+# **Question 3.** Trained on sequences of length 32 and tested past that length, which scheme's accuracy
+# falls to chance?
+# - **A.** The learned table.
+# - **B.** The sinusoidal table.
+# - **C.** RoPE.
+# - **D.** None of them.
+#
+# The cell that trains the three in section 4 prints each one's accuracy inside and past the training
+# length, with the chance level.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch04.q_extrapolation", answer)
+
+# %% [markdown]
 # ## Summary
 # * Attention alone is permutation-equivariant (measured); positions must be added.
 # * The sinusoidal table: $PE_{pos+k} = M_k PE_{pos}$ with one fixed rotation matrix $M_k$ for all

@@ -253,6 +253,48 @@ print(inspect.getsource(tformer.FeedForward.forward))
 print(inspect.getsource(tformer.TransformerBlock.forward))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** In section 1, how does the gradient that reaches the first of 64 layers compare with the
+# one at the first of 2 layers?
+# - **A.** Without the residual it shrinks by orders of magnitude; with it (post-LN) it keeps its size.
+# - **B.** About the same with or without the residual: the LayerNorm after every layer keeps it alive.
+# - **C.** Without the residual it grows with depth.
+# - **D.** With the residual it shrinks too, only more slowly.
+#
+# The table printed under section 1's figure holds the numbers, one column per depth.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch05.q_residual", answer)
+
+# %% [markdown]
+# **Question 2.** LayerNorm computes its mean and variance over:
+# - **A.** the features of one token.
+# - **B.** one feature, over the tokens of the batch.
+# - **C.** one feature, over the positions of one sequence.
+# - **D.** every number of the tensor at once.
+#
+# The cell under *3. LayerNorm normalizes each token's features* measures both ways.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch05.q_layernorm", answer)
+
+# %% [markdown]
+# **Question 3.** The paper's FFN, $d_{model} = 512$ and $d_{ff} = 2048$, runs on a sequence of 7 tokens.
+# How many parameters does it use, biases included? Answer with a number. The cell under *4. The
+# position-wise feed-forward network* runs it on 7 tokens.
+
+# %%
+answer = 2_099_712  ### ANSWER
+check("ch05.q_ffn_params", answer)
+
+# %% [markdown]
 # ## Summary
 # * Without residual connections the gradient at the first layer shrinks with depth; with them it
 #   keeps its size (measured to 64 layers).

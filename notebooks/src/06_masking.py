@@ -225,6 +225,53 @@ print(inspect.getsource(tformer.causal_mask))
 print(inspect.getsource(tformer.padding_mask))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** How does a mask hide a key from a query?
+# - **A.** Its score is set to $-\infty$ before the softmax.
+# - **B.** Its score is set to 0 before the softmax.
+# - **C.** Its weight is set to 0 after the softmax.
+# - **D.** 10 is subtracted from its score before the softmax.
+#
+# The first cell of *1. $-\infty$ gives exactly zero weight* prints what each choice of score leaves on the
+# hidden keys.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch06.q_mask_value", answer)
+
+# %% [markdown]
+# **Question 2.** Which entries (query $i$, key $j$) of a $4 \times 4$ causal mask are allowed (True)?
+# - **A.** $j \le i$
+# - **B.** $j < i$
+# - **C.** $j \ge i$
+# - **D.** all 16
+#
+# The figure under *2. The causal mask* draws `causal_mask(6)`, and the same cell shows that the future
+# never changes the past.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch06.q_causal_4x4", answer)
+
+# %% [markdown]
+# **Question 3.** Sequences of different lengths share a batch, padded to the longest. What does the
+# padding mask hide?
+# - **A.** The padded keys (columns), from every query.
+# - **B.** The padded queries (rows).
+# - **C.** Nothing needs hiding: a padding token carries no information.
+#
+# The cell under *4. Padding* prints the mask and the difference with and without it.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch06.q_padding", answer)
+
+# %% [markdown]
 # ## Summary
 # * A score set to $-\infty$ gets weight exactly 0, and the masked values cannot touch the output;
 #   finite penalties leak.

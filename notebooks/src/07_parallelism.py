@@ -330,6 +330,43 @@ print(inspect.getsource(lstm_reference))
 print(inspect.getsource(training_flops))
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** Section 1 counts the matrix products of the 2-layer `lstm_reference` at $T$ = 8, 16, 32
+# and 64. Write the count for any $T$ as a formula in `T`, in a string. The table printed in section 1
+# holds the counts.
+
+# %%
+answer = "2*T + 2"  ### ANSWER
+check("ch07.q_lstm_matmuls", answer)
+
+# %% [markdown]
+# **Question 2.** In a Transformer layer with a causal mask, what does the output at position $t$ need?
+# - **A.** The outputs of the layer below at positions up to $t$.
+# - **B.** The same layer's output at position $t-1$.
+# - **C.** The outputs of the layer below at every position, the later ones included.
+#
+# The cell under *2. All positions at once equals one position at a time* computes it both ways.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch07.q_causal_parallel", answer)
+
+# %% [markdown]
+# **Question 3.** Hunyuan-Large has 389 B parameters, 52 B of them active per token, and was pre-trained on
+# 7 T tokens. With $6ND$, how many times the big Transformer's training compute (3.5 days on 8 P100 at
+# 9.5 TFLOP/s each) is its pre-training? Answer with a number, within 1%. The last cell of section 5
+# computes it.
+
+# %%
+answer = 6 * 52e9 * 7e12 / (3.5 * 24 * 3600 * 8 * 9.5e12)  ### ANSWER
+check("ch07.q_hunyuan", answer)
+
+# %% [markdown]
 # ## Summary
 # * An LSTM is a chain: two layers ran 18 matrix products at $T = 8$ and 130 at $T = 64$, each waiting for
 #   the one before; a Transformer layer ran the same 5 for every $T$.

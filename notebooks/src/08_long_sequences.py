@@ -374,6 +374,45 @@ assert largest < 0.25 or not tformer.SMALL                     # small mode: und
 # last stage of pre-training (Llama team, "The Llama 3 Herd of Models", 2024).
 
 # %% [markdown]
+# ## Questions
+# Each question has one answer: a number, a letter, or a formula written as a string (such as
+# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
+# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+
+# %% [markdown]
+# **Question 1.** Doubling the sequence length $n$ multiplies the peak memory of explicit attention by about
+# how much? Answer with a number. The table under section 1 prints the memory at each $n$ and the fitted
+# exponent.
+
+# %%
+answer = 4  ### ANSWER
+check("ch08.q_memory_doubling", answer)
+
+# %% [markdown]
+# **Question 2.** At scaling factor $s$, which RoPE frequencies do position interpolation and NTK-aware
+# scaling change?
+# - **A.** Position interpolation divides every pair's by $s$; NTK-aware scaling keeps the fastest pair's
+#   and divides the slowest pair's by $s$.
+# - **B.** Both divide every pair's frequency by $s$.
+# - **C.** NTK-aware scaling divides the fastest pair's by $s$ and keeps the slowest pair's.
+# - **D.** Neither changes a frequency: both only rescale the logits.
+#
+# The figure of scaled frequencies in section 2 and the line printed under it show it.
+
+# %%
+answer = "A"  ### ANSWER
+check("ch08.q_rope_scaling", answer)
+
+# %% [markdown]
+# **Question 3.** YaRN multiplies the cos and the sin of the rotation by $0.1 \ln s + 1$. By what factor
+# does that multiply the logits $q \cdot k$? Write it as a formula in `s`, in a string (`log` is the
+# natural logarithm). The cell after *YaRN's logit scale, checked* measures it at the factor of section 2.
+
+# %%
+answer = "(0.1*log(s) + 1)**2"  ### ANSWER
+check("ch08.q_yarn_logits", answer)
+
+# %% [markdown]
 # ## Summary
 # * Explicit attention's peak memory grows as $n^2$ (fitted exponent between 1.8 and 2.2, asserted); the
 #   sliding window's and Performer's linear attention's as $n$ (below 1.3). Time exponents are noisier.

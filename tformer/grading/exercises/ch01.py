@@ -7,6 +7,7 @@ from ... import attention
 from ...attention import scaled_dot_product_attention
 from ..core import Case, Exercise, register
 from ..inputs import attention_edge_cases, attention_random_case
+from ..questions import Question
 
 
 def _masked(scores, mask):
@@ -92,4 +93,43 @@ register(Exercise(
     forbidden=[(torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Tensor, "softmax"),
                (torch.special, "softmax"), (torch, "log_softmax"), (torch.nn.functional, "log_softmax"),
                (torch.Tensor, "log_softmax"), (torch.nn.Softmax, "forward")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch01.q_sharper_query",
+    title="a 10 times larger query: what the attention output does",
+    kind="choice", answer="C", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "the output is a weighted average of the values (the weights sum to 1): it cannot grow with the query": "A",
+        "the softmax ignores adding the same number to every score, not multiplying them: larger scores give "
+        "sharper weights": "B",
+        "larger scores make the softmax sharper, not flatter: the weights move toward the best-matching key": "D",
+    },
+))
+
+register(Question(
+    name="ch01.q_score_variance",
+    title="the variance of q.k for unit-variance entries, d_k = 64",
+    kind="number", answer=64, points=1,
+    mistakes={
+        "8 is the standard deviation of q.k (sqrt(d_k)); the variance is its square": 8,
+        "1 is the variance after dividing by sqrt(d_k); the question asks about the unscaled q.k": 1,
+    },
+    hint="q.k is a sum of d_k independent products q_i k_i, each of variance 1: the variances add up.",
+))
+
+register(Question(
+    name="ch01.q_saturation",
+    title="what unscaled scores do to the softmax as d_k grows",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "large scores make the softmax sharper, not flatter: the unscaled entropy falls toward 0": "B",
+        "the softmax Jacobian diag(p) - pp^T is nearly zero when p is nearly one-hot: larger scores give a "
+        "smaller gradient, not a larger one": "C",
+        "the softmax makes the weights sum to 1, it does not undo the scores' size: scores of size sqrt(d_k) "
+        "saturate it": "D",
+    },
 ))

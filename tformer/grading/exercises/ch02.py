@@ -6,6 +6,7 @@ import torch
 from ... import attention
 from ...attention import scaled_dot_product_attention
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 # Weights are (d_model, d_k) matrices used as x @ W (the paper's notation), not nn.Linear's (out, in).
 
@@ -133,4 +134,30 @@ register(Exercise(
     mistakes={"self-attention instead (keys and values taken from x, not context)": _cross_self,
               "missing 1/sqrt(d_k) scale": _cross_no_scale},
     forbidden=FORBIDDEN,
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch02.q_cross_weights",
+    title="the shape of cross-attention's weights: 7 queries, a context of 11",
+    kind="choice", answer="C", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "7 x 7 is self-attention's: in cross-attention the keys come from the context, 11 of them": "A",
+        "the rows are the queries, and they come from x (7 positions), not from the context": "B",
+        "rows and columns swapped: one row per query (from x), one column per key (from the context)": "D",
+    },
+))
+
+register(Question(
+    name="ch02.q_path_length",
+    title="the maximum path length between two positions: one self-attention layer, an RNN",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "attention does not pass information through the positions in between: every query reads every key "
+        "directly, in one step": "B",
+        "O(log n) is a stack of dilated convolutions (a tree); one attention layer links every pair in one step": "C",
+        "an RNN carries x_i through every step between i and the output: its path grows with the distance": "D",
+    },
 ))

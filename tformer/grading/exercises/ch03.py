@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from ... import attention
 from ...attention import MultiHeadAttention, merge_heads, split_heads
 from ..core import Case, Exercise, register
+from ..questions import Question
 from .ch02 import FORBIDDEN as _ATTENTION_FORBIDDEN
 
 FORBIDDEN = _ATTENTION_FORBIDDEN + [(attention, "split_heads"), (attention, "merge_heads")]
@@ -177,4 +178,33 @@ register(Exercise(
               "scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)": _mha_scale_d_model,
               "output projection W_o missing": _mha_no_out_proj},
     forbidden=FORBIDDEN,
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch03.q_params",
+    title="the parameters of multi-head attention with d_model = 512 and 4 heads",
+    kind="number", answer=4 * 512 * 512 + 4 * 512, points=1,
+    mistakes={
+        "each head is a d_model/h slice of the same W_q, W_k, W_v: h heads are not h full-width copies":
+            4 * (4 * 512 * 512 + 4 * 512),
+        "cutting the matrices into h blocks keeps every parameter: the heads together span the full width":
+            (4 * 512 * 512 + 4 * 512) // 4,
+    },
+    hint="W_q, W_k, W_v and W_o are each d_model x d_model, with a bias of d_model each, whatever h is.",
+))
+
+register(Question(
+    name="ch03.q_one_head",
+    title="what one head of the same size does on the two-lookup task",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "one head solves the task too (its accuracy is printed): it can still read two positions, by blending "
+        "them": "A",
+        "its weight on t-3 is printed too, well above zero: it needs both tokens and reads both": "C",
+        "one head has one pattern per query: it can only split its weight, and the printed weights are less "
+        "sharp than the four heads'": "D",
+    },
 ))

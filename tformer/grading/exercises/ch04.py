@@ -6,6 +6,7 @@ import torch
 from ... import positional
 from ...positional import sinusoidal_shift_matrix, sinusoidal_table
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 FORBIDDEN = [(positional, "sinusoidal_table"), (positional, "sinusoidal_shift_matrix"),
               (positional.SinusoidalPositionalEncoding, "__init__")]
@@ -104,4 +105,42 @@ register(Exercise(
          "cos(a + b) = cos a cos b - sin a sin b. M_k is block diagonal with 2x2 blocks [[c, s], [-s, c]].",
     mistakes={"rotation the wrong way ([[c, -s], [s, c]]: that is M_{-k})": _shift_transposed},
     forbidden=FORBIDDEN,
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch04.q_permutation",
+    title="a layer without positions, on shuffled tokens",
+    kind="choice", answer="B", choices=("A", "B", "C"), points=1,
+    mistakes={
+        "each output row follows its own token, so the rows come out shuffled: equal as a set, not in order": "A",
+        "without positions nothing in the layer depends on order: its output is the original one, shuffled the "
+        "same way": "C",
+    },
+))
+
+register(Question(
+    name="ch04.q_shift_matrix",
+    title="the map M_k from PE(pos) to PE(pos + k)",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "one M_k serves every position: the least-squares fit over all positions is exact, and it holds far "
+        "outside the fit": "B",
+        "a shift of position is not a scaling of the encoding: every row of the table has the same length": "C",
+        "shifting by k changes the values, not their order: each (sin, cos) pair turns by the angle k w_i": "D",
+    },
+))
+
+register(Question(
+    name="ch04.q_extrapolation",
+    title="which position encoding is at chance past the training length",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "the sinusoidal table is defined at every position: past the training length it keeps part of its "
+        "accuracy": "B",
+        "RoPE is relative by construction and keeps the most accuracy past the training length": "C",
+        "a learned table's rows past the training length were never trained: they stay at their random start": "D",
+    },
 ))

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from ... import blocks
 from ...blocks import FeedForward
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 # --- LayerNorm ---------------------------------------------------------------------------------------
 
@@ -225,4 +226,43 @@ register(Exercise(
               "residual connections missing": _enc_no_residual},
     forbidden=[(blocks.TransformerBlock, "forward"), (torch.nn.TransformerEncoderLayer, "forward"),
                (torch.nn.MultiheadAttention, "forward")] + _LN_FORBIDDEN[:4],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch05.q_residual",
+    title="the gradient at the first of 64 layers, with and without the residual",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "the stack without residual has a LayerNorm after every layer too, and its gradient still decays: "
+        "normalizing does not give the gradient a path": "B",
+        "without the residual the gradient shrinks with depth, it does not grow": "C",
+        "with the residual the gradient keeps its size at every depth: the identity path carries it past every "
+        "layer": "D",
+    },
+))
+
+register(Question(
+    name="ch05.q_layernorm",
+    title="the axis of LayerNorm's mean and variance",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "that is BatchNorm: LayerNorm's output for a token does not change with the rest of the batch": "B",
+        "a token is normalized over its own features; per feature, across tokens, the variance is not 1": "C",
+        "the statistics are per token: each token comes out with mean 0 and variance 1, whatever its scale": "D",
+    },
+))
+
+register(Question(
+    name="ch05.q_ffn_params",
+    title="the parameters of the paper's FFN (512 -> 2048 -> 512) on 7 tokens",
+    kind="number", answer=2 * 512 * 2048 + 2048 + 512, points=1,
+    mistakes={
+        "the same weights serve every position: the count does not depend on the number of tokens":
+            7 * (2 * 512 * 2048 + 2048 + 512),
+        "the two biases count too, 2048 + 512": 2 * 512 * 2048,
+        "that is W_1 only: the FFN expands with W_1 and contracts back with W_2": 512 * 2048 + 2048,
+    },
 ))

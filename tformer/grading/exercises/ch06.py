@@ -4,6 +4,7 @@ import torch
 from ... import masks
 from ...masks import causal_mask, combine_masks, padding_mask
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 FORBIDDEN = [(masks, "causal_mask"), (masks, "padding_mask"), (masks, "lengths_mask"),
               (masks, "sliding_window_mask"), (masks, "combine_masks")]
@@ -125,4 +126,42 @@ register(Exercise(
               "padding mask inverted (True on the pad tokens)": _cp_pad_inverted,
               "masks combined with OR instead of AND": _cp_or},
     forbidden=FORBIDDEN,
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch06.q_mask_value",
+    title="how a mask hides a key",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "a score of 0 is not a weight of 0: exp(0) = 1, so the key still gets its share": "B",
+        "the mask goes on the scores, before the softmax: zeroing weights after it leaves rows that no longer "
+        "sum to 1": "C",
+        "a finite penalty only shrinks the weight: the key still leaks into the output": "D",
+    },
+))
+
+register(Question(
+    name="ch06.q_causal_4x4",
+    title="the entries (query i, key j) a 4 x 4 causal mask allows",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "a position may attend to itself: the diagonal is allowed": "B",
+        "keys after the query are the future: rows are queries, columns keys, and query i sees keys up to i": "C",
+        "allowing every entry is no mask at all (a bidirectional layer): the causal mask hides j > i": "D",
+    },
+))
+
+register(Question(
+    name="ch06.q_padding",
+    title="what the padding mask hides",
+    kind="choice", answer="A", choices=("A", "B", "C"), points=1,
+    mistakes={
+        "hiding the padded queries leaves every real query reading the padding: hide the padded keys, and "
+        "ignore the padded queries' outputs": "B",
+        "a padding token's embedding is a vector like any other: without the mask the padding leaks into the "
+        "real positions": "C",
+    },
 ))

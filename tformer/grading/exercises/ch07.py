@@ -6,6 +6,7 @@ import torch.nn as nn
 from ...models import rnn
 from ...measure import timing
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 P100, V100, A100, H100 = 9.5e12, 15.7e12, 312e12, 989e12        # sustained FP32 (P100, V100) / dense bf16 FLOP/s
 
@@ -122,4 +123,44 @@ register(Exercise(
               "the cell state not carried: c_t = sigmoid(i) * tanh(g), the forget gate unused":
                   lambda *a: _loop(*a, carry_c=False)},
     forbidden=[(rnn, "lstm_reference"), (torch, "lstm"), (torch, "lstm_cell")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch07.q_lstm_matmuls",
+    title="the matrix products of the 2-layer lstm_reference at length T",
+    kind="expr", answer="2*T + 2", symbols=("T",), points=1,
+    mistakes={
+        "each layer also runs one input product x W_ih, batched over all time steps": "2*T",
+        "the input products x W_ih are batched over time, one per layer: only h_(t-1) W_hh must wait for the "
+        "step before": "4*T",
+        "5 is the Transformer layer's count, the same for every T; the LSTM's grows with T": "5",
+    },
+    hint="per layer: one input product for all steps at once, and one recurrent product h_(t-1) W_hh per step.",
+))
+
+register(Question(
+    name="ch07.q_causal_parallel",
+    title="what a causal Transformer layer's output at position t needs",
+    kind="choice", answer="A", choices=("A", "B", "C"), points=1,
+    mistakes={
+        "that is an RNN's h_(t-1): a Transformer layer reads only the layer below, so each position can be "
+        "computed on its own from the prefix, with the same numbers": "B",
+        "the causal mask hides the positions after t: changing them cannot change the output at t": "C",
+    },
+))
+
+register(Question(
+    name="ch07.q_hunyuan",
+    title="Hunyuan-Large's pre-training compute, in units of the big Transformer's",
+    kind="number", answer=6 * 52e9 * 7e12 / (3.5 * 86400 * 8 * 9.5e12), rel_tol=0.01, points=1,
+    mistakes={
+        "a token's arithmetic uses only the 52 B active parameters, not all 389 B":
+            6 * 389e9 * 7e12 / (3.5 * 86400 * 8 * 9.5e12),
+        "2 N D is the forward pass only: training costs about 6 N per token (forward and backward)":
+            2 * 52e9 * 7e12 / (3.5 * 86400 * 8 * 9.5e12),
+    },
+    hint="6 x active parameters x tokens, divided by 3.5 days x 8 GPUs x 9.5e12 FLOP/s.",
 ))

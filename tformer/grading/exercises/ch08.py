@@ -3,6 +3,7 @@ import torch
 
 from ... import masks, positional
 from ..core import Case, Exercise, register
+from ..questions import Question
 
 
 def _window_reference(t, window, causal=True):
@@ -100,4 +101,42 @@ register(Exercise(
     mistakes={"base multiplied by factor without the d/(d-2) exponent": _plain_base_scaled,
               "that is position interpolation (every frequency / factor), not NTK": _position_interpolation},
     forbidden=[(positional, "rope_frequencies")],
+))
+
+
+# --- questions of understanding ------------------------------------------------------------------------
+
+register(Question(
+    name="ch08.q_memory_doubling",
+    title="explicit attention's peak memory when n doubles",
+    kind="number", answer=4, rel_tol=0.05, points=1,
+    mistakes={
+        "2 is the sliding window's and linear attention's growth: explicit attention stores the n x n "
+        "weights, which grow as n^2": 2,
+        "the weights matrix is n x n, not n x n x n: doubling n quadruples it": 8,
+    },
+))
+
+register(Question(
+    name="ch08.q_rope_scaling",
+    title="which RoPE frequencies position interpolation and NTK-aware scaling change",
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    mistakes={
+        "NTK-aware scaling raises the base: the fastest pair keeps its frequency, only the slow ones slow "
+        "down": "B",
+        "the other way around: NTK keeps the fast pairs (local order) and interpolates the slowest by s": "C",
+        "only YaRN rescales the logits, and it changes the frequencies too; position interpolation and NTK "
+        "change the frequencies": "D",
+    },
+))
+
+register(Question(
+    name="ch08.q_yarn_logits",
+    title="the factor YaRN puts on the logits q.k, at scaling factor s",
+    kind="expr", answer="(0.1*log(s) + 1)**2", symbols=("s",), points=1,
+    mistakes={
+        "0.1 ln s + 1 multiplies the rotated query and the rotated key both, so their dot product gets its "
+        "square": "0.1*log(s) + 1",
+        "1/s is position interpolation's factor on the slow frequencies, not a factor on the logits": "1/s",
+    },
 ))
