@@ -6,13 +6,14 @@ question has exactly one answer cell (`answer = ...  ### ANSWER` + `check("chNN.
 chapter source, after that chapter's `## Questions` cell and before its `## Summary`, under a markdown cell
 that offers the letters the registry knows and says where above the answer is shown. The answer written in
 that cell is the registry's answer (so the solution notebook passes), and the learner notebook built from it
-holds the stub. (The form itself, the judge and its whitelist, is tested in tests/test_questions.py; the
-solution and learner notebooks run whole under nbval, strict and blank.)"""
+holds the stub. The right letters of the choice questions spread over A-D, and the built Chinese notebook
+offers the same letters in the same order. (The form itself, the judge and its whitelist, is tested in
+tests/test_questions.py; the solution and learner notebooks run whole under nbval, strict and blank.)"""
 from __future__ import annotations
 
 import ast
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import nbformat
@@ -28,6 +29,7 @@ QUESTIONS = sorted(n for n, ex in REGISTRY.items() if isinstance(ex, Question) a
 CHECK = re.compile(r"""check\(\s*["'](ch\d\d\.\w+)["']\s*,\s*answer\s*\)""")
 ANSWER_LINE = re.compile(r"^answer\s*=\s*(.+?)\s+### ANSWER$")
 LETTER = re.compile(r"^- \*\*([A-Z])\.\*\*", re.M)
+ITEM = re.compile(r"(?ms)^- \*\*([A-Z])\.\*\* (.*?)(?=^- \*\*|^\s*$|\Z)")   # letter, text of a choice
 
 
 def cells(path: Path) -> list[tuple[str, str]]:
@@ -194,3 +196,52 @@ def test_the_learner_notebook_holds_the_stub(name):
     results = []
     exec(mine[0], {"check": lambda n, a: results.append(check(n, a))})   # the notebook's own cell
     assert [r.status for r in results] == ["not attempted"], [r.message for r in results]
+
+
+CHOICE_QUESTIONS = [n for n in QUESTIONS if REGISTRY[n].kind == "choice"]
+
+
+def test_the_right_letters_of_the_choice_questions_spread():
+    """A learner who writes the same letter everywhere gets few right: no letter is the answer of more than
+    40% of the choice questions, each of A-D is the answer of at least 3, and no chapter with two or more
+    choice questions puts all their answers on one letter."""
+    counts = Counter(REGISTRY[n].answer for n in CHOICE_QUESTIONS)
+    assert len(CHOICE_QUESTIONS) >= 10, CHOICE_QUESTIONS
+    assert max(counts.values()) <= 0.4 * len(CHOICE_QUESTIONS), f"one letter answers too many: {dict(counts)}"
+    assert all(counts[letter] >= 3 for letter in "ABCD"), f"a letter is (almost) never right: {dict(counts)}"
+    per_chapter = defaultdict(list)
+    for name in CHOICE_QUESTIONS:
+        per_chapter[name.split(".")[0]].append(REGISTRY[name].answer)
+    same = {ch: a for ch, a in per_chapter.items() if len(a) >= 2 and len(set(a)) == 1}
+    assert not same, f"chapters whose choice questions all have the same right letter: {same}"
+
+
+def _zh_question_cell(name: str) -> str:
+    """The markdown cell above `name`'s answer cell in the built Chinese notebook."""
+    stem, _ = ANSWER_CELLS[name][0]
+    nb = nbformat.read(ROOT / "notebooks" / "zh" / f"{stem}.ipynb", as_version=4)
+    found = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and CHECK.search(c.source)
+             and CHECK.search(c.source).group(1) == name]
+    assert len(found) == 1 and found[0] > 0 and nb.cells[found[0] - 1].cell_type == "markdown", (
+        f"{name}: no question cell above its answer cell in notebooks/zh/{stem}.ipynb")
+    return nb.cells[found[0] - 1].source
+
+
+@pytest.mark.parametrize("name", CHOICE_QUESTIONS)
+def test_every_letter_the_registry_names_is_a_choice_in_both_editions(name):
+    """The answer and every mistake's letter are offered as `- **X.**` in the English source and the built
+    Chinese notebook, in the registry's order; a choice's formulas and numbers are the same in both, so the
+    two editions list the choices in the same order."""
+    q = REGISTRY[name]
+    named = {q.answer, *q.mistakes.values()}
+    stem, i = ANSWER_CELLS[name][0]
+    english, chinese = SOURCES[stem][i - 1][1], _zh_question_cell(name)
+    for edition, text in (("English source", english), ("Chinese notebook", chinese)):
+        offered = LETTER.findall(text)
+        assert tuple(offered) == q.choices, f"{name}: the {edition} offers {offered}, the registry {q.choices}"
+        missing = sorted(letter for letter in named if f"- **{letter}.**" not in text)
+        assert not missing, f"{name}: the {edition} has no choice {missing}, which the registry names"
+    en, zh = dict(ITEM.findall(english)), dict(ITEM.findall(chinese))
+    for letter in q.choices:
+        terms = [sorted(re.findall(r"\$[^$]+\$|\d+", text[letter])) for text in (en, zh)]
+        assert terms[0] == terms[1], f"{name}, choice {letter}: formulas and numbers differ: {terms}"

@@ -212,13 +212,13 @@ print(inspect.getsource(tformer.scaled_dot_product_attention))
 # the attention output?
 # - **A.** It becomes 10 times larger: attention is linear in the query.
 # - **B.** Nothing: the softmax does not depend on the size of the scores.
-# - **C.** The weights concentrate on the best-matching key, and the output approaches that key's value.
-# - **D.** The weights spread out more evenly over the keys.
+# - **C.** The weights spread out more evenly over the keys.
+# - **D.** The weights concentrate on the best-matching key, and the output approaches that key's value.
 #
 # The cell under *1. Queries, keys and values* prints the answer on its last line.
 
 # %%
-answer = "C"  ### ANSWER
+answer = "D"  ### ANSWER
 check("ch01.q_sharper_query", answer)
 
 # %% [markdown]

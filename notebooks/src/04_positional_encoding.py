@@ -282,27 +282,27 @@ print(inspect.getsource(tformer.sinusoidal_shift_matrix))
 # **Question 1.** A Transformer layer gets no positional encoding, and its input tokens are shuffled. Its
 # output is:
 # - **A.** the same as before, row for row.
-# - **B.** the original output, shuffled the same way.
-# - **C.** different at every position.
+# - **B.** different at every position.
+# - **C.** the original output, shuffled the same way.
 #
 # The cell under *1. Without positions, attention is permutation-equivariant* checks it.
 
 # %%
-answer = "B"  ### ANSWER
+answer = "C"  ### ANSWER
 check("ch04.q_permutation", answer)
 
 # %% [markdown]
 # **Question 2.** Section 3 fits a matrix $M_k$ with $PE_{pos+k} = M_k\,PE_{pos}$. What is it?
-# - **A.** One matrix for every position: it turns each (sin, cos) pair by the angle $k\,\omega_i$.
+# - **A.** A permutation of the features.
 # - **B.** A different matrix at each position.
 # - **C.** $k$ times the identity.
-# - **D.** A permutation of the features.
+# - **D.** One matrix for every position: it turns each (sin, cos) pair by the angle $k\,\omega_i$.
 #
 # The cell under *3. $PE_{pos+k}$ is a fixed linear map of $PE_{pos}$* fits it, tests it far from the fit
 # and draws it.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "D"  ### ANSWER
 check("ch04.q_shift_matrix", answer)
 
 # %% [markdown]

@@ -261,15 +261,15 @@ print(inspect.getsource(tformer.TransformerBlock.forward))
 # %% [markdown]
 # **Question 1.** In section 1, how does the gradient that reaches the first of 64 layers compare with the
 # one at the first of 2 layers?
-# - **A.** Without the residual it shrinks by orders of magnitude; with it (post-LN) it keeps its size.
+# - **A.** Without the residual it grows with depth.
 # - **B.** About the same with or without the residual: the LayerNorm after every layer keeps it alive.
-# - **C.** Without the residual it grows with depth.
+# - **C.** Without the residual it shrinks by orders of magnitude; with it (post-LN) it keeps its size.
 # - **D.** With the residual it shrinks too, only more slowly.
 #
 # The table printed under section 1's figure holds the numbers, one column per depth.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "C"  ### ANSWER
 check("ch05.q_residual", answer)
 
 # %% [markdown]

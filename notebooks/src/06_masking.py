@@ -232,22 +232,22 @@ print(inspect.getsource(tformer.padding_mask))
 
 # %% [markdown]
 # **Question 1.** How does a mask hide a key from a query?
-# - **A.** Its score is set to $-\infty$ before the softmax.
+# - **A.** 10 is subtracted from its score before the softmax.
 # - **B.** Its score is set to 0 before the softmax.
 # - **C.** Its weight is set to 0 after the softmax.
-# - **D.** 10 is subtracted from its score before the softmax.
+# - **D.** Its score is set to $-\infty$ before the softmax.
 #
 # The first cell of *1. $-\infty$ gives exactly zero weight* prints what each choice of score leaves on the
 # hidden keys.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "D"  ### ANSWER
 check("ch06.q_mask_value", answer)
 
 # %% [markdown]
 # **Question 2.** Which entries (query $i$, key $j$) of a $4 \times 4$ causal mask are allowed (True)?
-# - **A.** $j \le i$
-# - **B.** $j < i$
+# - **A.** $j < i$
+# - **B.** $j \le i$
 # - **C.** $j \ge i$
 # - **D.** all 16
 #
@@ -255,7 +255,7 @@ check("ch06.q_mask_value", answer)
 # never changes the past.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "B"  ### ANSWER
 check("ch06.q_causal_4x4", answer)
 
 # %% [markdown]

@@ -346,14 +346,14 @@ check("ch07.q_lstm_matmuls", answer)
 
 # %% [markdown]
 # **Question 2.** In a Transformer layer with a causal mask, what does the output at position $t$ need?
-# - **A.** The outputs of the layer below at positions up to $t$.
+# - **A.** The outputs of the layer below at every position, the later ones included.
 # - **B.** The same layer's output at position $t-1$.
-# - **C.** The outputs of the layer below at every position, the later ones included.
+# - **C.** The outputs of the layer below at positions up to $t$.
 #
 # The cell under *2. All positions at once equals one position at a time* computes it both ways.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "C"  ### ANSWER
 check("ch07.q_causal_parallel", answer)
 
 # %% [markdown]

@@ -391,16 +391,16 @@ check("ch08.q_memory_doubling", answer)
 # %% [markdown]
 # **Question 2.** At scaling factor $s$, which RoPE frequencies do position interpolation and NTK-aware
 # scaling change?
-# - **A.** Position interpolation divides every pair's by $s$; NTK-aware scaling keeps the fastest pair's
-#   and divides the slowest pair's by $s$.
+# - **A.** NTK-aware scaling divides the fastest pair's by $s$ and keeps the slowest pair's.
 # - **B.** Both divide every pair's frequency by $s$.
-# - **C.** NTK-aware scaling divides the fastest pair's by $s$ and keeps the slowest pair's.
+# - **C.** Position interpolation divides every pair's by $s$; NTK-aware scaling keeps the fastest pair's
+#   and divides the slowest pair's by $s$.
 # - **D.** Neither changes a frequency: both only rescale the logits.
 #
 # The figure of scaled frequencies in section 2 and the line printed under it show it.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "C"  ### ANSWER
 check("ch08.q_rope_scaling", answer)
 
 # %% [markdown]

@@ -392,15 +392,15 @@ plt.show()
 # %% [markdown]
 # **Question.** In supervised fine-tuning, which tokens of a conversation carry loss?
 # - **A.** Every token of the conversation: the model learns the whole dialogue.
-# - **B.** The assistant's tokens only, in every turn.
+# - **B.** The user's tokens only: the model learns to understand the questions.
 # - **C.** The last answer only: the earlier turns are context.
-# - **D.** The user's tokens only: the model learns to understand the questions.
+# - **D.** The assistant's tokens only, in every turn.
 #
 # The cell under *3. Supervised fine-tuning* prints a two-turn conversation with the tokens that carry
 # loss in brackets, and the share of positions that carry loss.
 
 # %%
-answer = "B"  ### ANSWER
+answer = "D"  ### ANSWER
 check("ch11.q_sft_loss_tokens", answer)
 
 # %% [markdown]

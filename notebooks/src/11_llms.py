@@ -506,18 +506,18 @@ check("ch11.q_uniform_loss", answer)
 
 # %% [markdown]
 # **Question 2.** Which is true of the two families?
-# - **A.** BERT's guess at a gap uses the words after it; GPT predicts each token from the ones before it
-#   only, which is what lets it generate left to right.
-# - **B.** Both read the whole sentence; GPT's causal mask only makes training faster.
-# - **C.** BERT generates left to right as well as GPT: filling a gap is the same task as predicting the
+# - **A.** BERT generates left to right as well as GPT: filling a gap is the same task as predicting the
 #   next word.
+# - **B.** Both read the whole sentence; GPT's causal mask only makes training faster.
+# - **C.** BERT's guess at a gap uses the words after it; GPT predicts each token from the ones before it
+#   only, which is what lets it generate left to right.
 # - **D.** GPT also uses the words after a position, since its loss is computed on the whole window at once.
 #
 # The fill-in-the-blank cell of section 4 prints the total variation between BERT's two guesses, and the
 # cell at the end of section 3 checks GPT's loss on a whole window.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "C"  ### ANSWER
 check("ch11.q_bert_vs_gpt", answer)
 
 # %% [markdown]

@@ -599,15 +599,15 @@ check("ch12.q_clip_chance", answer)
 # %% [markdown]
 # **Question 3.** In the VLM of section 4, what does the language model receive from the image?
 # - **A.** The digit the vision encoder recognises, written as a word.
-# - **B.** The vision encoder's patch and class features, projected to the LM's width, as 17 tokens in
-#   front of the text.
+# - **B.** The raw pixels of the image, as extra tokens.
 # - **C.** The image features through cross-attention layers, as a decoder reads an encoder.
-# - **D.** The raw pixels of the image, as extra tokens.
+# - **D.** The vision encoder's patch and class features, projected to the LM's width, as 17 tokens in
+#   front of the text.
 #
 # The cell that defines `vlm_logits`, and the shapes printed by the cell under it, show the data flow.
 
 # %%
-answer = "B"  ### ANSWER
+answer = "D"  ### ANSWER
 check("ch12.q_vlm_input", answer)
 
 # %% [markdown]

@@ -606,16 +606,16 @@ check("ch13.q_active_16", answer)
 # %% [markdown]
 # **Question 3.** In section 3 one MoE layer grows from 2 to 32 experts, each token still visiting $k = 2$.
 # What happens to its parameters and to its forward FLOPs?
-# - **A.** Both grow about linearly with $E$: a bigger layer costs more to run.
-# - **B.** The parameters grow about linearly with $E$; the experts' FLOPs stay the same, only the
+# - **A.** The parameters grow about linearly with $E$; the experts' FLOPs stay the same, only the
 #   router's small matmul grows.
+# - **B.** Both grow about linearly with $E$: a bigger layer costs more to run.
 # - **C.** The parameters stay the same; the FLOPs fall, since each expert gets fewer tokens.
 # - **D.** Neither changes: parameters that a token does not visit do not count.
 #
 # The table under *3. Total vs active parameters* prints both.
 
 # %%
-answer = "B"  ### ANSWER
+answer = "A"  ### ANSWER
 check("ch13.q_compute_follows_k", answer)
 
 # %% [markdown]

@@ -698,14 +698,14 @@ check("ch14.q_no_cache_passes", answer)
 # $\min(1, p(x)/q(x))$ and otherwise draws from $\mathrm{norm}(\max(0, p - q))$. Which distribution do
 # the emitted tokens follow?
 # - **A.** The draft's $q$: the draft proposes every token.
-# - **B.** The target's $p$, exactly.
+# - **B.** Only the target's greedy choice: speculative decoding works for greedy decoding only.
 # - **C.** A mixture of $p$ and $q$ that depends on the acceptance rate.
-# - **D.** Only the target's greedy choice: speculative decoding works for greedy decoding only.
+# - **D.** The target's $p$, exactly.
 #
 # The histogram cell of *5. Speculative decoding* prints the distances to $p$ and to $q$.
 
 # %%
-answer = "B"  ### ANSWER
+answer = "D"  ### ANSWER
 check("ch14.q_speculative_distribution", answer)
 
 # %% [markdown]

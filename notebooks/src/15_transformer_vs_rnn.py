@@ -400,16 +400,16 @@ assert all(x["model"] == "Transformer" for x in scale_rows[::2])
 # %% [markdown]
 # **Question 1.** In section 1, beyond the last position, the Transformer's gradient is about the same at
 # every distance back from the loss. Why?
-# - **A.** Every earlier position is one attention step from the loss position, whatever its distance.
+# - **A.** The causal mask lets the last position see only the nearest tokens, so the far ones all get the
+#   same small gradient.
 # - **B.** It does fall with distance, only more slowly than the LSTM's.
 # - **C.** Its positional encoding gives far tokens more weight to make up for the distance.
-# - **D.** The causal mask lets the last position see only the nearest tokens, so the far ones all get the
-#   same small gradient.
+# - **D.** Every earlier position is one attention step from the loss position, whatever its distance.
 #
 # The figure *gradient reaching earlier positions* and the ratios printed under it show it.
 
 # %%
-answer = "A"  ### ANSWER
+answer = "D"  ### ANSWER
 check("ch15.q_flat_gradient", answer)
 
 # %% [markdown]

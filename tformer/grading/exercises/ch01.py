@@ -101,12 +101,12 @@ register(Exercise(
 register(Question(
     name="ch01.q_sharper_query",
     title="a 10 times larger query: what the attention output does",
-    kind="choice", answer="C", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "the output is a weighted average of the values (the weights sum to 1): it cannot grow with the query": "A",
         "the softmax ignores adding the same number to every score, not multiplying them: larger scores give "
         "sharper weights": "B",
-        "larger scores make the softmax sharper, not flatter: the weights move toward the best-matching key": "D",
+        "larger scores make the softmax sharper, not flatter: the weights move toward the best-matching key": "C",
     },
 ))
 

@@ -113,23 +113,23 @@ register(Exercise(
 register(Question(
     name="ch04.q_permutation",
     title="a layer without positions, on shuffled tokens",
-    kind="choice", answer="B", choices=("A", "B", "C"), points=1,
+    kind="choice", answer="C", choices=("A", "B", "C"), points=1,
     mistakes={
         "each output row follows its own token, so the rows come out shuffled: equal as a set, not in order": "A",
         "without positions nothing in the layer depends on order: its output is the original one, shuffled the "
-        "same way": "C",
+        "same way": "B",
     },
 ))
 
 register(Question(
     name="ch04.q_shift_matrix",
     title="the map M_k from PE(pos) to PE(pos + k)",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "one M_k serves every position: the least-squares fit over all positions is exact, and it holds far "
         "outside the fit": "B",
         "a shift of position is not a scaling of the encoding: every row of the table has the same length": "C",
-        "shifting by k changes the values, not their order: each (sin, cos) pair turns by the angle k w_i": "D",
+        "shifting by k changes the values, not their order: each (sin, cos) pair turns by the angle k w_i": "A",
     },
 ))
 

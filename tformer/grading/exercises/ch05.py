@@ -234,11 +234,11 @@ register(Exercise(
 register(Question(
     name="ch05.q_residual",
     title="the gradient at the first of 64 layers, with and without the residual",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="C", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "the stack without residual has a LayerNorm after every layer too, and its gradient still decays: "
         "normalizing does not give the gradient a path": "B",
-        "without the residual the gradient shrinks with depth, it does not grow": "C",
+        "without the residual the gradient shrinks with depth, it does not grow": "A",
         "with the residual the gradient keeps its size at every depth: the identity path carries it past every "
         "layer": "D",
     },

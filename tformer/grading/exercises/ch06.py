@@ -134,21 +134,21 @@ register(Exercise(
 register(Question(
     name="ch06.q_mask_value",
     title="how a mask hides a key",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "a score of 0 is not a weight of 0: exp(0) = 1, so the key still gets its share": "B",
         "the mask goes on the scores, before the softmax: zeroing weights after it leaves rows that no longer "
         "sum to 1": "C",
-        "a finite penalty only shrinks the weight: the key still leaks into the output": "D",
+        "a finite penalty only shrinks the weight: the key still leaks into the output": "A",
     },
 ))
 
 register(Question(
     name="ch06.q_causal_4x4",
     title="the entries (query i, key j) a 4 x 4 causal mask allows",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
     mistakes={
-        "a position may attend to itself: the diagonal is allowed": "B",
+        "a position may attend to itself: the diagonal is allowed": "A",
         "keys after the query are the future: rows are queries, columns keys, and query i sees keys up to i": "C",
         "allowing every entry is no mask at all (a bidirectional layer): the causal mask hides j > i": "D",
     },

@@ -144,11 +144,11 @@ register(Question(
 register(Question(
     name="ch07.q_causal_parallel",
     title="what a causal Transformer layer's output at position t needs",
-    kind="choice", answer="A", choices=("A", "B", "C"), points=1,
+    kind="choice", answer="C", choices=("A", "B", "C"), points=1,
     mistakes={
         "that is an RNN's h_(t-1): a Transformer layer reads only the layer below, so each position can be "
         "computed on its own from the prefix, with the same numbers": "B",
-        "the causal mask hides the positions after t: changing them cannot change the output at t": "C",
+        "the causal mask hides the positions after t: changing them cannot change the output at t": "A",
     },
 ))
 

@@ -120,11 +120,11 @@ register(Question(
 register(Question(
     name="ch08.q_rope_scaling",
     title="which RoPE frequencies position interpolation and NTK-aware scaling change",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="C", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "NTK-aware scaling raises the base: the fastest pair keeps its frequency, only the slow ones slow "
         "down": "B",
-        "the other way around: NTK keeps the fast pairs (local order) and interpolates the slowest by s": "C",
+        "the other way around: NTK keeps the fast pairs (local order) and interpolates the slowest by s": "A",
         "only YaRN rescales the logits, and it changes the frequencies too; position interpolation and NTK "
         "change the frequencies": "D",
     },

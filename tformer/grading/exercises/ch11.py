@@ -660,12 +660,12 @@ register(Question(
 register(Question(
     name="ch11.q_bert_vs_gpt",
     title="which model reads the words after a position, and which can generate left to right",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1, notebook="11_llms",
+    kind="choice", answer="C", choices=("A", "B", "C", "D"), points=1, notebook="11_llms",
     mistakes={
         "GPT's causal mask is part of the model: position t never sees anything after t, which is why "
         "causal_lm_loss(model(w), w) equals the loss on x alone (section 3)": "B",
         "BERT predicts a gap from both sides; to write left to right it would need the words that are not written "
-        "yet": "C",
+        "yet": "A",
         "the loss covers the whole window at once, but with the causal mask position t never sees anything after t "
         "(the check at the end of section 3)": "D",
     },
@@ -674,13 +674,13 @@ register(Question(
 register(Question(
     name="ch11.q_sft_loss_tokens",
     title="which tokens of an SFT conversation carry loss",
-    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1, notebook="11_fine_tuning",
+    kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1, notebook="11_fine_tuning",
     mistakes={
         "the prompt's labels are -100 (ignored): trained on the user's turns, the model would learn to write "
         "questions as well as answers": "A",
         "every assistant turn carries loss, the first one too; only the user's turns are masked": "C",
         "the mask is the other way round: the model is trained to write the answers, so the answers carry the "
-        "loss and the prompt is only read": "D",
+        "loss and the prompt is only read": "B",
     },
 ))
 

@@ -176,12 +176,12 @@ register(Question(
 register(Question(
     name="ch12.q_vlm_input",
     title="what the language model of the VLM receives from the image",
-    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "the LM never sees a label: it reads the projected patch features, which carry more than the class": "A",
         "this VLM has no cross-attention layer: the image tokens sit in the same sequence as the text, and the "
         "causal self-attention lets every text token read them": "C",
         "the pixels go through the frozen vision encoder first; the LM reads its features, projected to the LM's "
-        "width": "D",
+        "width": "B",
     },
 ))

@@ -194,10 +194,10 @@ register(Question(
 register(Question(
     name="ch13.q_compute_follows_k",
     title="from 2 to 32 experts at k = 2: what the parameters and the forward FLOPs do",
-    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "each token still visits k experts whatever E is: the experts' FLOPs are the same at every E (asserted)":
-            "A",
+            "B",
         "every expert has its own weights, so the total grows about linearly with E (asserted); each expert gets "
         "fewer tokens, but there are more experts, and the FLOPs stay": "C",
         "the total counts every expert, visited or not, and memory must hold them all; only the active count and "

@@ -411,13 +411,13 @@ register(Question(
 register(Question(
     name="ch14.q_speculative_distribution",
     title="the distribution of the tokens speculative sampling emits",
-    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "a rejected draft token is replaced by a draw from norm(max(0, p - q)), which corrects the draft's bias: "
         "the histogram follows p, not q": "A",
         "the rule is exact, not an approximation: accepting with min(1, p/q) and resampling the rest gives p for "
         "any acceptance rate; the remaining distance is sampling noise": "C",
         "speculative decoding also samples: with temperature 1 the accept/reject rule keeps the target's whole "
-        "distribution, not only its greedy choice": "D",
+        "distribution, not only its greedy choice": "B",
     },
 ))

@@ -150,13 +150,13 @@ register(Exercise(
 register(Question(
     name="ch15.q_flat_gradient",
     title="why the Transformer's gradient does not fall with distance",
-    kind="choice", answer="A", choices=("A", "B", "C", "D"), points=1,
+    kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1,
     mistakes={
         "the curve beyond the last position is flat, not slowly falling: the far half gets about as much as the "
         "near half (printed); an LSTM's falls geometrically": "B",
         "the model is at initialisation, with random positions: nothing has learned to favour far tokens yet; "
         "every earlier position is simply one attention step away": "C",
-        "the causal mask hides only the future; every earlier position is visible, near or far": "D",
+        "the causal mask hides only the future; every earlier position is visible, near or far": "A",
     },
 ))
 
