@@ -13,6 +13,7 @@ meets an unknown character. The trained tokenizer is saved with the run (`tokeni
     bpe = SharedBPE.train(english_lines + german_lines, vocab_size=8000)
     ids = bpe.encode(["Ein Hund läuft."])          # [[...]] without <s>/</s>
     bpe.decode(ids)                                # ["Ein Hund läuft."]
+    bpe.encode_packed(lines)                       # PackedIds: one flat uint16 array + offsets, in chunks
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -82,6 +84,33 @@ class SharedBPE:
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         """Sentences -> token ids (no <s>/</s>; the batcher adds them). Batched in Rust."""
         return [e.ids for e in self.tok.encode_batch(list(lines), add_special_tokens=False)]
+
+    def encode_packed(self, lines: Sequence[str], chunk: int = 20_000, progress: bool = False,
+                      desc: str = "encode") -> "PackedIds":
+        """Sentences -> `PackedIds` (uint16 ids while the vocabulary fits), `chunk` lines at a time.
+
+        What `encode` gives, without holding a Python list per sentence: `tokenizers` builds an Encoding
+        (ids, tokens, offsets, masks) for every line of a call, so encoding a whole corpus in one call
+        holds all of them at once; here only `chunk` lines' worth is alive, and each chunk's ids go
+        straight into an integer array. progress: a tqdm bar over the lines."""
+        from .batching import PackedIds, id_dtype
+        from tqdm import tqdm
+
+        dtype = id_dtype(self.vocab_size)
+        ids, lengths = [], []
+        with tqdm(total=len(lines), desc=desc, unit=" lines", unit_scale=True, disable=not progress,
+                  mininterval=1.0) as bar:
+            for start in range(0, len(lines), chunk):
+                encs = self.tok.encode_batch_fast(list(lines[start:start + chunk]), add_special_tokens=False)
+                rows = [e.ids for e in encs]
+                lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+                ids.append(np.fromiter((i for r in rows for i in r), dtype=dtype, count=int(lens.sum())))
+                lengths.append(lens)
+                bar.update(len(rows))
+        offsets = np.zeros(len(lines) + 1, dtype=np.int64)
+        if lines:
+            np.cumsum(np.concatenate(lengths), out=offsets[1:])
+        return PackedIds(np.concatenate(ids) if ids else np.zeros(0, dtype=dtype), offsets)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Token ids -> sentences; special tokens are dropped, stops at the first </s>."""
