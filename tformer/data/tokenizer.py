@@ -30,14 +30,15 @@ SPECIALS = [PAD, BOS, EOS, UNK]          # ids 0, 1, 2, 3
 
 def train_byte_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str], *, prefix_space: bool,
                    min_frequency: int = 0, unk_token: str | None = None, nfc: bool = False,
-                   length: int | None = None) -> Tokenizer:
+                   length: int | None = None, progress: bool = False) -> Tokenizer:
     """A byte-level BPE `tokenizers.Tokenizer` learned from `texts` up to `vocab_size` tokens.
 
     special_tokens take the first ids, in order; the 256 byte symbols always follow (no character is
     ever unknown). prefix_space: a space is put before the text, so its first word splits like the
     others. min_frequency: a pair is merged only when seen that often. unk_token: the model's unknown
     token (a byte-level model never emits it; kept for a tokenizer file that names one). nfc: normalise
-    to Unicode NFC first. length: how many texts there are (for `tokenizers`' bookkeeping only).
+    to Unicode NFC first. length: how many texts there are (for `tokenizers`' bookkeeping and its progress
+    bar). progress: `tokenizers`' own progress bars (counting, then merging) on a terminal.
     """
     tok = Tokenizer(models.BPE(unk_token=unk_token))
     if nfc:
@@ -45,7 +46,7 @@ def train_byte_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequen
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(special_tokens),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=progress)
     tok.train_from_iterator(texts, trainer, length=length)
     return tok
 
@@ -62,12 +63,12 @@ class SharedBPE:
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2,
-              length: int | None = None) -> "SharedBPE":
+              length: int | None = None, progress: bool = False) -> "SharedBPE":
         """Learn merges from `texts` (both languages' training sentences) up to `vocab_size` tokens."""
         if vocab_size < 300:
             raise ValueError(f"SharedBPE.train: vocab_size must be >= 300 (256 bytes + specials), got {vocab_size}")
         return cls(train_byte_bpe(texts, vocab_size, SPECIALS, prefix_space=True, min_frequency=min_frequency,
-                                  unk_token=UNK, nfc=True, length=length))
+                                  unk_token=UNK, nfc=True, length=length, progress=progress))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SharedBPE":

@@ -4,6 +4,7 @@ A run folder holds everything needed to resume, translate and score:
 
     RUN/config.json      preset, languages, data folder
     RUN/tokenizer.json   the shared BPE, trained on the run's training data
+    RUN/encoded.npz      the training and validation data encoded with it (packed uint16 ids; resume reads it)
     RUN/last.pt          full training state (resume point), written atomically
     RUN/last.prev.pt     the full state before it (resume falls back to it if last.pt is unreadable)
     RUN/.lock            held (flock) by the job training into RUN: a second job is refused
@@ -32,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -273,7 +275,8 @@ def train_tokenizer(path: Path, train_src: list[str], train_tgt: list[str], voca
                     progress: bool = False) -> None:
     """Learn the run's shared BPE from both sides of the training data and save it to `path`."""
     t0 = time.perf_counter()
-    SharedBPE.train(train_src + train_tgt, vocab_size).save(path)
+    texts = train_src + train_tgt
+    SharedBPE.train(texts, vocab_size, length=len(texts), progress=progress).save(path)
     if progress:
         print(f"trained a shared BPE of {vocab_size} tokens in {time.perf_counter() - t0:.1f} s")
 
@@ -298,23 +301,72 @@ def make_batchers(p: TranslatePreset, bpe: SharedBPE, enc: list[PackedIds], rank
     return batches, val_batches
 
 
+ENCODED = "encoded.npz"             # RUN/encoded.npz: the encoded training and validation data (resume reads it)
+
+
+def data_key(out: Path, info: dict) -> dict:
+    """What the encoded data depends on: the tokenizer file's hash and each data file's size and mtime."""
+    import hashlib
+    folder, files = Path(info["data"]), {}
+    for split in ("train", "val"):
+        for lang in (info["src"], info["tgt"]):
+            path = folder / f"{split}.{lang}"
+            st = path.stat() if path.exists() else None
+            files[f"{split}.{lang}"] = [st.st_size, st.st_mtime_ns] if st else None
+    tok = out / "tokenizer.json"
+    return {"tokenizer": hashlib.sha256(tok.read_bytes()).hexdigest() if tok.exists() else None,
+            "data": str(folder.resolve()), "files": files}
+
+
+def save_encoded(path: Path, enc: list[PackedIds], key: dict) -> None:
+    """The four encoded sides (train src/tgt, val src/tgt) and `key` in one .npz, written atomically."""
+    arrays = {f"{k}{i}": a for i, e in enumerate(enc) for k, a in (("ids", e.ids), ("offsets", e.offsets))}
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, key=np.array(json.dumps(key, sort_keys=True)), **arrays)
+    os.replace(tmp, path)
+
+
+def load_encoded(path: Path, key: dict) -> list[PackedIds] | None:
+    """The encoded sides saved by `save_encoded`, or None if the file is missing, unreadable, or was made
+    from another tokenizer or other data files (`key`)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if json.loads(str(z["key"])) != json.loads(json.dumps(key, sort_keys=True)):
+                return None
+            return [PackedIds(z[f"ids{i}"], z[f"offsets{i}"]) for i in range(4)]
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        if path.exists():
+            print(f"warning: {path} is unreadable ({type(e).__name__}); encoding the data again", file=sys.stderr)
+        return None
+
+
 def prepare_data(out: Path, p: TranslatePreset, info: dict, rank: int = 0, world: int = 1,
                  progress: bool = False) -> tuple[SharedBPE, TokenBatcher, TokenBatcher]:
     """Everything before the first step: read the training and validation text, train the BPE (once per
     run: RUN/tokenizer.json), encode both sides into `PackedIds`, form the token batches. The text is
-    dropped once encoded; only the packed ids stay (about 2 bytes a token)."""
+    dropped once encoded; only the packed ids stay (about 2 bytes a token). The encoded data is kept in
+    RUN/encoded.npz, so a resumed run skips reading and encoding while the tokenizer and the data files
+    are unchanged."""
     src, tgt, folder = info["src"], info["tgt"], Path(info["data"])
-    train_src, train_tgt = read_parallel(folder, src, tgt, "train")
-    val_src, val_tgt = read_parallel(folder, src, tgt, "val")
-    tok_path = out / "tokenizer.json"
-    if rank == 0 and not tok_path.exists():
-        train_tokenizer(tok_path, train_src, train_tgt, p.vocab_size, progress)
-    _barrier()
-    bpe = _load_bpe(tok_path)
-    show = progress and rank == 0
-    enc = [encode_corpus(bpe, lines, show, f"encode {name}") for name, lines in
-           (("train." + src, train_src), ("train." + tgt, train_tgt), ("val." + src, val_src), ("val." + tgt, val_tgt))]
-    del train_src, train_tgt, val_src, val_tgt
+    tok_path, cache = out / "tokenizer.json", out / ENCODED
+    enc = load_encoded(cache, data_key(out, info)) if tok_path.exists() else None
+    if enc is None:
+        train_src, train_tgt = read_parallel(folder, src, tgt, "train")
+        val_src, val_tgt = read_parallel(folder, src, tgt, "val")
+        if rank == 0 and not tok_path.exists():
+            train_tokenizer(tok_path, train_src, train_tgt, p.vocab_size, progress)
+        _barrier()
+        bpe = _load_bpe(tok_path)
+        show = progress and rank == 0
+        enc = [encode_corpus(bpe, lines, show, f"encode {name}") for name, lines in
+               (("train." + src, train_src), ("train." + tgt, train_tgt), ("val." + src, val_src),
+                ("val." + tgt, val_tgt))]
+        del train_src, train_tgt, val_src, val_tgt
+        if rank == 0:
+            save_encoded(cache, enc, data_key(out, info))
+    else:
+        bpe = _load_bpe(tok_path)
     return (bpe, *make_batchers(p, bpe, enc, rank, world))
 
 
