@@ -122,6 +122,20 @@ def test_a_resumed_run_reads_its_encoded_data_instead_of_the_text(tmp_path, bpe,
     assert "unreadable" in capsys.readouterr().err and len(healed) == len(changed)
 
 
+def test_a_full_disk_while_saving_the_encoded_data_is_a_warning(tmp_path, bpe, monkeypatch, capsys):
+    import errno
+    out, info = small_run(tmp_path, bpe)
+    (out / f".{pipeline.ENCODED}.tmp").write_bytes(b"left by a killed job")
+
+    def full(f, **arrays):
+        f.write(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(pipeline.np, "savez", full)
+    _, batches, _ = pipeline.prepare_data(out, get_preset("tiny"), info)
+    assert len(batches) > 0 and "No space left on device" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json"]
+
+
 def test_bench_wmt_prep_as_typed(tmp_path):
     """`python benchmarks/bench_wmt_prep.py --pairs 2000 ...` from outside the checkout: a table with every
     stage, the loader against the GPU, and the same figures in JSON."""

@@ -319,12 +319,21 @@ def data_key(out: Path, info: dict) -> dict:
 
 
 def save_encoded(path: Path, enc: list[PackedIds], key: dict) -> None:
-    """The four encoded sides (train src/tgt, val src/tgt) and `key` in one .npz, written atomically."""
+    """The four encoded sides (train src/tgt, val src/tgt) and `key` in one .npz, written atomically.
+    The file only saves time: when it cannot be written (a full disk), a warning says so and the run goes on."""
     arrays = {f"{k}{i}": a for i, e in enumerate(enc) for k, a in (("ids", e.ids), ("offsets", e.offsets))}
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, key=np.array(json.dumps(key, sort_keys=True)), **arrays)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, key=np.array(json.dumps(key, sort_keys=True)), **arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        print(f"warning: could not save {path} ({e.strerror or e}); a resumed run will encode the data again",
+              file=sys.stderr)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_encoded(path: Path, key: dict) -> list[PackedIds] | None:
@@ -350,6 +359,8 @@ def prepare_data(out: Path, p: TranslatePreset, info: dict, rank: int = 0, world
     are unchanged."""
     src, tgt, folder = info["src"], info["tgt"], Path(info["data"])
     tok_path, cache = out / "tokenizer.json", out / ENCODED
+    if rank == 0:
+        cache.with_name(f".{cache.name}.tmp").unlink(missing_ok=True)     # left by a job killed while saving
     enc = load_encoded(cache, data_key(out, info)) if tok_path.exists() else None
     if enc is None:
         train_src, train_tgt = read_parallel(folder, src, tgt, "train")
