@@ -8,7 +8,7 @@ filter (max_len) and cut token-based batches (25k padded tokens a side), then it
 Trainer does. It prints each stage's minutes and peak memory, and the
 batches per second the loader sustains against what one GPU consumes.
 
-    python benchmarks/bench_wmt_prep.py --pairs 4500000                  # the full size (disk: about 1.6 GB)
+    python benchmarks/bench_wmt_prep.py --pairs 4500000                  # the full size (disk: about 2.5 GB)
     python benchmarks/bench_wmt_prep.py --pairs 100000 --lengths-from ../shared/data/newstest2014/newstest2014.en
 
 The corpus. Words are drawn from a Zipf law (p(rank) ~ 1/(rank + 2.7)) over --types made-up word types a
