@@ -4,6 +4,7 @@ A run folder holds everything needed to resume, translate and score:
 
     RUN/config.json      preset, languages, data folder
     RUN/tokenizer.json   the shared BPE, trained on the run's training data
+    RUN/encoded.npz      the training and validation data encoded with it (packed uint16 ids; resume reads it)
     RUN/last.pt          full training state (resume point), written atomically
     RUN/last.prev.pt     the full state before it (resume falls back to it if last.pt is unreadable)
     RUN/.lock            held (flock) by the job training into RUN: a second job is refused
@@ -32,11 +33,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..utils.errors import MissingExtra, UserError
-from ..data import SharedBPE, TokenBatcher, multi30k, read_parallel, wmt14, write_offline_corpus
+from ..data import PackedIds, SharedBPE, TokenBatcher, multi30k, read_parallel, wmt14, write_offline_corpus
 from ..data.sources import offline_reason
 from ..inference.decode import translate
 from ..training.metrics import sacrebleu_score, tokenized_bleu
@@ -269,24 +271,121 @@ def _load_bpe(path: Path) -> SharedBPE:
         raise CheckpointError(f"{path} is unreadable (truncated or corrupt: {str(e).splitlines()[0][:100]})") from e
 
 
+def train_tokenizer(path: Path, train_src: list[str], train_tgt: list[str], vocab_size: int,
+                    progress: bool = False) -> None:
+    """Learn the run's shared BPE from both sides of the training data and save it to `path`."""
+    t0 = time.perf_counter()
+    texts = train_src + train_tgt
+    SharedBPE.train(texts, vocab_size, length=len(texts), progress=progress).save(path)
+    if progress:
+        print(f"trained a shared BPE of {vocab_size} tokens in {time.perf_counter() - t0:.1f} s")
+
+
+def encode_corpus(bpe: SharedBPE, lines: list[str], progress: bool = False, desc: str = "encode") -> PackedIds:
+    """Sentences -> `PackedIds` (uint16 for a vocabulary up to 65,536), in chunks; a progress bar when
+    `progress` and the corpus is large (WMT14 EN-DE: 4.5M lines a side)."""
+    return bpe.encode_packed(lines, progress=progress and len(lines) >= ENCODE_BAR_LINES, desc=desc)
+
+
+ENCODE_BAR_LINES = 200_000          # a progress bar for encoding from this many lines on
+
+
+def make_batchers(p: TranslatePreset, bpe: SharedBPE, enc: list[PackedIds], rank: int = 0,
+                  world: int = 1) -> tuple[TokenBatcher, TokenBatcher]:
+    """The training batches (max_tokens / accum_steps padded tokens a side, pairs longer than max_len
+    dropped, this rank's share) and the validation batches (in length order, up to 4 x max_len)."""
+    batches = TokenBatcher(enc[0], enc[1], p.max_tokens // max(p.accum_steps, 1), seed=p.seed, max_len=p.max_len,
+                           rank=rank, world=world, pad_id=bpe.pad_id, bos_id=bpe.bos_id, eos_id=bpe.eos_id)
+    val_batches = TokenBatcher(enc[2], enc[3], p.max_tokens, shuffle=False, max_len=4 * p.max_len,
+                               pad_id=bpe.pad_id, bos_id=bpe.bos_id, eos_id=bpe.eos_id)
+    return batches, val_batches
+
+
+ENCODED = "encoded.npz"             # RUN/encoded.npz: the encoded training and validation data (resume reads it)
+
+
+def data_key(out: Path, info: dict) -> dict:
+    """What the encoded data depends on: the tokenizer file's hash and each data file's size and mtime."""
+    import hashlib
+    folder, files = Path(info["data"]), {}
+    for split in ("train", "val"):
+        for lang in (info["src"], info["tgt"]):
+            path = folder / f"{split}.{lang}"
+            st = path.stat() if path.exists() else None
+            files[f"{split}.{lang}"] = [st.st_size, st.st_mtime_ns] if st else None
+    tok = out / "tokenizer.json"
+    return {"tokenizer": hashlib.sha256(tok.read_bytes()).hexdigest() if tok.exists() else None,
+            "data": str(folder.resolve()), "files": files}
+
+
+def save_encoded(path: Path, enc: list[PackedIds], key: dict) -> None:
+    """The four encoded sides (train src/tgt, val src/tgt) and `key` in one .npz, written atomically.
+    The file only saves time: when it cannot be written (a full disk), a warning says so and the run goes on."""
+    arrays = {f"{k}{i}": a for i, e in enumerate(enc) for k, a in (("ids", e.ids), ("offsets", e.offsets))}
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, key=np.array(json.dumps(key, sort_keys=True)), **arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        print(f"warning: could not save {path} ({e.strerror or e}); a resumed run will encode the data again",
+              file=sys.stderr)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def load_encoded(path: Path, key: dict) -> list[PackedIds] | None:
+    """The encoded sides saved by `save_encoded`, or None if the file is missing, unreadable, or was made
+    from another tokenizer or other data files (`key`)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if json.loads(str(z["key"])) != json.loads(json.dumps(key, sort_keys=True)):
+                return None
+            return [PackedIds(z[f"ids{i}"], z[f"offsets{i}"]) for i in range(4)]
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        if path.exists():
+            print(f"warning: {path} is unreadable ({type(e).__name__}); encoding the data again", file=sys.stderr)
+        return None
+
+
+def prepare_data(out: Path, p: TranslatePreset, info: dict, rank: int = 0, world: int = 1,
+                 progress: bool = False) -> tuple[SharedBPE, TokenBatcher, TokenBatcher]:
+    """Everything before the first step: read the training and validation text, train the BPE (once per
+    run: RUN/tokenizer.json), encode both sides into `PackedIds`, form the token batches. The text is
+    dropped once encoded; only the packed ids stay (about 2 bytes a token). The encoded data is kept in
+    RUN/encoded.npz, so a resumed run skips reading and encoding while the tokenizer and the data files
+    are unchanged."""
+    src, tgt, folder = info["src"], info["tgt"], Path(info["data"])
+    tok_path, cache = out / "tokenizer.json", out / ENCODED
+    if rank == 0:
+        cache.with_name(f".{cache.name}.tmp").unlink(missing_ok=True)     # left by a job killed while saving
+    enc = load_encoded(cache, data_key(out, info)) if tok_path.exists() else None
+    if enc is None:
+        train_src, train_tgt = read_parallel(folder, src, tgt, "train")
+        val_src, val_tgt = read_parallel(folder, src, tgt, "val")
+        if rank == 0 and not tok_path.exists():
+            train_tokenizer(tok_path, train_src, train_tgt, p.vocab_size, progress)
+        _barrier()
+        bpe = _load_bpe(tok_path)
+        show = progress and rank == 0
+        enc = [encode_corpus(bpe, lines, show, f"encode {name}") for name, lines in
+               (("train." + src, train_src), ("train." + tgt, train_tgt), ("val." + src, val_src),
+                ("val." + tgt, val_tgt))]
+        del train_src, train_tgt, val_src, val_tgt
+        if rank == 0:
+            save_encoded(cache, enc, data_key(out, info))
+    else:
+        bpe = _load_bpe(tok_path)
+    return (bpe, *make_batchers(p, bpe, enc, rank, world))
+
+
 def _train(out: Path, p: TranslatePreset, info: dict, changes: dict, time_budget, device, progress, stop_after,
            rank: int, world: int, local: int) -> dict:
-    src, tgt, folder = info["src"], info["tgt"], Path(info["data"])
+    src, tgt = info["src"], info["tgt"]
     dev = resolve_device(device or None, local_rank=local)     # tformer.utils.device: the policy
-    train_src, train_tgt = read_parallel(folder, src, tgt, "train")
-    val_src, val_tgt = read_parallel(folder, src, tgt, "val")
-    tok_path = out / "tokenizer.json"
-    if rank == 0 and not tok_path.exists():
-        t0 = time.perf_counter()
-        SharedBPE.train(train_src + train_tgt, p.vocab_size).save(tok_path)
-        if progress:
-            print(f"trained a shared BPE of {p.vocab_size} tokens in {time.perf_counter() - t0:.1f} s")
-    _barrier()
-    bpe = _load_bpe(tok_path)
-    enc = [bpe.encode(x) for x in (train_src, train_tgt, val_src, val_tgt)]
-    batches = TokenBatcher(enc[0], enc[1], p.max_tokens // max(p.accum_steps, 1), seed=p.seed, max_len=p.max_len,
-                           rank=rank, world=world)
-    val_batches = TokenBatcher(enc[2], enc[3], p.max_tokens, shuffle=False, max_len=4 * p.max_len)
+    bpe, batches, val_batches = prepare_data(out, p, info, rank, world, progress)
     torch.manual_seed(p.seed)                           # same initial weights on every rank and every restart
     model = build_model(p, bpe.vocab_size, bpe.pad_id)
     tc = TrainConfig(max_steps=p.max_steps, time_budget=time_budget, lr=p.lr, warmup=p.warmup, schedule=p.schedule,
