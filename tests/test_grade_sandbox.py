@@ -103,8 +103,8 @@ def test_a_notebook_cannot_read_another_student_or_write_outside_its_temporary_f
     assert sum("PermissionError" in e for e in errors) == 3, errors   # the read and both writes; the temp file worked
     assert not (cls / "eve" / "copied.txt").exists() and not (cls / "planted.txt").exists()
     for s in ("bob", "eve"):                          # the exercises are graded as without the sandbox
-        assert {n: e["status"] for n, e in st[s]["exercises"].items()} == {"ch01.attention": "passed",
-                                                                           "ch01.softmax": "passed"}, s
+        statuses = {n: e["status"] for n, e in st[s]["exercises"].items()}
+        assert {"ch01.attention", "ch01.softmax"} <= set(statuses) and set(statuses.values()) == {"passed"}, (s, statuses)
     assert st["bob"]["notebooks_with_errors"] == []
 
 

@@ -2,7 +2,7 @@
 (classroom/, the teacher's half, which a notebook never loads).
 
 core.py (the checker: cases, judge, hidden cases, partial credit, `check`), questions.py (questions whose
-answer is a value: a number, a letter, an expression), guards.py (what guards a
+answer is a value: a number, a letter, an expression), result.py (`Result`, a check's verdict), guards.py (what guards a
 learner's function while it runs: disabled references, the time limit), compare.py (what "equal"
 means: shape, dtype, tolerance, and the message that says what differs), messages.py (the checker's messages
 and their Chinese translation), inputs.py (shared seeded inputs), exercises/ (each chapter's exercises,

@@ -41,6 +41,7 @@ from .compare import compare, flatten_tensors  # noqa: F401  (part of the exerci
 from .guards import REFERENCE_CALLED, TimeLimit, forbid, time_limit
 from .messages import N_, _, language  # noqa: F401  (N_, language: the exercises' messages)
 from .questions import Question, judge_question, plain  # noqa: F401  (plain: the grading worker's)
+from .result import Result
 
 MODES = ("learner", "strict", "blank")
 _mode: str | None = None
@@ -92,24 +93,6 @@ class Exercise:
                                                 # "" = the notebook whose name starts with the chapter number
     partial: dict[str, float] = field(default_factory=dict)   # points per group of cases ("edge", "random",
                                                 # "hidden", or a case's name); {} = all or nothing
-
-
-@dataclass
-class Result:
-    exercise: str
-    points: int
-    passed: bool
-    status: str          # "passed", "failed", "not attempted", "error", "timeout"
-    message: str
-    cases_run: int = 0
-    fraction: float | None = None     # partial credit: the share of the points earned (None: all or nothing)
-    mistakes: list[str] = field(default_factory=list)   # a question's named misconceptions (English messages)
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def _repr_markdown_(self) -> str:  # shown in Jupyter when the result is the cell's last value
-        return f"**{self.exercise}**: {self.message}".replace("\n", "  \n")
 
 
 REGISTRY: dict[str, Exercise | Question] = {}

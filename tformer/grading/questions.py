@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .messages import N_, _  # noqa: F401  (N_: the questions' messages)
+from .result import Result
 
 KINDS = ("number", "choice", "expr")
 FUNCTIONS = {"log": math.log, "sqrt": math.sqrt, "exp": math.exp}
@@ -317,7 +318,6 @@ def _wrong_type(q: Question, p: tuple) -> str | None:
 
 def judge_question(q: Question, p: tuple):
     """The Result of the plain value `p` (see `plain`) for question `q`."""
-    from .core import Result
     p = valid(p)
     if p[0] == "stub":
         return Result(q.name, q.points, False, "not attempted",
