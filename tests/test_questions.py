@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import time
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -76,7 +78,7 @@ def test_a_wrong_number_names_its_misconception_and_the_answer_given():
     assert check("test.q_scale", 8).mistakes == ["the standard deviation of q.k, not its variance"]
 
 
-@pytest.mark.parametrize("value,shown", [("64", "'64'"), (True, "bool"), (torch.ones(2, 3), "Tensor of shape (2, 3)"),
+@pytest.mark.parametrize("value,shown", [("sixty-four", "'sixty-four'"), ("1/2", "'1/2'"), (True, "bool"), (torch.ones(2, 3), "Tensor of shape (2, 3)"),
                                          (None, "NoneType"), ([64], "list"), (torch.tensor(True), "Tensor of shape ()"),
                                          (check, "function")])
 def test_a_number_question_refuses_other_types(value, shown):
@@ -87,6 +89,47 @@ def test_a_number_question_refuses_other_types(value, shown):
 @pytest.mark.parametrize("value", ["B", "b", " b ", "B\n"])
 def test_a_choice_by_its_letter_in_either_case(value):
     assert check("test.q_mask", value).passed
+
+
+# --- answers as learners type them: read, not refused (issue 59) -------------------------------------------
+
+@pytest.mark.parametrize("value", ["(B)", "B.", "B)", "[b]", "Ｂ", "（B）", "B。", "ｂ．", " (B) "])
+def test_a_choice_in_brackets_with_a_stop_or_full_width_is_read(value):
+    r = check("test.q_mask", value)
+    assert r.passed, (value, r.message)
+
+
+@pytest.mark.parametrize("value", ["(C)", "Ｃ", "C。"])
+def test_a_wrong_choice_typed_so_still_names_its_misconception(value):
+    assert check("test.q_mask", value).mistakes == ["a mask on the queries hides nothing that matters"]
+
+
+@pytest.mark.parametrize("value", ["B or C", "(B)(C)", "BC", "B, C", "答案B"])
+def test_two_letters_or_more_stay_refused(value):
+    status, msg = verdict("test.q_mask", value)
+    assert status == "failed" and "expected one of the letters" in msg, msg
+
+
+@pytest.mark.parametrize("value", ["64", " 64.0 ", "6.4e1", "6_4", "６４", Fraction(128, 2), Decimal("64.000")])
+def test_a_number_in_a_string_a_fraction_or_a_decimal_is_read(value):
+    assert check("test.q_scale", value).passed
+
+
+def test_a_number_is_shown_with_all_its_digits():
+    big = Question(name="test.q_big", title="a big count", kind="number", answer=1_050_624)
+    register(big)
+    try:
+        assert "right (1050624)" in check("test.q_big", 1_050_624).message
+        assert "you answered 1061131.25" in check("test.q_big", 1_061_131.25).message
+        assert "you answered 0.925" in check("test.q_big", 0.925).message
+    finally:
+        REGISTRY.pop("test.q_big")
+
+
+@pytest.mark.parametrize("value", ["n^2*d", "n^2 * d", "d*n^2", "n＊n＊d"])
+def test_a_caret_reads_as_a_power_and_full_width_signs_as_ascii(value):
+    r = check("test.q_cost", value)
+    assert r.passed, r.message
 
 
 @pytest.mark.parametrize("letter", ["A", "C", "D"])

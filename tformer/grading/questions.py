@@ -5,12 +5,14 @@
 
 A `Question` is registered like an `Exercise` (the same registry, `register(Question(...))`) and judged by
 its kind:
-    number   a number within rel_tol / abs_tol of the answer (an int, a float, a numpy scalar, a tensor of one
-             element; not a bool or a string)
-    choice   a letter among `choices`, in either case, surrounding spaces ignored
-    expr     a short expression in a string ("n**2 * d"), read with `ast` into a whitelist (numbers, the
-             declared symbols, + - * / ** and log, sqrt, exp) and evaluated in float64 on a few fixed positive
-             values of its symbols; learner text is never passed to eval or exec.
+    number   a number within rel_tol / abs_tol of the answer (an int, a float, a Fraction, a Decimal, a numpy
+             scalar, a tensor of one element, or a string that reads as one: "49960", "1_050_624"; not a bool)
+    choice   a letter among `choices`, in either case, as learners type it: "b", " C ", "(C)", "B.", "C)", and
+             the full-width forms of a Chinese input method ("Ｄ", "（D）", "D。"); two letters are refused
+    expr     a short expression in a string ("n**2 * d", or "n^2*d": ^ reads as **), read with `ast` into a
+             whitelist (numbers, the declared symbols, + - * / ** and log, sqrt, exp) and evaluated in float64
+             on a few fixed positive values of its symbols; learner text is never passed to eval or exec.
+Every string answer is read in Unicode's NFKC form first (full-width letters, digits and signs become ASCII).
 A wrong answer equal to one of `mistakes`' values names that misconception; any other wrong answer gets the
 hint.
 
@@ -21,8 +23,12 @@ sends, and `judge_question` judges that tuple, in the learner's kernel and in th
 from __future__ import annotations
 
 import ast
+import decimal
+import fractions
 import math
 import random
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +102,7 @@ def _plain(value) -> tuple:
         return ("other", kind)
     if isinstance(value, str):
         return ("text", str.__getitem__(value, slice(0, MAX_TEXT + 1)))
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, fractions.Fraction, decimal.Decimal)):
         return ("number", _float(value))
     shape = getattr(value, "shape", None)
     if shape is not None and hasattr(value, "item") and hasattr(value, "dtype"):   # a tensor, a numpy value
@@ -127,10 +133,17 @@ def _float(x) -> float:
         return math.inf if x > 0 else -math.inf
 
 
+def _number(x: float) -> str:
+    """A number with all its digits: 1050624, not 1.05062e+06; 0.925; 1e+30."""
+    if math.isfinite(x) and x.is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return repr(x)
+
+
 def _shown(p: tuple) -> str:
     """The learner's answer as the feedback quotes it."""
     if p[0] == "number":
-        return f"{p[1]:g}"
+        return _number(p[1])
     if p[0] == "text":
         text = p[1] if len(p[1]) <= 40 else p[1][:40] + "..."
         return repr(text)
@@ -299,6 +312,27 @@ def _matches(q: Question, p: tuple, target) -> bool:
     return _same_values(p[2], _values(_parse(str(target), q.symbols), q.symbols))
 
 
+_AROUND = "()[]{}.:;,!?\u3002\uff0e\u3001 \t"      # around one letter: "(C)", "B.", "C)", and 。、 of Chinese input
+
+
+def _normalized(q: Question, p: tuple) -> tuple:
+    """`p` with a string answer read as learners type it (NFKC first): a number kind's numeric string as a number,
+    a choice's one letter without the brackets and stops around it, an expression's ^ as **. What is still
+    ambiguous (two letters, "1/2" for a number) stays as it was, to be refused with its message."""
+    if p[0] != "text":
+        return p
+    text = unicodedata.normalize("NFKC", p[1]).strip()
+    if q.kind == "number":
+        try:
+            return ("number", _float(float(text)))
+        except (ValueError, OverflowError):
+            return ("text", text)
+    if q.kind == "choice":
+        letter = text.strip(_AROUND)
+        return ("text", letter if re.fullmatch(r"[A-Za-z]", letter) else text)
+    return ("text", text.replace("^", "**"))
+
+
 def _wrong_type(q: Question, p: tuple) -> str | None:
     """The message for a value of the wrong type or form (None: `p` can be compared), and for expressions
     `p` extended with its values."""
@@ -318,7 +352,7 @@ def _wrong_type(q: Question, p: tuple) -> str | None:
 
 def judge_question(q: Question, p: tuple):
     """The Result of the plain value `p` (see `plain`) for question `q`."""
-    p = valid(p)
+    p = _normalized(q, valid(p))
     if p[0] == "stub":
         return Result(q.name, q.points, False, "not attempted",
                       _("not attempted yet: replace `...` in `answer = ...` with your answer."), 1)
