@@ -19,11 +19,12 @@ RULE = ('notebooks = ["01_attention"]\ndue = 2026-12-01T23:59:00Z\n\n'
 @pytest.fixture(scope="module")
 def late_class(tmp_path_factory):
     """Five students, each with the solved chapter-1 notebook (4 points): ann's timestamp.txt 1 day 10 hours
-    late (nbgrader's form with microseconds), ben's 31 minutes late (without), cat has none (her time comes
+    late (nbgrader's form with microseconds), ben's 31 minutes late (without; written in CET, the zone of the
+    teacher's nbgrader), cat has none (her time comes
     from --submitted), dan is 2 days late with an extension, eve 6 days late."""
     root = tmp_path_factory.mktemp("late")
     cls = root / "class"
-    for student, stamp in (("ann", "2026-12-03 10:00:00.123456 UTC"), ("ben", "2026-12-02 00:30:00 UTC"),
+    for student, stamp in (("ann", "2026-12-03 10:00:00.123456 UTC"), ("ben", "2026-12-02 01:30:00 CET"),
                            ("cat", None), ("dan", "2026-12-03 12:00:00 UTC"), ("eve", "2026-12-07 09:00:00 UTC")):
         tiny(cls / student)
         if stamp:
@@ -108,4 +109,29 @@ def test_late_rule_errors(late_class, tmp_path):
                            root / "submitted.csv", cwd=tmp_path), "--submitted", "due date")
     one_line_error(tformer("grade", cls, "--out", out, "--assignment", root / "week1.toml", "--submitted",
                            tmp_path / "when.csv", cwd=tmp_path), "ISO time", "yesterday")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("stamp,iso", [("2026-12-03 10:00:00.000000 CET", "2026-12-03T10:00:00+01:00"),
+                                       ("2026-07-03 10:00:00 CEST", "2026-07-03T10:00:00+02:00"),
+                                       ("2026-12-03 10:00:00 PST", "2026-12-03T10:00:00-08:00"),
+                                       ("2026-12-03 10:00:00 +0530", "2026-12-03T10:00:00+05:30"),
+                                       ("2026-12-03 10:00:00 Europe/Berlin", "2026-12-03T10:00:00+01:00"),
+                                       ("2026-12-03 10:00:00.5 UTC", "2026-12-03T10:00:00.500000+00:00")])
+def test_nbgraders_zones_are_read(tmp_path, stamp, iso):
+    from tformer.grading.classroom.late import nbgrader_timestamp
+    (tmp_path / "timestamp.txt").write_text(stamp + "\n")
+    assert nbgrader_timestamp(tmp_path) == iso
+
+
+@pytest.mark.parametrize("zone,words", [("CST", ("ambiguous", "China")), ("IST", ("ambiguous", "India")),
+                                        ("XYZ", ("unknown zone", "'XYZ'"))])
+def test_an_ambiguous_or_unknown_zone_is_refused_in_one_line(late_class, tmp_path, zone, words):
+    root, cls, _ = late_class
+    one = tmp_path / "class"
+    shutil.copytree(cls / "ann", one / "ann")
+    (one / "ann" / "timestamp.txt").write_text(f"2026-12-03 10:00:00 {zone}\n")
+    out = tmp_path / "o"
+    one_line_error(tformer("grade", one, "--out", out, "--assignment", root / "week1.toml", cwd=tmp_path),
+                   "timestamp.txt", "--submitted", *words)
     assert not out.exists()

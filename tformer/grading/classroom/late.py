@@ -9,7 +9,9 @@ partial credit, the assignment's points and the overrides (gradebook.score).
     canvas_late_days = 1     # the days Canvas's LATE mark counts for when no submission time is known
 
 A student's submission time comes from `--submitted CSV` (student,submitted: an ISO time), else from nbgrader's
-`timestamp.txt` in the student's folder (`%Y-%m-%d %H:%M:%S.%f %Z` or `%Y-%m-%d %H:%M:%S %Z`, UTC). Without a
+`timestamp.txt` in the student's folder (`%Y-%m-%d %H:%M:%S.%f %Z` or `%Y-%m-%d %H:%M:%S %Z`: nbgrader writes `%Z` of
+its configured zone, so the zone is UTC, an offset, an IANA name or an abbreviation of ZONES; an ambiguous
+abbreviation such as CST or IST is refused in one line, never guessed). Without a
 time, a notebook Canvas marked LATE counts `canvas_late_days`. `--extensions CSV` (student,due) moves a
 student's due date.
 """
@@ -24,7 +26,15 @@ from .submissions import ClassError
 
 RULE = {"per_day": float, "max_days": int, "grace_days": int, "canvas_late_days": int}
 DEFAULTS = {"per_day": 0.0, "max_days": 0, "grace_days": 0, "canvas_late_days": 1}
-TIMESTAMP_FORMATS = ("%Y-%m-%d %H:%M:%S.%f %Z", "%Y-%m-%d %H:%M:%S %Z")
+TIMESTAMP_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")      # then a zone (nbgrader's %Z)
+# the zone abbreviations nbgrader writes (`%Z` of its `timezone` setting) that name one offset, in hours
+ZONES = {"UTC": 0, "GMT": 0, "UT": 0, "Z": 0, "WET": 0, "WEST": 1, "BST": 1, "CET": 1, "CEST": 2, "MET": 1,
+         "MEST": 2, "EET": 2, "EEST": 3, "MSK": 3, "EST": -5, "EDT": -4, "CDT": -5, "MST": -7, "MDT": -6, "PST": -8,
+         "PDT": -7, "AKST": -9, "AKDT": -8, "HST": -10, "NST": -3.5, "NDT": -2.5, "JST": 9, "KST": 9, "HKT": 8,
+         "SGT": 8, "PHT": 8, "WIB": 7, "AWST": 8, "ACST": 9.5, "ACDT": 10.5, "AEST": 10, "AEDT": 11, "NZST": 12,
+         "NZDT": 13, "SAST": 2, "WAT": 1, "CAT": 2, "EAT": 3, "BRT": -3, "ART": -3}
+AMBIGUOUS = {"CST": "US Central (-6), China (+8) or Cuba (-5)", "IST": "India (+5:30), Ireland (+1) or Israel (+2)",
+             "AST": "Atlantic (-4) or Arabia (+3)", "ADT": "Atlantic (-3) or Arabia (+4)"}
 
 
 def read_rule(table: object, where: str) -> dict:
@@ -72,17 +82,47 @@ def read_times(path: Path, column: str) -> dict[str, str]:
     return out
 
 
+def _zone(name: str) -> datetime.tzinfo | None:
+    """The zone nbgrader's `%Z` wrote: an abbreviation of ZONES, an offset (+0100, -05:30), an IANA name
+    (Europe/Berlin); None if unknown. ValueError(why) for an ambiguous abbreviation."""
+    import re
+    import zoneinfo
+    if name.upper() in AMBIGUOUS:
+        raise ValueError(f"{name} may mean {AMBIGUOUS[name.upper()]}")
+    if name.upper() in ZONES:
+        return datetime.timezone(datetime.timedelta(hours=ZONES[name.upper()]))
+    m = re.fullmatch(r"(?:UTC|GMT)?([+-])(\d{2}):?(\d{2})?", name, re.I)
+    if m:
+        minutes = int(m.group(2)) * 60 + int(m.group(3) or 0)
+        return datetime.timezone(datetime.timedelta(minutes=minutes if m.group(1) == "+" else -minutes))
+    try:
+        return zoneinfo.ZoneInfo(name) if "/" in name else None
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return None
+
+
 def nbgrader_timestamp(folder: Path) -> str | None:
-    """The submission time nbgrader's `timestamp.txt` in a student's folder records (ISO, UTC), else None."""
+    """The submission time nbgrader's `timestamp.txt` in a student's folder records (ISO, with its offset), else
+    None. ClassError (one line) for a time or zone that cannot be read without a guess."""
     f = Path(folder) / "timestamp.txt"
     if not f.is_file():
         return None
     text = f.read_text(encoding="utf-8", errors="replace").strip()
+    stamp, _, zone = text.rpartition(" ")
+    fix = "give the students' times with --submitted CSV (student,submitted: ISO times with their offset)"
+    try:
+        tz = _zone(zone)
+    except ValueError as e:
+        raise ClassError(f"{f}: the zone of {text[:60]!r} is ambiguous ({e}); {fix}") from None
     for fmt in TIMESTAMP_FORMATS:
         try:
-            return aware(datetime.datetime.strptime(text, fmt)).isoformat()
+            when = datetime.datetime.strptime(stamp, fmt)
         except ValueError:
             continue
+        if tz is None:
+            raise ClassError(f"{f}: unknown zone {zone[:20]!r} in {text[:60]!r} (known: UTC, an offset such as +0100, "
+                             f"an IANA name such as Europe/Berlin, an abbreviation such as CET); {fix}")
+        return when.replace(tzinfo=tz).isoformat()
     raise ClassError(f"{f}: not an nbgrader timestamp (e.g. 2026-12-01 23:59:00.123456 UTC), got {text[:60]!r}")
 
 
