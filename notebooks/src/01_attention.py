@@ -205,7 +205,8 @@ print(inspect.getsource(tformer.scaled_dot_product_attention))
 # ## Questions
 # Each question has one answer: a number, a letter, or a formula written as a string (such as
 # `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
+# is right, and names the misconception behind a common wrong one. Every answer follows from a cell above.
+# The later chapters end with questions of the same form.
 
 # %% [markdown]
 # **Question 1.** Section 1 also runs the query multiplied by 10. What does multiplying a query by 10 do to

@@ -177,9 +177,6 @@ print(inspect.getsource(tformer.MultiHeadAttention.__init__))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** Section 2's layer attends from `x`, 7 positions, to a context of 11 positions. What shape

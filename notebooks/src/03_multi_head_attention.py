@@ -300,9 +300,6 @@ print(inspect.getsource(tformer.MultiHeadAttention.forward))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** How many parameters does a `tformer.MultiHeadAttention` with $d_{model} = 512$ and

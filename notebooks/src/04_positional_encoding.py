@@ -274,9 +274,6 @@ print(inspect.getsource(tformer.sinusoidal_shift_matrix))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** A Transformer layer gets no positional encoding, and its input tokens are shuffled. Its

@@ -254,9 +254,6 @@ print(inspect.getsource(tformer.TransformerBlock.forward))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** In section 1, how does the gradient that reaches the first of 64 layers compare with the

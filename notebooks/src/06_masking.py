@@ -226,12 +226,10 @@ print(inspect.getsource(tformer.padding_mask))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
-# **Question 1.** How does a mask hide a key from a query?
+# **Question 1.** How does a mask hide a key from a query, so that the query's weights over the other keys
+# still sum to 1?
 # - **A.** 10 is subtracted from its score before the softmax.
 # - **B.** Its score is set to 0 before the softmax.
 # - **C.** Its weight is set to 0 after the softmax.

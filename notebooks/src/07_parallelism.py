@@ -331,9 +331,6 @@ print(inspect.getsource(training_flops))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** Section 1 counts the matrix products of the 2-layer `lstm_reference` at $T$ = 8, 16, 32

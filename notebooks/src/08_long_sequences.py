@@ -375,9 +375,6 @@ assert largest < 0.25 or not tformer.SMALL                     # small mode: und
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** Doubling the sequence length $n$ multiplies the peak memory of explicit attention by about

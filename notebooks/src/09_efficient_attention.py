@@ -387,9 +387,6 @@ print(format_table(rows))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** The Sparse Transformer uses the strided pattern with stride $\sqrt n$. Its count of

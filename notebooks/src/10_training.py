@@ -664,9 +664,6 @@ torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** The paper's rate is $d_{model}^{-1/2}\,\min(s^{-1/2},\ s\,w^{-3/2})$ with $w$ warmup steps,

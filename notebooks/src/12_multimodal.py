@@ -574,9 +574,6 @@ assert own < other
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** ViT-B/16 cuts a 224x224 RGB image into 16x16 patches. How many tokens does its encoder

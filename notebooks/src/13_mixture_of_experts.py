@@ -576,10 +576,6 @@ print(inspect.getsource(load_balancing_loss))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
-#
 # The first two count Qwen3-235B-A22B's parameters from its configuration, as section 3 did with
 # `moe_lm_param_counts`. Its source:
 

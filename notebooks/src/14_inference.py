@@ -671,9 +671,6 @@ print(inspect.getsource(plan_admission))
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** Llama 3 8B has 32 layers and uses GQA with 8 key/value heads of size 128; its cache is

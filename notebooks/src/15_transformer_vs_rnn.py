@@ -393,9 +393,6 @@ assert all(x["model"] == "Transformer" for x in scale_rows[::2])
 
 # %% [markdown]
 # ## Questions
-# Each question has one answer: a number, a letter, or a formula written as a string (such as
-# `"n**2 / 2"`). Replace the `...` in the question's cell and run it: the checker says whether the answer
-# is right, and names the misconception behind a common wrong one. Every answer is shown by a cell above.
 
 # %% [markdown]
 # **Question 1.** In section 1, beyond the last position, the Transformer's gradient is about the same at
@@ -430,8 +427,8 @@ answer = "B"  ### ANSWER
 check("ch15.q_parallel_cpu", answer)
 
 # %% [markdown]
-# **Question 3.** Chinchilla has 70B parameters and was trained on 1.4T tokens. What was its training
-# compute, in FLOPs? Answer with a number (`5e20` is a number). The cell after *Exercise 2* computes the
+# **Question 3.** Chinchilla has 70B parameters and was trained on 1.4T tokens. With $6ND$, what was its
+# training compute, in FLOPs? Answer with a number (`5e20` is a number). The cell after *Exercise 2* computes the
 # same for each model of the sweep.
 
 # %%

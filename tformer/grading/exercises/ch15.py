@@ -177,7 +177,7 @@ register(Question(
 register(Question(
     name="ch15.q_chinchilla_flops",
     title="the training compute of Chinchilla (70B parameters, 1.4T tokens), in FLOPs",
-    kind="number", answer=6 * 70e9 * 1.4e12, rel_tol=1e-2, points=1,
+    kind="number", answer=6 * 70e9 * 1.4e12, rel_tol=0.025, points=1,   # 5.76e23, the paper's budget, passes
     mistakes={
         "2ND counts the forward pass only; the backward pass costs about twice the forward, so C = 6ND":
             2 * 70e9 * 1.4e12,
