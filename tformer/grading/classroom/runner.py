@@ -8,14 +8,31 @@ the run). This process, the grader, then sends the worker each exercise's inputs
 random cases with fresh seeds), receives the learner's outputs, kills the worker, and only then computes
 the expected answers and compares them in its own process, which alone holds the answers and the points;
 the notebook's printed results are for the learner only. A worker that overruns an exercise's time limit
-is killed (the exercise is a timeout) and a fresh one runs the notebook again for the next exercises. A cell
-that ends the worker's process (`os._exit`) or runs past the per-cell limit is reported and left out of the
-next run, so the exercises collected before it are still graded. An exercise the notebook owes whose check
-cell is gone is graded with the function of the released stub's name, if the notebook defines one, and says
-so; one with no such function is listed as "not run". A class run adds the teacher's hidden cases here, in
-the grader, and sends the worker their inputs under neutral names. A question (questions.py) calls nothing:
-the worker hands over the value its check(...) got, as builtins, and the grader judges it; a question whose
-check cell is gone is "not run" (every question's cell rebinds `answer`, so no variable stands for it).
+is killed (the exercise is a timeout) and a fresh one runs the notebook again for the next exercises, once (a
+second timed-out exercise ends the notebook's grading). A cell that ends the worker's process, runs past the
+per-cell limit or breaks the protocol is reported and left out of the next run, so the exercises collected
+before it are still graded. An exercise the notebook owes whose check cell is gone is graded with the function
+of the released stub's name, if the notebook defines one, and says so; one with no such function is listed as
+"not run". A class run adds the teacher's hidden cases here, in the grader. A question (questions.py) calls
+nothing: the worker hands over the value its check(...) got, as builtins, and the grader judges it; a question
+whose check cell is gone is "not run" (every question's cell rebinds `answer`, so no variable stands for it).
+
+The worker and every byte it sends belong to the student. What this module guarantees regardless of what the
+worker sends:
+- No frame is read before its length is checked: 1 MiB for "cell", "collected" and "ready", 64 times the
+  request plus 1 MiB for an exercise's reply, 256 MiB for all the frames of one notebook (NOTEBOOK_BYTES).
+  Each is loaded with weights_only from torch.save's stored zip format only (no record inflates here).
+- Frames come in the order cell i (increasing), collected, ..., ready; anything else ends that run as the
+  cell's error. The per-cell limit runs from the cell's "cell" frame and no frame restarts it.
+- A reply counts only with a status from the fixed set and counts that fit it (core._malformed), each output
+  of the reference's structure (core.judge); otherwise the exercise is an "error" with one line.
+- Hidden inputs reach the worker only after every public reply of the notebook is in, in requests of their own,
+  and their results are pass/fail only.
+- `notebook_timeout`: one deadline over every read and write of the notebook (all its workers); past it, the
+  notebook is stopped and graded from what finished ("stopped after S s", NotebookReport.stopped).
+- The worker never gets a teacher's file, a reference, an expected output or a point.
+What it does not guarantee: a notebook can compute what the course's own references compute (they ship in the
+installed package) and forge a reply; for the course's exercises that is flagged (scan.py), not prevented.
 """
 from __future__ import annotations
 
@@ -96,6 +113,7 @@ class NotebookReport:
 MIB = 1 << 20
 FRAME_CAP = MIB                 # a "cell", "collected" or "ready" frame (worker.MAX_FRAME)
 NOTEBOOK_BYTES = 256 * MIB      # every frame of one notebook, all its workers and reruns together
+REPLY_MARGIN = 10.0             # seconds past an exercise's time limit before the grader stops waiting for its reply
 
 
 def reply_cap(request_bytes: int) -> int:
@@ -333,8 +351,8 @@ def _outcome(msg, n_cases: int) -> Outcome:
 
 def _request(worker: _Worker, ex, cases: list, torch_seed: int) -> Outcome:
     """The learner's outputs for `cases`, or the reason there are none: TimeoutError past the exercise's limit
-    (and 10 s), _WorkerGone, _Refused (the reply broke the protocol), _Spent (the notebook's budget)."""
-    until = time.monotonic() + ex.time_limit + 10.0   # the worker enforces the limit; this holds regardless
+    (and REPLY_MARGIN), _WorkerGone, _Refused (the reply broke the protocol), _Spent (the notebook's budget)."""
+    until = time.monotonic() + ex.time_limit + REPLY_MARGIN   # the worker enforces the limit; this holds regardless
     n = worker.send({"exercise": ex.name, "time_limit": ex.time_limit, "torch_seed": torch_seed,
                      "forbidden": dotted(ex.forbidden),
                      "cases": [(f"hidden #{i}" if c.group == "hidden" else c.name, c.args, c.kwargs,
