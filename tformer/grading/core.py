@@ -459,7 +459,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool =
             msg += "\n" + _("Hint: {hint}").format(hint=_(ex.hint))
         if fraction:
             msg += "\n" + _("Partial credit: {share} of the points.").format(share=f"{fraction:.0%}")
-        return Result(ex.name, ex.points, False, "failed", msg, n_done, fraction)
+        return Result(ex.name, ex.points, False, "failed", msg, n_done, fraction, mistakes=mistakes)
     return Result(ex.name, ex.points, True, "passed", _("passed all {total} cases. {points} point(s).").format(
         total=n_done, points=ex.points), n_done, fraction)
 

@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 from ..core import (REGISTRY, STATUSES, Outcome, Question, Result, _malformed, exercise_cases, hidden_cases, judge,
-                    judge_question, load_exercises, named_mistakes)
+                    judge_question, load_exercises)
 from ..guards import dotted
 from ..messages import N_, _
 from .notebooks import chapter_of, exercises_of, read_cells, released_checks
@@ -505,9 +505,10 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
         if stop is not None:
             rec["stop"] = stop
         else:
-            public = rec["outcome"]
+            public = rec["outcome"]                   # NotImplementedError on the first hidden case: an error there
+            status = "error" if hidden.status == "not attempted" else hidden.status
             rec["outcome"] = Outcome(public.outputs + hidden.outputs, public.inputs_after + hidden.inputs_after,
-                                     hidden.status, hidden.error, hidden.ignored_limit)
+                                     status, hidden.error, hidden.ignored_limit)
     drop()                                            # gone before any expected answer exists
     if not report.cell_errors:
         report.cell_errors = stop_errors
@@ -531,7 +532,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             res = Result(name, ex.points, False, stop[0], stop[1], res.cases_run, res.fraction)
         else:
             res = judge(ex, cases, outcome, show_hidden)
-        named = named_mistakes(ex, cases, outcome.outputs) if res.status == "failed" and ex.mistakes else []
+        named = res.mistakes if res.status == "failed" else []   # judge's: on hidden cases only with show_hidden
         message = res.message
         if name in uncalled:
             message = _("No check(...) cell ran for this exercise (was it deleted?); your function {name} was graded "
