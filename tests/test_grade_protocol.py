@@ -95,8 +95,7 @@ EXTRA: list[str] = []
 
 
 def ok(outputs, req, status="ok"):
-    return {"outputs": [dumps(o) for o in outputs],
-            "inputs_after": [dumps((args, kwargs)) for _, args, kwargs, _ in req["cases"][:len(outputs)]],
+    return {"outputs": [dumps((o, (args, kwargs))) for o, (_, args, kwargs, _) in zip(outputs, req["cases"])],
             "status": status, "error": "", "ignored_limit": False}
 
 
@@ -127,7 +126,10 @@ def test_a_forged_reply_that_computes_the_answer_passes_so_the_harness_is_sound(
     (lambda req: {**ok(softmax_outputs(req), req), "outputs": [b"junk"] * len(req["cases"])}, "not plain data"),
     (lambda req: {**ok(softmax_outputs(req), req), "outputs": "x"}, "wrong shape"),
     (lambda req: [1, 2, 3], "wrong shape"),
-    (lambda req: {**ok(softmax_outputs(req), req), "inputs_after": []}, "inputs"),
+    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [dumps(o) for o in softmax_outputs(req)]}, "wrong shape"),
+    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [dumps((o, 5)) for o in softmax_outputs(req)]}, "inputs"),
+    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [dumps((o, ((o, o), {}))) for o in softmax_outputs(req)]},
+     "not what the exercise returns"),
 ])
 def test_a_reply_counts_only_when_its_status_counts_and_structure_fit(reply, words):
     rep = grade_cells(NB, [], launcher(answer(reply)), 5, owed=["ch01.softmax"])
@@ -399,6 +401,6 @@ def test_run_learner_keeps_each_output_as_its_call_returns():
         return y
     ex = Exercise("t.keep", "t", reference=lambda x: x * 2, edge_cases=list, random_case=None)
     cases = [Case("a", (torch.ones(2),)), Case("b", (torch.ones(2),))]
-    out = core.run_learner(ex, f, cases, keep=dumps)
-    first = torch.load(io.BytesIO(out.outputs[0]), weights_only=True)
+    out = core.run_learner(ex, f, cases, keep=lambda got, after: (dumps((got, after)), None))
+    first = torch.load(io.BytesIO(out.outputs[0]), weights_only=True)[0]
     assert torch.equal(first, torch.full((2,), 2.0)) and out.status == "ok"

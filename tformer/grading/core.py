@@ -237,13 +237,15 @@ class Outcome:
     ignored_limit: bool = False     # for "timeout": the function swallowed the first stop
 
 
-def run_learner(ex: Exercise, fn: Callable, cases: list[Case], keep: Callable[[Any], Any] | None = None) -> Outcome:
+def run_learner(ex: Exercise, fn: Callable, cases: list[Case],
+                keep: Callable[[Any, tuple], tuple[Any, Any]] | None = None) -> Outcome:
     """Call `fn` on every case (fresh copies of the inputs), with the exercise's references disabled and its
-    time limit; never raises for anything the learner's code does (KeyboardInterrupt aside). `keep(x)` is what
-    is kept of each output and of each case's inputs afterwards, taken as its call returns (the grading worker
-    serializes them there, so a later call cannot change an earlier output); default: the objects themselves."""
+    time limit; never raises for anything the learner's code does (KeyboardInterrupt aside). `keep(output,
+    (args, kwargs))` -> (what `outputs` keeps, what `inputs_after` keeps), called as each call returns (the
+    grading worker serializes both there, so a later call cannot change an earlier output); default: the
+    objects themselves."""
     out, i = Outcome(), 0
-    keep = keep or (lambda x: x)
+    keep = keep or (lambda got, after: (got, after))
     with time_limit(ex.time_limit) as clock:
         try:
             for i, case in enumerate(cases):
@@ -256,8 +258,9 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case], keep: Callable[[A
                         clock.armed = False
                 if clock.fired:                      # the stop was swallowed, yet the function returned
                     raise TimeLimit()
-                out.outputs.append(keep(got))
-                out.inputs_after.append(keep((args, kwargs)))
+                got, after = keep(got, (args, kwargs))
+                out.outputs.append(got)
+                out.inputs_after.append(after)
         except TimeLimit:
             out.status = "timeout"
         except NotImplementedError as e:

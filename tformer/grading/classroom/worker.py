@@ -28,9 +28,9 @@ big-endian length followed by a `torch.save` payload.
   "cases": [(name, args, kwargs, seed), ...]}`. The worker builds its Exercise from the request alone (the
   forbidden references resolved by import and getattr, guards.resolve); torch's, Python's and NumPy's global
   generators are seeded with `torch_seed` before the learner's function runs. The reply:
-  `{"outputs": [bytes], "inputs_after": [bytes], "status": s, "error": text, "ignored_limit": bool}`, each
-  output (and each case's inputs afterwards) `torch.save`d to bytes as its call returns, so a later call
-  (a hidden case's) cannot change an output already taken.
+  `{"outputs": [bytes], "status": s, "error": text, "ignored_limit": bool}`: one bytes per case that finished,
+  its `(output, (args, kwargs))` (the inputs afterwards, to see in-place edits) `torch.save`d as the call
+  returns, so a later call cannot change an output already taken.
 The same loop runs in a process forked from the warm process of tformer/grading/classroom/sandbox.py (`serve`).
 """
 from __future__ import annotations
@@ -182,9 +182,9 @@ def serve(proto_in, proto_out) -> int:
                            forbidden=resolve(req.get("forbidden", [])))
         cases = [core.Case(name, args, kwargs, seed) for name, args, kwargs, seed in req["cases"]]
         _seed_everything(int(req.get("torch_seed", 0)))
-        out = core.run_learner(ex, fn, cases, keep=dumps)
-        write_frame(proto_out, {"outputs": out.outputs, "inputs_after": out.inputs_after,
-                                "status": out.status, "error": out.error, "ignored_limit": out.ignored_limit})
+        out = core.run_learner(ex, fn, cases, keep=lambda got, after: (dumps((got, after)), None))
+        write_frame(proto_out, {"outputs": out.outputs, "status": out.status, "error": out.error,
+                                "ignored_limit": out.ignored_limit})
 
 
 def main(argv: list[str]) -> int:
