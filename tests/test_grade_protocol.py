@@ -404,3 +404,15 @@ def test_run_learner_keeps_each_output_as_its_call_returns():
     out = core.run_learner(ex, f, cases, keep=lambda got, after: (dumps((got, after)), None))
     first = torch.load(io.BytesIO(out.outputs[0]), weights_only=True)[0]
     assert torch.equal(first, torch.full((2,), 2.0)) and out.status == "ok"
+
+
+def test_run_notebook_keeps_one_deadline_over_a_sleeping_notebook(tmp_path):
+    """Real worker: cells that sleep within the per-cell limit, one after another, stop at the notebook's budget."""
+    from tformer.grading.classroom.runner import run_notebook
+    _notebook(tmp_path / "01_attention.ipynb", ["import time", "time.sleep(4)", "time.sleep(4)", "time.sleep(4)",
+                                                "from tformer.grading import check\ncheck('ch01.softmax', lambda x: x)"])
+    t0 = time.monotonic()
+    rep = run_notebook(tmp_path / "01_attention.ipynb", timeout=5, notebook_timeout=7)
+    assert time.monotonic() - t0 < 10
+    assert rep.stopped.startswith("stopped after 7 s"), rep
+    assert all(r.status == "timeout" and not r.passed for r in rep.rows), rep.rows
