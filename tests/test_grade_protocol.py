@@ -144,6 +144,7 @@ def test_judge_never_passes_all_zero_cases():
     for outcome in (core.Outcome(), core.Outcome(status="weird"), core.Outcome([torch.ones(1)], [], "ok")):
         res = core.judge(ex, cases, outcome)
         assert res.status == "error" and not res.passed and "passed all" not in res.message, res
+    assert core.judge(ex, [], core.Outcome()).status == "error"            # an exercise without cases passes nothing
 
 
 def test_a_compressed_payload_is_refused_before_it_inflates():

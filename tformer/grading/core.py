@@ -370,6 +370,8 @@ def _malformed(outcome: Outcome, n_cases: int) -> str | None:
     status and the `n_cases` cases sent ("ok": one output and one inputs_after per case; "error", "timeout",
     "reference": one per case before the one that stopped it; "not attempted": none)."""
     n = len(outcome.outputs) if isinstance(outcome.outputs, list) else -1
+    if n_cases == 0:
+        return _("the exercise has no cases to run")
     if outcome.status not in STATUSES:
         return _("the notebook's process sent an unknown status")
     if not isinstance(outcome.inputs_after, list) or len(outcome.inputs_after) != n:
