@@ -417,3 +417,33 @@ def test_run_notebook_keeps_one_deadline_over_a_sleeping_notebook(tmp_path):
     assert time.monotonic() - t0 < 10
     assert rep.stopped.startswith("stopped after 7 s"), rep
     assert all(r.status == "timeout" and not r.passed for r in rep.rows), rep.rows
+
+
+def test_a_run_after_hidden_inputs_went_out_reports_no_text_of_its_own(hidden):
+    """The first worker dies on a hidden request; the rerun (for the next exercise's hidden cases) could print
+    what the first left on disk: its cell errors stay out of the report."""
+    def reply(req):
+        if req["exercise"] == "ch01.softmax":
+            return ok(softmax_outputs(req), req)
+        return ok([(q, torch.ones(q.shape[:-1] + (k.shape[-2],))) for _, (q, k, v, *_), _, _ in req["cases"]], req)
+
+    runs = iter(range(1, 10))
+
+    def script(inp, out, fake):
+        n = next(runs)                                # 1: the first worker, 2: the rerun
+        read_frame(inp)
+        errors = ["code cell 1: ValueError: 1234.5678"] if n > 1 else []
+        write_frame(out, {"ready": ["ch01.softmax", "ch01.attention"], "cell_errors": errors, "uncalled": [],
+                          "values": {}})
+        while True:
+            req = read_frame(inp)
+            fake.requests.append(req)
+            if req["cases"][0][0].startswith("hidden") and n == 1:
+                out.close()                           # dies on the first hidden request
+                return
+            write_frame(out, reply(req))
+    log = []
+    rep = grade_cells(NB, [], launcher(script, log), 5, owed=["ch01.softmax", "ch01.attention"])
+    r = rows(rep)
+    assert len(log) == 2 and r["ch01.softmax"].status == "error" and r["ch01.attention"].status == "failed", r
+    assert "1234" not in json.dumps(to_json([rep])), rep.cell_errors

@@ -410,7 +410,8 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
     budget = _Budget(notebook_timeout)
     t0 = time.perf_counter()
     recs: dict[str, dict] = {}     # name -> {"value"} (a question) or {"cases", "hidden", "seeds", "outcome", "stop"}
-    st = {"worker": None, "halt": None, "timeouts": 0}   # halt: (status, message) for what is not reached
+    st = {"worker": None, "halt": None, "timeouts": 0,   # halt: (status, message) for what is not reached
+          "hidden_sent": False}
     left_out, stop_errors, uncalled = [], [], set()
 
     def halt(status: str, message: str | None) -> None:
@@ -444,9 +445,10 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
                 stop_errors.append(msg + _("; the notebook ran again without it"))
                 continue
             st["worker"] = w
-            report.cell_errors = stop_errors + w.cell_errors
-            report.cell_seconds = w.cell_seconds
-            uncalled.update(w.uncalled)
+            if not st["hidden_sent"]:                 # a run after hidden inputs went out reports no text of its own:
+                report.cell_errors = stop_errors + w.cell_errors   # its cells could print what an earlier worker
+                report.cell_seconds = w.cell_seconds               # left on disk
+                uncalled.update(w.uncalled)
         return st["worker"]
 
     def drop() -> None:
@@ -501,6 +503,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             rec["stop"] = ("error" if status == "not run" else status, message or _(
                 "its hidden cases did not run: the notebook could not run again"))
             continue
+        st["hidden_sent"] = True
         hidden, stop = ask(w, REGISTRY[name], rec["hidden"], rec["seeds"]["torch_seed"])
         if stop is not None:
             rec["stop"] = stop
@@ -510,8 +513,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             rec["outcome"] = Outcome(public.outputs + hidden.outputs, public.inputs_after + hidden.inputs_after,
                                      status, hidden.error, hidden.ignored_limit)
     drop()                                            # gone before any expected answer exists
-    if not report.cell_errors:
-        report.cell_errors = stop_errors
+    report.cell_errors = report.cell_errors or stop_errors
     report.seconds = time.perf_counter() - t0
     for name in owed:
         ex = REGISTRY[name]
