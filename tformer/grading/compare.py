@@ -86,12 +86,16 @@ def _ids(x) -> bool:
 def describe(x) -> str:
     """What kind of output `x` is, in a few words: "a tensor", "a tuple of 2", "a dict", "a float"."""
     if isinstance(x, dict) and isinstance(x.get("tformer_unsupported"), str) and len(x) == 1:
-        return _("a {kind}").format(kind=x["tformer_unsupported"][:40])
+        return _("a value of type {kind}").format(kind=x["tformer_unsupported"][:40])
     if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:
+            return _("a {layout} tensor").format(layout=str(x.layout).replace("torch.", ""))
+        if x.device.type != "cpu":
+            return _("a tensor on {device} (return it on the CPU, where its inputs are)").format(device=x.device.type)
         return _("a tensor")
     if isinstance(x, (tuple, list)):
         return _("a {kind} of {n}").format(kind=type(x).__name__, n=len(x))
-    return _("a {kind}").format(kind=type(x).__name__[:40])
+    return _("a value of type {kind}").format(kind=type(x).__name__[:40])
 
 
 def structure_problem(got, expected, limit: int = 100_000) -> str | None:
