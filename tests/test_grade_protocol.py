@@ -19,7 +19,7 @@ import nbformat
 import pytest
 import torch
 
-from tformer.grading import REGISTRY, Case, Exercise, load_exercises, register
+from tformer.grading import REGISTRY, Case, Exercise, load_exercises
 from tformer.grading import core
 from tformer.grading.classroom import runner
 from tformer.grading.classroom.runner import _Subprocess, grade_cells, to_json, worker_env
