@@ -21,6 +21,14 @@ A check has two halves: `run_learner` calls the learner's function on every case
 returned (and its inputs afterwards); `judge` computes the expected answers and compares. In a notebook
 both run in the learner's process. `tformer grade` runs `run_learner` in a worker process that executes the
 notebook and `judge` in its own process, which alone holds the expected answers and the points.
+
+What `judge` guarantees, whoever built the Outcome (a worker's is the student's to forge): it passes an
+exercise only when the status is "ok" and there is exactly one output and one `inputs_after` per case, each
+output with the structure of the reference's on that case (compare.structure_problem: kinds, nesting,
+lengths, keys) and equal to it within the tolerance; a status outside STATUSES, counts that do not fit the
+status, or a wrong structure is an "error" with one line, never "passed all 0 cases". A hidden case's result
+is pass/fail only: no value, case name or error text of it reaches a message (a mistake is named on it only
+with `show_hidden`).
 """
 from __future__ import annotations
 
@@ -37,7 +45,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from .compare import compare, flatten_tensors  # noqa: F401  (part of the exercise API)
+from .compare import compare, describe, flatten_tensors, structure_problem  # noqa: F401  (the exercise API)
 from .guards import REFERENCE_CALLED, TimeLimit, forbid, time_limit
 from .messages import N_, _, language  # noqa: F401  (N_, language: the exercises' messages)
 from .questions import Question, judge_question, plain  # noqa: F401  (plain: the grading worker's)
@@ -215,6 +223,9 @@ def _learner_line(tb) -> str:
     return f" ({where.format(n=f.lineno)}: `{(f.line or '').strip()}`)"
 
 
+STATUSES = ("ok", "not attempted", "error", "timeout", "reference")   # what run_learner says of a run
+
+
 @dataclass
 class Outcome:
     """What the learner's function did on the cases: its outputs (and inputs afterwards, to see in-place
@@ -226,10 +237,15 @@ class Outcome:
     ignored_limit: bool = False     # for "timeout": the function swallowed the first stop
 
 
-def run_learner(ex: Exercise, fn: Callable, cases: list[Case]) -> Outcome:
+def run_learner(ex: Exercise, fn: Callable, cases: list[Case],
+                keep: Callable[[Any, tuple], tuple[Any, Any]] | None = None) -> Outcome:
     """Call `fn` on every case (fresh copies of the inputs), with the exercise's references disabled and its
-    time limit; never raises for anything the learner's code does (KeyboardInterrupt aside)."""
+    time limit; never raises for anything the learner's code does (KeyboardInterrupt aside). `keep(output,
+    (args, kwargs))` -> (what `outputs` keeps, what `inputs_after` keeps), called as each call returns (the
+    grading worker serializes both there, so a later call cannot change an earlier output); default: the
+    objects themselves."""
     out, i = Outcome(), 0
+    keep = keep or (lambda got, after: (got, after))
     with time_limit(ex.time_limit) as clock:
         try:
             for i, case in enumerate(cases):
@@ -242,8 +258,9 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case]) -> Outcome:
                         clock.armed = False
                 if clock.fired:                      # the stop was swallowed, yet the function returned
                     raise TimeLimit()
+                got, after = keep(got, (args, kwargs))
                 out.outputs.append(got)
-                out.inputs_after.append((args, kwargs))
+                out.inputs_after.append(after)
         except TimeLimit:
             out.status = "timeout"
         except NotImplementedError as e:
@@ -348,11 +365,41 @@ def _partial(ex: Exercise, cases: list[Case], failed: set[int], n_done: int) -> 
     return earned / total
 
 
+def _malformed(outcome: Outcome, n_cases: int) -> str | None:
+    """Why `outcome` cannot be judged (None: it can): a status outside STATUSES, or counts that do not fit its
+    status and the `n_cases` cases sent ("ok": one output and one inputs_after per case; "error", "timeout",
+    "reference": one per case before the one that stopped it; "not attempted": none)."""
+    n = len(outcome.outputs) if isinstance(outcome.outputs, list) else -1
+    if n_cases == 0:
+        return _("the exercise has no cases to run")
+    if outcome.status not in STATUSES:
+        return _("the notebook's process sent an unknown status")
+    if not isinstance(outcome.inputs_after, list) or len(outcome.inputs_after) != n:
+        return _("the notebook's process sent {n} outputs and {m} inputs for {total} cases").format(
+            n=n, m=len(outcome.inputs_after) if isinstance(outcome.inputs_after, list) else -1, total=n_cases)
+    fits = {"ok": n == n_cases, "not attempted": n == 0}.get(outcome.status, 0 <= n < n_cases)
+    if not fits:
+        return _("the notebook's process sent {n} outputs for {total} cases (status {status})").format(
+            n=n, total=n_cases, status=outcome.status)
+    return None
+
+
+def _inputs_problem(case: Case, after) -> str | None:
+    """None when `after` is (args, kwargs) with the structure of the case's inputs (see structure_problem)."""
+    if not isinstance(after, (tuple, list)) or len(after) != 2:
+        return _("its inputs afterwards are missing")
+    args, kwargs = after
+    return structure_problem(args, tuple(case.args)) or structure_problem(kwargs, dict(case.kwargs))
+
+
 def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool = False) -> Result:
     """Compare what the learner's function returned with the reference on each case; report the smallest
     failing case (by input size, then order), naming a known mistake where the function behaves like it.
     Hidden cases (group "hidden") are counted, never shown: their names, values and errors stay out of the
     message, and a mistake is named on them only with `show_hidden`."""
+    problem = _malformed(outcome, len(cases))
+    if problem is not None:
+        return Result(ex.name, ex.points, False, "error", problem, 0)
     n_done = len(outcome.outputs)
     n_hidden = sum(c.group == "hidden" for c in cases)
     if outcome.status == "not attempted":
@@ -367,7 +414,19 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool =
         args, kwargs = _clone_args(case)
         with torch.no_grad():
             expected = ex.reference(*args, **kwargs)
-        problem = _compare(ex, got, expected, case) or _modified_inputs(ex, case, after)
+        shape = structure_problem(got, expected) or _inputs_problem(case, after)
+        if shape is not None:                         # not the reference's kind of output: nothing to compare
+            if case.group == "hidden":                # pass/fail only: not even the kind of output
+                msg = _("your function's output on a hidden case is not what the exercise returns (hidden cases "
+                        "are not shown).")
+            else:
+                msg = _("your function's output on case {case} is not what the exercise returns: {problem}.").format(
+                    case=_where(case), problem=shape)
+            return Result(ex.name, ex.points, False, "error", msg, i + 1)
+        try:
+            problem = _compare(ex, got, expected, case) or _modified_inputs(ex, case, after)
+        except Exception as e:                        # an exercise's own compare meeting an odd (well-formed) output
+            problem = _("the output could not be compared ({error})").format(error=type(e).__name__)
         if problem is not None:
             failures.append((_size(case), i, case, problem))
             failed.add(i)
@@ -405,7 +464,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool =
             msg += "\n" + _("Hint: {hint}").format(hint=_(ex.hint))
         if fraction:
             msg += "\n" + _("Partial credit: {share} of the points.").format(share=f"{fraction:.0%}")
-        return Result(ex.name, ex.points, False, "failed", msg, n_done, fraction)
+        return Result(ex.name, ex.points, False, "failed", msg, n_done, fraction, mistakes=mistakes)
     return Result(ex.name, ex.points, True, "passed", _("passed all {total} cases. {points} point(s).").format(
         total=n_done, points=ex.points), n_done, fraction)
 

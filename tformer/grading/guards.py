@@ -5,10 +5,14 @@ called, by any name, and a time limit stops it, whatever it catches.
                            code objects swapped too, so aliases imported earlier raise; torch's built-ins by any
                            name through a TorchFunctionMode)
     time_limit(seconds)    SIGALRM that raises TimeLimit, again every 0.25 s if the first stop is swallowed
+    dotted(pairs)          the pairs as dotted names ("tformer.attention.scaled_dot_product_attention"), which
+                           is how the class grader sends them to a worker; resolve(names) turns them back into
+                           pairs there (by import and getattr), skipping a name the worker cannot find
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
 import sys
 import threading
@@ -72,6 +76,41 @@ def forbid(pairs: list[tuple[Any, str]]):
             setattr(owner, attr, original)
             if code is not None:
                 original.__code__ = code
+
+
+def dotted(pairs: list[tuple[Any, str]]) -> list[str]:
+    """(owner, attribute) pairs as dotted names: a module's `__name__`, a class's `__module__.__qualname__`,
+    then the attribute. A pair whose owner is neither is left out (no worker could find it by name)."""
+    names = []
+    for owner, attr in pairs:
+        if isinstance(owner, type(sys)):
+            base = owner.__name__
+        elif isinstance(owner, type):
+            base = f"{owner.__module__}.{owner.__qualname__}"
+        else:
+            continue
+        names.append(f"{base}.{attr}")
+    return names
+
+
+def resolve(names) -> list[tuple[Any, str]]:
+    """Dotted names back into (owner, attribute) pairs: the longest importable module prefix, then getattr for
+    the rest of the owner's path. A name that is not a string or cannot be found is skipped (nothing to forbid)."""
+    pairs = []
+    for name in names if isinstance(names, (list, tuple)) else []:
+        if not isinstance(name, str) or name.count(".") < 1:
+            continue
+        *path, attr = name.split(".")
+        for k in range(len(path), 0, -1):
+            try:
+                owner = importlib.import_module(".".join(path[:k]))
+                for part in path[k:]:
+                    owner = getattr(owner, part)
+            except Exception:
+                continue
+            pairs.append((owner, attr))
+            break
+    return pairs
 
 
 IGNORED_LIMIT = N_("tformer-grading: your function keeps running after the time limit (a bare `except:` or "

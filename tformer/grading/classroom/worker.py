@@ -6,27 +6,35 @@ It executes the notebook's code cells in order in an IPython shell (magics work,
 not stop the run), with `check` replaced by a collector: a check cell only hands over the learner's
 function (`check("ch01.attention", my_attention)` keeps `my_attention`). Then it answers the grader's
 requests: for an exercise and a list of inputs it calls the learner's function on each (`run_learner`:
-references disabled, time limit) and sends back what it returned. It never sees an expected answer or a
-point, and what it sends is loaded by the grader with `torch.load(weights_only=True)` (tensors, numbers,
-strings and containers only: no code runs in the grader). The grader kills it when it is done or late.
+references disabled, time limit) and sends back what it returned. It never sees an expected answer, a
+point, a teacher's exercise file or a hidden case before the grader has every public output of the notebook.
+
+This process and every byte it sends belong to the student: the notebook's code runs in it and may rewrite
+any of it (this module included). Nothing here is trusted by the grader (runner.py), which caps each frame
+before reading it, loads it with `torch.load(weights_only=True)` (tensors, numbers, strings and containers
+only: no code runs in the grader), and checks its shape, counts and structure before judging.
 
 Protocol on the worker's original stdin/stdout (the learner's prints go to stderr): frames of an 8-byte
-big-endian length followed by a `torch.save` payload. The grader's first frame holds the code cells to run,
-`{"cells": [(index, source), ...]}` (the fast path of `tformer grade CLASS` leaves some out); the worker
-answers `{"cell": i}` before each cell and `{"collected": names}` after it, so the grader knows which cell
-stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...], "uncalled": names, "values": {question: value}}`: a
-question's check call hands over its value, taken as `questions.plain` makes it (a float, a short string,
-or what the value was: builtins only), and no function is called for it. The
-first frame may carry `"fallback"`, {exercise: function name}: the released stubs' names. An exercise no
-`check(...)` handed over (its check cell deleted) is graded with the function of that name the notebook
-defined, if any, and listed in "uncalled". Each exercise request
-carries a `torch_seed`: torch's, Python's and NumPy's global generators are seeded with it before the
-learner's function runs, so a function that draws random numbers gives the same outputs on every run.
+big-endian length followed by a `torch.save` payload.
+- The grader's first frame: `{"cells": [(index, source), ...], "fallback": {exercise: function name},
+  "questions": [names]}`: the code cells to run (the fast path of `tformer grade CLASS` leaves some out), the
+  released stubs' function names (an exercise no `check(...)` handed over, its check cell deleted, is graded
+  with the function of that name the notebook defined, if any, and listed in "uncalled"), and which owed names
+  are questions (their check call hands over a value, taken as `questions.plain` makes it: builtins only).
+- The worker answers `{"cell": i}` before each cell (i increasing) and `{"collected": names}` after it, so the
+  grader knows which cell stopped a notebook that exits or hangs, then `{"ready": names, "cell_errors": [...],
+  "uncalled": names, "values": {question: value}}`.
+- An exercise request: `{"exercise": name, "time_limit": s, "torch_seed": n, "forbidden": [dotted names],
+  "cases": [(name, args, kwargs, seed), ...]}`. The worker builds its Exercise from the request alone (the
+  forbidden references resolved by import and getattr, guards.resolve); torch's, Python's and NumPy's global
+  generators are seeded with `torch_seed` before the learner's function runs. The reply:
+  `{"outputs": [bytes], "status": s, "error": text, "ignored_limit": bool}`: one bytes per case that finished,
+  its `(output, (args, kwargs))` (the inputs afterwards, to see in-place edits) `torch.save`d as the call
+  returns, so a later call cannot change an output already taken.
 The same loop runs in a process forked from the warm process of tformer/grading/classroom/sandbox.py (`serve`).
 """
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import struct
@@ -34,7 +42,7 @@ import sys
 
 import torch
 
-MAX_FRAME = 1 << 30          # the grader refuses larger messages
+MAX_FRAME = 1 << 20          # the largest frame the grader reads but an exercise's reply (runner.py caps those)
 
 
 def write_frame(f, obj) -> None:
@@ -43,6 +51,13 @@ def write_frame(f, obj) -> None:
     data = buf.getvalue()
     f.write(struct.pack(">Q", len(data)) + data)
     f.flush()
+
+
+def dumps(obj) -> bytes:
+    """`obj` as sendable makes it, `torch.save`d to bytes (what the grader loads with weights_only=True)."""
+    buf = io.BytesIO()
+    torch.save(sendable(obj), buf)
+    return buf.getvalue()
 
 
 def read_frame(f):
@@ -112,13 +127,14 @@ def serve(proto_in, proto_out) -> int:
 
     import tformer.grading as grading
     from .. import core
-    core.load_exercises(*filter(None, os.environ.get("TFORMER_GRADE_EXERCISES", "").split(os.pathsep)))
+    from ..guards import resolve
 
     collected: dict = {}
     values: dict = {}                                 # a question's answer, as questions.plain made it
+    questions: set = set()                            # the owed names that are questions (the first frame's)
 
     def collect(name, fn):
-        if isinstance(core.REGISTRY.get(name), core.Question):
+        if name in questions:
             values[name] = core.plain(fn)             # the value now: `answer` is rebound by the next question
         collected[name] = fn
         return core.Result(name, 0, False, "collected", "graded by tformer grade")
@@ -129,6 +145,7 @@ def serve(proto_in, proto_out) -> int:
     os.environ["TFORMER_LANG"] = os.environ.get("TFORMER_LANG") or "en"
     first = read_frame(proto_in)
     cells, fallback = first["cells"], first.get("fallback", {})
+    questions.update(first.get("questions", []))
     shell = InteractiveShell.instance()
     errors: list[str] = []
     current = {"cell": 0, "source": ""}
@@ -160,13 +177,14 @@ def serve(proto_in, proto_out) -> int:
         except EOFError:
             return 0
         name, fn = req["exercise"], collected.get(req["exercise"])
-        ex = core.REGISTRY.get(name) or core.Exercise(name, "", None, list, None)   # forbidden: the known list
-        ex = dataclasses.replace(ex, time_limit=req["time_limit"])
+        # the request alone: no teacher's file, no registry (a teacher's exercise exists only in the grader)
+        ex = core.Exercise(name, "", None, list, None, time_limit=float(req["time_limit"]),
+                           forbidden=resolve(req.get("forbidden", [])))
         cases = [core.Case(name, args, kwargs, seed) for name, args, kwargs, seed in req["cases"]]
         _seed_everything(int(req.get("torch_seed", 0)))
-        out = core.run_learner(ex, fn, cases)
-        write_frame(proto_out, {"outputs": sendable(out.outputs), "inputs_after": sendable(out.inputs_after),
-                                "status": out.status, "error": out.error, "ignored_limit": out.ignored_limit})
+        out = core.run_learner(ex, fn, cases, keep=lambda got, after: (dumps((got, after)), None))
+        write_frame(proto_out, {"outputs": out.outputs, "status": out.status, "error": out.error,
+                                "ignored_limit": out.ignored_limit})
 
 
 def main(argv: list[str]) -> int:
