@@ -205,31 +205,47 @@ def test_a_worker_whose_ruleset_fails_runs_no_learner_code(tmp_path, step, doing
     assert (warm.landlock, warm.network) == (None, None)   # no worker ran: nothing to report
 
 
+def _iso(namespaced=True, abi=7, network="netns", shm="private", tmp="tmpfs", proc="private", processes="cgroup",
+         most=64) -> dict:
+    return {"landlock_abi": abi, "network": network, "pid_namespace": namespaced, "shm": shm, "tmp": tmp,
+            "proc": proc, "processes": processes, "max_processes": most}
+
+
 def test_the_grader_records_the_weakest_isolation_any_worker_had():
-    """WarmProcess.landlock is the lowest ABI, .network the weakest isolation (netns > landlock-tcp > none),
-    .namespaced whether every worker had its PID namespace: not the last worker's."""
-    warm = types.SimpleNamespace(namespaced=None, landlock=None, network=None)
+    """isolation() keeps, for each guarantee, the weakest any worker had, not the last worker's: the lowest ABI,
+    the weakest network (netns > landlock-tcp > none), /dev/shm, TMPDIR, /proc and process cap; .landlock,
+    .network and .namespaced (run.py's) read the same."""
+    warm = types.SimpleNamespace(_isolation=dict.fromkeys(sandbox.ISOLATION))
+    assert set(warm._isolation) == set(_iso())
     seen = []
-    for worker in [(True, 7, "netns"), (False, 4, "landlock-tcp"), (True, 7, "netns"), (True, 0, "none"),
-                   (True, 7, "netns")]:
-        sandbox.WarmProcess._record(warm, *worker)
-        seen.append((warm.namespaced, warm.landlock, warm.network))
-    assert seen == [(True, 7, "netns"), (False, 4, "landlock-tcp"), (False, 4, "landlock-tcp"), (False, 0, "none"),
-                    (False, 0, "none")]
+    for worker in [_iso(), _iso(False, 4, "landlock-tcp", "denied", "watched", "shared", "rlimit-userns"), _iso(),
+                   _iso(abi=0, network="none", shm="shared", processes="none", most=0), _iso()]:
+        sandbox.WarmProcess._record(warm, worker)
+        seen.append(dict(warm._isolation))
+    assert seen[0] == _iso()
+    assert seen[1] == seen[2] == _iso(False, 4, "landlock-tcp", "denied", "watched", "shared", "rlimit-userns")
+    assert seen[3] == seen[4] == _iso(False, 0, "none", "shared", "watched", "shared", "none", 0)
+    warm = types.SimpleNamespace(_isolation=dict.fromkeys(sandbox.ISOLATION))
+    for worker in [_iso(processes="uid"), _iso(processes="cgroup")]:
+        sandbox.WarmProcess._record(warm, worker)
+    assert warm._isolation["processes"] == "uid"
 
 
 def test_the_keepers_report_is_fixed_size_with_a_one_line_reason():
-    """The keeper's header: pid, PID namespace, ABI, network and why no worker runs, cut to one line and to its
+    """The keeper's header: pid, the worker's isolation and why it does not run, cut to one line and to its
     field on a character's boundary."""
     r, w = os.pipe()
     try:
-        sandbox._report(w, 1234, True, 6, "landlock-tcp", "")
-        sandbox._report(w, 0, False, 7, "netns", "enforcing failed: /tmp/" + "é" * 200 + "\nsecond line")
+        weak = _iso(False, 4, "landlock-tcp", "denied", "watched", "shared", "uid", 64)
+        sandbox._report(w, 1234, weak, "")
+        sandbox._report(w, 0, _iso(), "enforcing failed: /tmp/" + "é" * 200 + "\nsecond line")
         assert len(os.read(r, 1000)) == 2 * sandbox._HEAD.size
-        sandbox._report(w, 0, False, 7, "netns", "enforcing failed: /tmp/" + "é" * 200 + "\nsecond line")
-        assert sandbox._read_head(r) == (0, 0, 7, sandbox.NETWORK.index("netns"), "enforcing failed: /tmp/" + "é" * 88)
+        sandbox._report(w, 1234, weak, "")
+        assert sandbox._read_head(r) == (1234, weak, "")
+        sandbox._report(w, 0, _iso(), "enforcing failed: /tmp/" + "é" * 200 + "\nsecond line")
+        assert sandbox._read_head(r) == (0, _iso(), "enforcing failed: /tmp/" + "é" * 88)
         os.close(w)
-        assert sandbox._read_head(r) == (0, 0, 0, 0, "")   # cut short: no worker
+        assert sandbox._read_head(r) == (0, {}, "")   # cut short: no worker
     finally:
         os.close(r)
 
