@@ -157,7 +157,9 @@ class ForkedWorker:
 class WarmProcess:
     """The warm process (start it from the main thread: it dies with the thread that started it)."""
 
-    def __init__(self, env: dict, limits: Limits, preload: list[str] = ()):
+    def __init__(self, env: dict, limits: Limits, preload: list[str] = (), wait: bool = True):
+        """Start it; `wait`: until it has imported what workers need (else call ready() before spawn: several
+        warm processes, or other work, meanwhile)."""
         self.limits = limits
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
@@ -172,9 +174,17 @@ class WarmProcess:
             os.chmod(self.tmp, 0o711)                 # (traverse only: no listing)
         self._isolation: dict = dict.fromkeys(ISOLATION)   # the weakest any worker had; None before the first
         self._send({"preload": list(preload)})
-        reply = self._receive(300)
-        if not reply.get("ready"):
-            raise RuntimeError(f"the warm grading process did not start: {self.stderr()}")
+        self._ready = False
+        if wait:
+            self.ready()
+
+    def ready(self) -> "WarmProcess":
+        """Wait until the warm process has imported what workers need (done once)."""
+        if not self._ready:
+            if not self._receive(300).get("ready"):
+                raise RuntimeError(f"the warm grading process did not start: {self.stderr()}")
+            self._ready = True
+        return self
 
     # what run.py reads (isolation() has it all): did every worker get a PID namespace, the lowest Landlock ABI
     # (0: none), the weakest network (NETWORK); None before the first worker
