@@ -19,8 +19,9 @@ Another student's folder, a sibling of the worker's own, is neither readable nor
 folder it was opened on: a file system mounted over a path after its rule was added is outside the rule, so
 the keeper mounts the worker's temporary folder and /dev/shm before it builds the ruleset.
 
-/dev is readable entry by entry, except /dev/shm and /dev/mqueue: a worker without a private /dev/shm of its
-own neither reads nor writes the machine's (where another worker, or the teacher, could have left a file).
+A worker with a private /dev/shm (a file system of its own, sandbox.py) reads /dev and writes its /dev/shm. One
+without reads /dev entry by entry, except /dev/shm and /dev/mqueue: it neither reads nor writes the machine's
+shared memory (where another worker, or the teacher, could have left a file).
 
 The TCP rules are the network's fallback, for a worker that got no network namespace of its own: they handle
 TCP bind and connect and allow no port, so both fail with PermissionError (EACCES). They cover TCP only: UDP
@@ -185,7 +186,9 @@ def worker_paths(own: list, tmp: Path, closed: Path | None = None,
     read |= {p for p in sys.path if p and os.path.isdir(p)}
     read = sorted(p for p in {str(Path(p).resolve()) for p in read if p}
                   if os.path.exists(p) and not cls.is_relative_to(p) and not Path(p).is_relative_to("/dev"))
-    return read + _dev() + own, [str(tmp), "/dev/null", *([shm] if shm else [])]
+    # with a /dev/shm of its own, /dev whole (its /dev/mqueue shows no queue's messages, and the worker's queues
+    # are in an IPC namespace of its own); else entry by entry, without the machine's shared memory
+    return read + (["/dev"] if shm else _dev()) + own, [str(tmp), "/dev/null", *([shm] if shm else [])]
 
 
 def _dev() -> list[str]:

@@ -2,41 +2,81 @@
 
     python -m tformer.grading.classroom.sandbox FD    (started by tformer/grading/classroom/run.py, never by hand)
 
+The worker and every byte it sends belong to the student: this module keeps what a worker can reach, keep and
+spend small, and says which guarantees held (`WarmProcess.isolation()`); it decides no grade.
+
 Starting Python and importing torch takes seconds, more than grading most notebooks does. So `tformer grade
-CLASS` starts one *warm process* that imports torch, tformer, the grader's exercise modules, IPython and the
-modules the course's notebooks import, and then only forks. It never runs a learner's code and never holds an
-expected answer (those exist only in the grader's process), so no worker inherits another student's state.
+CLASS` starts one *warm process* that imports torch, tformer, the course's own exercises, IPython and the
+modules the course's notebooks import, and then only forks. It never runs a learner's code, never loads a
+teacher's file (a teacher's exercise, its reference and hidden cases live in the grader's process alone) and
+never holds an expected answer, so no worker inherits another student's state or a teacher's secret.
 
 For each notebook the grader sends the warm process two pipe ends over a Unix socket (SCM_RIGHTS). It forks a
-*keeper*, which starts a new session, sets the limits, and, where the kernel allows an unprivileged user and
-PID namespace, enters one; the keeper forks the *worker*, which runs tformer/grading/classroom/worker.py's loop on the
-pipes. In a PID namespace the worker is its init: when the grader kills it, the kernel kills every process the
-notebook started, those that called `setsid` included. Without namespaces the keeper is a child subreaper: the
-notebook's orphans become its children, and it kills them all when the worker is gone.
+*keeper*, which starts a new session, sets the limits, enters its namespaces and mounts, and forks the
+*worker*, which runs tformer/grading/classroom/worker.py's loop on the pipes. What each worker gets, in the
+keeper's fixed-size report to the grader (each value weakest first; `isolation()` keeps the weakest any worker
+had, None before the first; `probe()` forks a worker that runs nothing, to know before grading):
+
+    landlock_abi   the Landlock ABI it runs under (0: none)
+    network        "netns" (a network namespace: no interface but a loopback left down), "landlock-tcp" (no
+                   TCP bind or connect; UDP open), "none"
+    pid_namespace  True: the worker is init of a PID namespace (killing it kills everything the notebook
+                   started, `setsid` or not); False: the keeper is a child subreaper and kills the orphans
+    shm            "private": /dev/shm is the worker's own (on its tmpfs, below) and so are System V shared
+                   memory and POSIX queues (an IPC namespace); "denied": no mount namespace, Landlock denies
+                   /dev/shm (read and write; the course never uses it), IPC namespace; "shared": neither
+    tmp            "tmpfs": TMPDIR and /dev/shm are one tmpfs of Limits.tmp_size bytes in a mount namespace of
+                   the keeper's (every mount private to it): a write past the cap fails (ENOSPC), and all of it
+                   vanishes with the namespace; "watched": TMPDIR is a folder the keeper measures every 0.1 s,
+                   killing the worker whose folder outgrows the cap, and removes afterwards
+    proc           "private": the worker mounts a /proc of its PID namespace (it reads its own /proc/self, not
+                   the grader's command line); "shared": the kernel refused (a container's /proc with masked
+                   paths, Docker, Gradescope) or no mount namespace: the machine's processes are visible
+    processes      at most Limits.processes (64) processes, threads included, per worker: "cgroup": a pids
+                   cgroup of the keeper's (root; v1, or v2 with the pids controller), removed after; "rlimit-
+                   userns": a normal user's RLIMIT_NPROC, set after the keeper's unshare(CLONE_NEWUSER), so it
+                   counts that namespace's processes only; "uid": root where no cgroup can be made: the worker
+                   runs under an unprivileged uid (nobody) with RLIMIT_NPROC (root is exempt from it, even in a
+                   user namespace); "none": no cap (a normal user without user namespaces)
+    max_processes  that cap (0: none)
+
+Gradescope: with TFORMER_GRADE_WORKER_USER=NAME in the warm process's environment and root, every worker runs
+under NAME's uid and gid (its temporary folder its own), a pids cgroup as well where one can be made; a NAME
+that does not exist, or is root, runs no worker. A worker under another uid reads only what that user may
+(the checkout, Python, the student's files must be readable to it).
 
 Limits (setrlimit, inherited by everything the worker starts): address space (`memory`, default the
-machine's memory shared among the parallel workers), file size (`file_size`), no core dumps. A cell that
-allocates more raises MemoryError (or torch's allocation error) in that cell; a file write past the limit
-fails. The worker's stdout and stderr are /dev/null: a notebook that prints 100 MB costs only the printing.
+machine's memory shared among the parallel workers), file size (`file_size`), no core dumps, the processes
+above; torch's threads at most a quarter of the process cap. A cell that allocates more raises MemoryError (or
+torch's allocation error) in that cell; a file write past the limit fails. The worker's stdout and stderr are
+/dev/null: a notebook that prints 100 MB costs only the printing.
 
-Landlock (Linux 5.13+, no root needed): the keeper builds a ruleset and the worker enforces it on itself before
-any learner code runs. The worker may read (and execute, map) only Python's prefixes and search path, the
-package, the course's data, the system's folders (/usr, /lib, /etc, /proc, /sys, /dev, ...) and its own
-student's folder; it may write only into a temporary folder of its own ($TMPDIR, removed by the keeper
-afterwards), /dev/null and /dev/shm. Another student's folder, a sibling of its own, is neither readable nor
-writable. Only the access rights the running kernel's ABI knows are handled. Where the kernel has no Landlock the
-worker runs as before and the grader says so once. Where it has Landlock but building or enforcing the ruleset
-fails, no learner code runs: `WarmProcess.spawn` raises `SandboxFailed`, with the reason in one line.
+Landlock (Linux 5.13+, no root needed): the keeper builds a ruleset, after its mounts (a rule holds the file
+system it was opened on), and the worker enforces it on itself before any learner code runs. The worker may
+read (and execute, map) only Python's prefixes and search path, the package, the course's data, the system's
+folders (/usr, /lib, /etc, /proc, /sys, /dev, ...) and its own student's folder; it may write only into its
+temporary folder ($TMPDIR, gone afterwards), /dev/null and its private /dev/shm. Another student's folder, a
+sibling of its own, is neither readable nor writable. From ABI 6 no abstract Unix socket or signal reaches
+outside the worker's domain. Only the access rights the running kernel's ABI knows are handled. Where the
+kernel has no Landlock the worker runs as before and the grader says so once. Where it has Landlock but
+building or enforcing the ruleset fails, no learner code runs: `WarmProcess.spawn` raises `SandboxFailed`, with
+the reason in one line.
 
 No network: each worker runs in a network namespace of its own, asked for as a second unshare after the user and
 PID namespace (so that a kernel that refuses it keeps the PID namespace). Its loopback stays down, so a connect,
 even to 127.0.0.1, fails with ENETUNREACH, never with the ECONNREFUSED of a server that is down. Where no network
 namespace can be had, Landlock's TCP rules (ABI 4+) refuse every TCP bind and connect (EACCES); UDP stays open
-under that fallback. The keeper tells the grader what the worker got: "netns", "landlock-tcp" or "none".
-`WarmProcess.network` and `WarmProcess.landlock` keep the weakest any worker had, for grades.json.
+under that fallback.
+
+Not guaranteed here: what a worker sends is the student's (the grader checks it); a worker may use its CPU time
+and memory up to the limits until the grader's deadline kills it; under "shared"/"watched"/"none" values the
+weaker guarantee is the one stated above, and the grader reports it.
 
 Testing switches, read by the keeper from the warm process's environment (never set them to grade a class):
     TFORMER_GRADE_NO_NETNS=1                 ask for no network namespace (the Landlock TCP fallback)
+    TFORMER_GRADE_NO_MOUNTNS=1               ask for no mount namespace (TMPDIR watched, /dev/shm denied, /proc shared)
+    TFORMER_GRADE_NO_CGROUP=1                make no pids cgroup (as root: the worker under nobody's uid)
+    TFORMER_GRADE_KEEPER_USER=NAME           root's keeper takes NAME's uid first: a normal user's grader
     TFORMER_GRADE_BREAK_LANDLOCK=build       the ruleset's build fails (an OSError raised in its place)
     TFORMER_GRADE_BREAK_LANDLOCK=enforce     the worker enforces a file that is not a ruleset (the kernel refuses)
 """
@@ -318,10 +358,11 @@ def _enter_namespaces(user: tuple[int, int] | None = None) -> tuple[bool, bool]:
 def _unshare_user_and_pid(user: tuple[int, int] | None = None) -> bool:
     uid, gid = os.getuid(), os.getgid()
     try:
-        if uid == 0:
+        if uid == 0 and user:
             return _unshare_as_root(user)
         if libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
-            return False
+            # root where user namespaces are refused (a container's seccomp, say) may still have a PID namespace
+            return uid == 0 and libc().unshare(_CLONE_NEWPID) == 0
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
@@ -331,11 +372,11 @@ def _unshare_user_and_pid(user: tuple[int, int] | None = None) -> bool:
 
 
 def _unshare_as_root(user: tuple[int, int] | None) -> bool:
-    """Root's user and PID namespace: root mapped to itself, and the worker's `user` too. A map of two ids takes
-    CAP_SETUID in the parent namespace, so a helper forked before the unshare writes them. Where user
-    namespaces are refused (a container's seccomp, say), a PID namespace alone (root needs no user namespace)."""
-    maps = [f"0 0 1\n{user[0]} {user[0]} 1" if user else "0 0 1",
-            f"0 0 1\n{user[1]} {user[1]} 1" if user and user[1] else "0 0 1"]
+    """Root's user and PID namespace where the worker takes the uid and gid `user`: root mapped to itself, and
+    `user` too (with setgroups, to drop root's groups). A map of two ids takes CAP_SETUID in the parent
+    namespace, so a helper forked before the unshare writes them. Where user namespaces are refused (a
+    container's seccomp, say), a PID namespace alone (root needs no user namespace)."""
+    maps = [f"0 0 1\n{user[0]} {user[0]} 1", f"0 0 1\n{user[1]} {user[1]} 1" if user[1] else "0 0 1"]
     go_r, go_w = os.pipe()
     helper = os.fork()
     if helper == 0:                                   # stays in this keeper's first namespaces
