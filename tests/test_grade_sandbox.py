@@ -419,6 +419,8 @@ PROC = ("import glob, os, torch\n"
         "mine = [open(f'/proc/self/{f}').read() for f in ('status', 'maps', 'cmdline', 'stat')]\n"
         "assert os.listdir('/proc/self/fd') and open('/proc/cpuinfo').read() and open('/proc/meminfo').read()\n"
         "assert float(torch.ones(3).sum()) == 3.0\n"
+        "caps = {l.split()[0]: int(l.split()[1], 16) for l in mine[0].splitlines() if l.startswith('Cap')}\n"
+        "assert caps['CapEff:'] == caps['CapPrm:'] == caps['CapBnd:'] == 0, caps   # no capability, none to regain\n"
         "seen = []\n"
         "for f in glob.glob('/proc/[0-9]*/cmdline'):\n"
         "    try:\n"
@@ -432,9 +434,10 @@ PROC = ("import glob, os, torch\n"
 def test_a_worker_reads_its_own_proc_and_not_the_graders(tmp_path, warms, path):
     """The worker, init of its PID namespace, mounts a /proc of its own: it reads /proc/self (torch and IPython
     need it) and sees no process of the grader's (whose command line names the class, OUT and the assignment).
-    Where it has none ("shared"), isolation() says so."""
+    Where it has none ("shared"), isolation() says so. Either way it runs with no capability left."""
     warm = warms(path)
     errors = _said(warm, tmp_path, [PROC])
+    assert "RuntimeError: PROC " in errors[0], errors
     pid, n, grader = errors[0].split("RuntimeError: PROC ")[1].split()
     iso = warm.isolation()
     if iso["proc"] == "private":

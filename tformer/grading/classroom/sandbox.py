@@ -37,13 +37,17 @@ had, None before the first; `probe()` forks a worker that runs nothing, to know 
                    userns": a normal user's RLIMIT_NPROC, set after the keeper's unshare(CLONE_NEWUSER), so it
                    counts that namespace's processes only; "uid": root where no cgroup can be made: the worker
                    runs under an unprivileged uid (nobody) with RLIMIT_NPROC (root is exempt from it, even in a
-                   user namespace); "none": no cap (a normal user without user namespaces)
+                   user namespace); "none": no cap (a normal user without user namespaces). As root on a kernel
+                   without Landlock the worker runs under nobody's uid too (root's owns the machine's files)
     max_processes  that cap (0: none)
 
 Gradescope: with TFORMER_GRADE_WORKER_USER=NAME in the warm process's environment and root, every worker runs
 under NAME's uid and gid (its temporary folder its own), a pids cgroup as well where one can be made; a NAME
 that does not exist, or is root, runs no worker. A worker under another uid reads only what that user may
 (the checkout, Python, the student's files must be readable to it).
+
+Before Landlock, the worker gives up every capability it had in its namespaces (the bounding set emptied,
+no_new_privs): it cannot mount, unmount or remount anything (its /proc, its tmpfs's size) or change its uid.
 
 Limits (setrlimit, inherited by everything the worker starts): address space (`memory`, default the
 machine's memory shared among the parallel workers), file size (`file_size`), no core dumps, the processes
@@ -103,7 +107,11 @@ from .landlock import (TCP_SINCE, landlock_abi, landlock_allow, landlock_enforce
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91}.get(os.uname().machine, -1)
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
@@ -518,12 +526,13 @@ def _remove_cgroups(prefix: str, tries: int = 50) -> None:
         time.sleep(0.02)
 
 
-def _worker_user(root: bool, cgroup: bool) -> tuple[tuple[int, int] | None, str]:
+def _worker_user(root: bool, cgroup: bool, landlock: bool) -> tuple[tuple[int, int] | None, str]:
     """The unprivileged (uid, gid) the worker runs under, None: the keeper's own, and why there is none to be
     had ("": fine). As root: TFORMER_GRADE_WORKER_USER's always (Gradescope), else nobody's where no pids
-    cgroup could be made (root is exempt from RLIMIT_NPROC; a worker under an unprivileged uid is not)."""
+    cgroup could be made (root is exempt from RLIMIT_NPROC; a worker under an unprivileged uid is not) or where
+    the kernel has no Landlock (root's uid, even in a user namespace, owns the machine's files)."""
     name = os.environ.get("TFORMER_GRADE_WORKER_USER")
-    if not root or (cgroup and not name):
+    if not root or (cgroup and landlock and not name):
         return None, ""
     import pwd
     try:
@@ -624,6 +633,36 @@ def _mount_proc(ruleset: int) -> str:
         return "shared"
 
 
+def _drop_bounding_set() -> None:
+    """In the worker, before it changes its uid (which takes the capability to do this): no capability can be
+    regained by an execve."""
+    import ctypes
+    if not sys.platform.startswith("linux"):
+        return
+    lc = libc()
+    for cap in range(64):                             # past the kernel's last capability: EINVAL, the end
+        if lc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break
+
+
+def _drop_capabilities() -> str:
+    """In the worker, its mounts, bounding set and uid done: no capability left, in any namespace, nor any to
+    be regained (no_new_privs), so that even without Landlock it cannot mount, unmount or remount (its /proc,
+    its tmpfs's size) or change its uid. "" or why that failed."""
+    import ctypes
+    if not sys.platform.startswith("linux"):
+        return ""
+    lc = libc()
+    head = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()                    # effective, permitted, inheritable: none (two words each)
+    lc.syscall.restype = ctypes.c_long
+    if _SYS_CAPSET >= 0 and lc.syscall(ctypes.c_long(_SYS_CAPSET), ctypes.byref(head), ctypes.byref(data)) != 0:
+        return f"dropping the worker's capabilities failed: {os.strerror(ctypes.get_errno())}"
+    if not prctl(_PR_SET_NO_NEW_PRIVS, 1):
+        return "prctl(PR_SET_NO_NEW_PRIVS) failed"
+    return ""
+
+
 def _become(user: tuple[int, int]) -> str:
     """In the worker: the unprivileged uid and gid, no supplementary groups; "" or why that failed."""
     try:
@@ -689,7 +728,8 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
     why = _as_keeper_user(tmp)
     root = os.geteuid() == 0
     cgroup = _make_cgroup(processes) if root and not why else None
-    user, why = (None, why) if why else _worker_user(root, cgroup is not None)
+    abi = landlock_abi()
+    user, why = (None, why) if why else _worker_user(root, cgroup is not None, abi > 0)
     namespaced, netns = _enter_namespaces(user)
     ipc = _unshare(_CLONE_NEWIPC)                     # System V shared memory and POSIX queues of its own
     mounted, shm = _private_mounts(tmp, size, user)
@@ -700,7 +740,6 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
     if user:
         for path in (tmp, work):
             os.chown(path, *user)
-    abi = landlock_abi()
     tcp = not netns and abi >= TCP_SINCE             # the network's fallback: Landlock's TCP rules
     capped = _cap_processes(processes, root, cgroup is not None, user, namespaced and not root)
     got = {"landlock_abi": abi, "network": "netns" if netns else "landlock-tcp" if tcp else "none",
@@ -742,7 +781,8 @@ def _fork_worker(req: dict, fd_in: int, fd_out: int, ruleset: int, tmp: str, own
             with contextlib.suppress(OSError):
                 os.setpgid(0, 0)
         proc = _mount_proc(ruleset) if own_proc else "shared"
-        failed = (_become(user) if user else "") or _enforce(ruleset)
+        _drop_bounding_set()
+        failed = (_become(user) if user else "") or _drop_capabilities() or _enforce(ruleset)
         os.write(told_w, (failed or f"ok {proc}").encode()[:_HEAD.size])
         if failed:
             os._exit(71)
