@@ -209,10 +209,12 @@ def test_a_worker_whose_ruleset_fails_runs_no_learner_code(tmp_path, step, doing
 
 # The warm processes below, one per path the sandbox can take, started at once for this module (a start costs
 # seconds): as graded here, without a mount namespace and pids cgroup (TMPDIR watched, /dev/shm denied, the
-# worker under an unprivileged uid), and with a keeper of a normal user's (RLIMIT_NPROC in its user namespace).
+# worker under an unprivileged uid), with a keeper of a normal user's (RLIMIT_NPROC in its user namespace), and
+# Gradescope's (root, every worker under TFORMER_GRADE_WORKER_USER's uid).
 PATHS = {"as-graded": {},
          "no-mountns-no-cgroup": {"TFORMER_GRADE_NO_MOUNTNS": "1", "TFORMER_GRADE_NO_CGROUP": "1"},
-         "normal-user": {"TFORMER_GRADE_KEEPER_USER": "nobody"}}
+         "normal-user": {"TFORMER_GRADE_KEEPER_USER": "nobody"},
+         "gradescope": {"TFORMER_GRADE_WORKER_USER": "nobody"}}
 TMP_SIZE = 8 << 20
 
 
@@ -354,23 +356,30 @@ STORM = ("import os, time\nkids, failed = [], None\n"
          "        os._exit(0)\n"
          "    kids.append(pid)\n"
          "seen = len([p for p in os.listdir('/proc') if p.isdigit()])\n"
-         "raise RuntimeError(f'STORM {len(kids)} {failed} {seen}')")
+         "raise RuntimeError(f'STORM {len(kids)} {failed} {seen} {os.getuid()}')")
 
 
-@pytest.mark.parametrize("path", ["as-graded", "no-mountns-no-cgroup", "normal-user"])
+@pytest.mark.parametrize("path", ["as-graded", "no-mountns-no-cgroup", "normal-user", "gradescope"])
 def test_a_fork_storm_is_capped_at_64_processes(tmp_path, warms, path):
     """A cell forks until refused (200 at most): it gets fewer than 64 children (threads count too), the fork
     fails with EAGAIN, the worker's PID namespace never holds more than 64 processes; each path the cap takes
-    (a pids cgroup, RLIMIT_NPROC on an unprivileged worker uid, RLIMIT_NPROC in a normal user's namespace)."""
+    (a pids cgroup, RLIMIT_NPROC on an unprivileged worker uid, RLIMIT_NPROC in a normal user's namespace), and
+    the worker's uid (Gradescope's worker user: nobody's, in a pids cgroup where root can make one)."""
+    import pwd
     warm = warms(path)
-    expected = {"as-graded": _expected_processes(), "no-mountns-no-cgroup": "uid", "normal-user": "rlimit-userns"}
+    root = _expected_processes()
+    expected = {"as-graded": root, "no-mountns-no-cgroup": "uid", "normal-user": "rlimit-userns",
+                "gradescope": root}
     start = time.monotonic()
     errors = _said(warm, tmp_path, [STORM])
     assert time.monotonic() - start < 15
     iso = warm.isolation()
     assert iso["processes"] == expected[path] and iso["max_processes"] == 64, iso
-    kids, failed, seen = errors[0].split("RuntimeError: STORM ")[1].split()
+    assert "RuntimeError: STORM " in errors[0], errors
+    kids, failed, seen, uid = errors[0].split("RuntimeError: STORM ")[1].split()
     assert 16 <= int(kids) < 64 and failed == str(errno.EAGAIN), errors
+    nobody = path != "as-graded" or root == "uid"
+    assert int(uid) == (pwd.getpwnam("nobody").pw_uid if nobody else os.getuid()), errors
     if iso["proc"] == "private":                      # the worker's /proc shows its namespace only
         assert int(seen) <= 64, errors
     if iso["processes"] == "cgroup":                  # and its cgroup is gone with it
@@ -411,8 +420,29 @@ def test_the_process_cap_as_a_normal_user(tmp_path):
                    timeout=120, check=True, env={**os.environ, "PYTHONPATH": str(here)})
     iso, errors = json.loads((out / "got.json").read_text())
     assert iso["processes"] == "rlimit-userns" and iso["max_processes"] == 64, iso
-    kids, failed, _ = errors[0].split("RuntimeError: STORM ")[1].split()
+    kids, failed, _, _ = errors[0].split("RuntimeError: STORM ")[1].split()
     assert int(kids) < 64 and failed == str(errno.EAGAIN), errors
+
+
+def test_the_worker_user(monkeypatch):
+    """Whose uid a worker runs under: a normal user's keeper, its own; root, its own only in a pids cgroup under
+    Landlock, else nobody's; TFORMER_GRADE_WORKER_USER's always (Gradescope), never root's or a user that
+    does not exist (then no worker runs)."""
+    import pwd
+    if not _nobody():
+        pytest.skip("no user nobody here")
+    nobody = pwd.getpwnam("nobody")
+    monkeypatch.delenv("TFORMER_GRADE_WORKER_USER", raising=False)
+    assert sandbox._worker_user(False, False, True) == (None, "")
+    assert sandbox._worker_user(True, True, True) == (None, "")
+    for cgroup, abi in ((False, True), (True, False)):
+        assert sandbox._worker_user(True, cgroup, abi) == ((nobody.pw_uid, nobody.pw_gid), "")
+    monkeypatch.setenv("TFORMER_GRADE_WORKER_USER", "nobody")
+    assert sandbox._worker_user(True, True, True) == ((nobody.pw_uid, nobody.pw_gid), "")
+    assert sandbox._worker_user(False, False, True) == (None, "")      # a normal user cannot switch
+    for name, why in (("root", "not an unprivileged user"), ("no-such-user-tformer", "no such user")):
+        monkeypatch.setenv("TFORMER_GRADE_WORKER_USER", name)
+        assert sandbox._worker_user(True, True, True) == (None, f"TFORMER_GRADE_WORKER_USER={name}: {why}")
 
 
 PROC = ("import glob, os, torch\n"
