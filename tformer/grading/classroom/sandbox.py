@@ -723,7 +723,8 @@ def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
     os.setsid()
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # the warm process gone: so is this keeper
     _set_limits(int(req["memory"]), int(req["file_size"]))
-    processes, size = int(req.get("processes") or 64), int(req.get("tmp_size") or req["file_size"])
+    processes = max(1, min(int(req.get("processes") or 64), 65535))         # the report's field: 16 bits
+    size = int(req.get("tmp_size") or req["file_size"])
     tmp = tempfile.mkdtemp(prefix="worker-", dir=req.get("tmp"))
     why = _as_keeper_user(tmp)
     root = os.geteuid() == 0
