@@ -424,6 +424,13 @@ def test_the_process_cap_as_a_normal_user(tmp_path):
     assert int(kids) < 64 and failed == str(errno.EAGAIN), errors
 
 
+def test_the_limits_defaults():
+    """64 processes; TMPDIR and /dev/shm together: one file at the file-size limit and room for IPython's own."""
+    limits = sandbox.Limits(4 << 30, 1 << 20)
+    assert (limits.processes, limits.tmp_size) == (64, (1 << 20) + sandbox.TMP_ROOM)
+    assert sandbox.Limits(4 << 30, 1 << 20, tmp_size=5 << 20).tmp_size == 5 << 20
+
+
 def test_the_worker_user(monkeypatch):
     """Whose uid a worker runs under: a normal user's keeper, its own; root, its own only in a pids cgroup under
     Landlock, else nobody's; TFORMER_GRADE_WORKER_USER's always (Gradescope), never root's or a user that

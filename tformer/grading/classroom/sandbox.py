@@ -25,7 +25,8 @@ had, None before the first; `probe()` forks a worker that runs nothing, to know 
     shm            "private": /dev/shm is the worker's own (on its tmpfs, below) and so are System V shared
                    memory and POSIX queues (an IPC namespace); "denied": no mount namespace, Landlock denies
                    /dev/shm (read and write; the course never uses it), IPC namespace; "shared": neither
-    tmp            "tmpfs": TMPDIR and /dev/shm are one tmpfs of Limits.tmp_size bytes in a mount namespace of
+    tmp            "tmpfs": TMPDIR and /dev/shm are one tmpfs of Limits.tmp_size bytes (default: the file-size
+                   limit and 16 MiB, so that one file at that limit fits) in a mount namespace of
                    the keeper's (every mount private to it): a write past the cap fails (ENOSPC), and all of it
                    vanishes with the namespace; "watched": TMPDIR is a folder the keeper measures every 0.1 s,
                    killing the worker whose folder outgrows the cap, and removes afterwards
@@ -120,6 +121,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 12, 1 << 14, 1 << 18
 _MNT_DETACH = 2
 GiB = 1 << 30
+TMP_ROOM = 16 << 20      # TMPDIR's room beyond one file at the file-size limit (IPython's and matplotlib's files)
 # what a worker got, weakest first (WarmProcess.isolation() keeps the weakest any worker had)
 NETWORK = ("none", "landlock-tcp", "netns")
 SHM = ("shared", "denied", "private")
@@ -143,10 +145,10 @@ class Limits:
     file_size: int       # bytes per file written (RLIMIT_FSIZE)
     threads: int = 1     # torch's intra-op threads per worker
     processes: int = 64  # processes (threads included) per worker: a pids cgroup or RLIMIT_NPROC
-    tmp_size: int = 0    # bytes in TMPDIR and /dev/shm together per worker (0: file_size)
+    tmp_size: int = 0    # bytes in TMPDIR and /dev/shm together per worker (0: file_size + TMP_ROOM)
 
     def __post_init__(self):
-        self.tmp_size = self.tmp_size or self.file_size
+        self.tmp_size = self.tmp_size or self.file_size + TMP_ROOM
 
 
 def parse_size(text: str) -> int:
