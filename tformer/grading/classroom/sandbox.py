@@ -230,10 +230,11 @@ class WarmProcess:
 
     def ready(self) -> "WarmProcess":
         """Wait until the warm process has imported what workers need (done once)."""
-        if not self._ready:
-            if not self._receive(300).get("ready"):
-                raise RuntimeError(f"the warm grading process did not start: {self.stderr()}")
-            self._ready = True
+        with self.lock:                               # spawn's threads: one reads the socket
+            if not self._ready:
+                if not self._receive(300).get("ready"):
+                    raise RuntimeError(f"the warm grading process did not start: {self.stderr()}")
+                self._ready = True
         return self
 
     # what run.py reads (isolation() has it all): did every worker get a PID namespace, the lowest Landlock ABI
@@ -277,6 +278,7 @@ class WarmProcess:
     def spawn(self, cwd: Path, own: list[Path] | None = None, closed: Path | None = None) -> ForkedWorker:
         """A fresh worker, running in `cwd`, waiting for its cells on its pipe. Under Landlock it reads, of the class
         folder `closed` (default: the parent of `cwd`), only `own` (default: `cwd`), a student's folder or files."""
+        self.ready()
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
         try:
