@@ -1,19 +1,32 @@
 """Landlock (Linux 5.13+, no root needed), through ctypes: what a grading worker may read and write.
 
     landlock_abi()                 the kernel's Landlock ABI version (0: none)
-    worker_paths(own, tmp, closed) what a worker may read (Python, the package, the course's data, the system's
-                                   folders, its own student's folder or files) and write (its temporary folder)
+    worker_paths(own, tmp, closed, shm)
+                                   what a worker may read (Python, the package, the course's data, the system's
+                                   folders, its own student's folder or files) and write (its temporary folder,
+                                   and its private /dev/shm where it has one)
     landlock_ruleset(read, write, tcp)
                                    a ruleset's fd for those paths, handling only the rights the ABI knows;
-                                   with `tcp`, every TCP bind and connect refused too (ABI 4+)
+                                   with `tcp`, every TCP bind and connect refused too (ABI 4+); from ABI 6 the
+                                   worker is also scoped: no abstract Unix socket or signal outside its own domain
+    landlock_allow(fd, read, write)
+                                   more paths for a ruleset not yet enforced (the worker's private /proc, mounted
+                                   after the keeper built the ruleset)
     landlock_enforce(fd)           restrict the calling thread, and all it starts, for good
 
 The keeper (sandbox.py) builds the ruleset; the worker enforces it on itself before any learner code runs.
-Another student's folder, a sibling of the worker's own, is neither readable nor writable.
+Another student's folder, a sibling of the worker's own, is neither readable nor writable. A rule holds the
+folder it was opened on: a file system mounted over a path after its rule was added is outside the rule, so
+the keeper mounts the worker's temporary folder and /dev/shm before it builds the ruleset.
+
+A worker with a private /dev/shm (a file system of its own, sandbox.py) reads /dev and writes its /dev/shm. One
+without reads /dev entry by entry, except /dev/shm and /dev/mqueue: it neither reads nor writes the machine's
+shared memory (where another worker, or the teacher, could have left a file).
 
 The TCP rules are the network's fallback, for a worker that got no network namespace of its own: they handle
 TCP bind and connect and allow no port, so both fail with PermissionError (EACCES). They cover TCP only: UDP
-(a DNS query, a datagram to any host) and Unix sockets stay open under this fallback.
+(a DNS query, a datagram to any host) and path-named Unix sockets stay open under this fallback; abstract Unix
+sockets are closed from ABI 6 (scoped to the worker's domain).
 """
 from __future__ import annotations
 
@@ -35,6 +48,9 @@ _FS_FILE_ONLY = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _F
 # LANDLOCK_ACCESS_NET_*: ABI 4 adds TCP bind and connect (a rule per allowed port; none is ever added here)
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 TCP_SINCE = 4
+# LANDLOCK_SCOPE_*: ABI 6 scopes abstract Unix sockets and signals to the domain (and the domains it nests)
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+SCOPE_SINCE = 6
 
 def libc():
     return ctypes.CDLL(None, use_errno=True)
@@ -72,9 +88,10 @@ def _fs_rights(abi: int) -> int:
 
 
 class _RulesetAttr(ctypes.Structure):
-    """struct landlock_ruleset_attr up to handled_access_net (ABI 4; ABI 6 appends a u64 `scoped`, unused here).
-    The kernel is told the size of the fields filled: 8 bytes without network rights, 16 with them."""
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+    """struct landlock_ruleset_attr: handled_access_fs, handled_access_net (ABI 4), scoped (ABI 6). The kernel
+    is told the size of the fields filled: 8 bytes with file rights only, 16 with network rights, 24 scoped."""
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -84,45 +101,58 @@ class _PathBeneath(ctypes.Structure):
 
 def landlock_ruleset(read: list, write: list, abi: int | None = None, tcp: bool = False) -> int:
     """A Landlock ruleset's fd: `read` folders (or files) readable and executable, `write` ones fully usable,
-    nothing else; with `tcp` (ABI 4+), no TCP bind or connect to any port (UDP stays open). Raises OSError
-    where the kernel refuses. Paths that do not exist are left out."""
+    nothing else; with `tcp` (ABI 4+), no TCP bind or connect to any port (UDP stays open); from ABI 6, no
+    abstract Unix socket or signal reaches outside the domain. Raises OSError where the kernel refuses. Paths
+    that do not exist are left out."""
     abi = landlock_abi() if abi is None else abi
     if abi <= 0:
         raise OSError(errno.ENOSYS, "Landlock is not available")
     if tcp and abi < TCP_SINCE:
         raise OSError(errno.EINVAL, f"Landlock ABI {abi} has no TCP rules (ABI {TCP_SINCE}+)")
-    create, add, _ = _SYS_LANDLOCK[os.uname().machine]
+    create = _SYS_LANDLOCK[os.uname().machine][0]
     lc = libc()
     lc.syscall.restype = ctypes.c_long
-    handled = _fs_rights(abi)
-    attr = _RulesetAttr(handled, _NET_BIND_TCP | _NET_CONNECT_TCP if tcp else 0)
-    size = ctypes.sizeof(attr) if tcp else _RulesetAttr.handled_access_net.offset
+    scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= SCOPE_SINCE else 0
+    attr = _RulesetAttr(_fs_rights(abi), _NET_BIND_TCP | _NET_CONNECT_TCP if tcp else 0, scoped)
+    size = (ctypes.sizeof(attr) if scoped else _RulesetAttr.scoped.offset if tcp
+            else _RulesetAttr.handled_access_net.offset)
     fd = lc.syscall(ctypes.c_long(create), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
         e = ctypes.get_errno()
         raise OSError(e, f"landlock_create_ruleset: {os.strerror(e)}")
     try:
-        for paths, rights in ((read, _FS_READ), (write, handled)):
-            for path in paths:
-                try:
-                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                except OSError:
-                    continue
-                try:
-                    allowed = rights & handled
-                    if not os.path.isdir(path):
-                        allowed &= _FS_FILE_ONLY
-                    rule = _PathBeneath(allowed, pfd)
-                    if lc.syscall(ctypes.c_long(add), ctypes.c_int(fd), ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
-                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-                        e = ctypes.get_errno()
-                        raise OSError(e, f"landlock_add_rule {path}: {os.strerror(e)}")
-                finally:
-                    os.close(pfd)
+        landlock_allow(fd, read, write, abi)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def landlock_allow(fd: int, read: list, write: list = (), abi: int | None = None) -> None:
+    """Add rules to the ruleset `fd` (not yet enforced): `read` readable and executable, `write` fully usable.
+    Paths that do not exist are left out; raises OSError where the kernel refuses a rule."""
+    abi = landlock_abi() if abi is None else abi
+    add = _SYS_LANDLOCK[os.uname().machine][1]
+    lc = libc()
+    lc.syscall.restype = ctypes.c_long
+    handled = _fs_rights(abi)
+    for paths, rights in ((read, _FS_READ), (write, handled)):
+        for path in paths:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                allowed = rights & handled
+                if not os.path.isdir(path):
+                    allowed &= _FS_FILE_ONLY
+                rule = _PathBeneath(allowed, pfd)
+                if lc.syscall(ctypes.c_long(add), ctypes.c_int(fd), ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                                ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, f"landlock_add_rule {path}: {os.strerror(e)}")
+            finally:
+                os.close(pfd)
 
 
 def landlock_enforce(ruleset_fd: int) -> None:
@@ -137,10 +167,13 @@ def landlock_enforce(ruleset_fd: int) -> None:
         raise OSError(e, f"landlock_restrict_self: {os.strerror(e)}")
 
 
-def worker_paths(own: list, tmp: Path, closed: Path | None = None) -> tuple[list[str], list[str]]:
+def worker_paths(own: list, tmp: Path, closed: Path | None = None,
+                 shm: str | None = None) -> tuple[list[str], list[str]]:
     """What a worker may read (and execute) and what it may write: see the module's docstring. `own` is the
     student's folder (or files), `closed` the class folder (default: the parent of the first of `own`): a
-    folder of Python's search path that holds the class (the grader started from it, say) is left out."""
+    folder of Python's search path that holds the class (the grader started from it, say) is left out. `shm`:
+    the worker's private /dev/shm (a file system of its own, mounted before this is called), writable; None:
+    /dev/shm and /dev/mqueue are neither readable nor writable."""
     import site
     import tformer
     from tformer.data import sources
@@ -149,8 +182,19 @@ def worker_paths(own: list, tmp: Path, closed: Path | None = None) -> tuple[list
     read = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
             site.getusersitepackages(), str(Path(tformer.__file__).resolve().parent), str(sources._CHECKOUT_DATA),
             str(sources.cache_dir()), "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc",
-            "/sys", "/dev", "/run", str(Path(sys.executable).resolve().parent)}
+            "/sys", "/run", str(Path(sys.executable).resolve().parent)}
     read |= {p for p in sys.path if p and os.path.isdir(p)}
     read = sorted(p for p in {str(Path(p).resolve()) for p in read if p}
-                  if os.path.exists(p) and not cls.is_relative_to(p))
-    return read + own, [str(tmp), "/dev/null", "/dev/shm"]
+                  if os.path.exists(p) and not cls.is_relative_to(p) and not Path(p).is_relative_to("/dev"))
+    # with a /dev/shm of its own, /dev whole (its /dev/mqueue shows no queue's messages, and the worker's queues
+    # are in an IPC namespace of its own); else entry by entry, without the machine's shared memory
+    return read + (["/dev"] if shm else _dev()) + own, [str(tmp), "/dev/null", *([shm] if shm else [])]
+
+
+def _dev() -> list[str]:
+    """/dev's entries but its shared memory (shm, mqueue) and its links (a link is followed to a path of its own)."""
+    try:
+        names = sorted(os.listdir("/dev"))
+    except OSError:
+        return []
+    return [f"/dev/{n}" for n in names if n not in ("shm", "mqueue") and not os.path.islink(f"/dev/{n}")]

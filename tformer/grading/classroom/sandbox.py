@@ -2,41 +2,86 @@
 
     python -m tformer.grading.classroom.sandbox FD    (started by tformer/grading/classroom/run.py, never by hand)
 
+The worker and every byte it sends belong to the student: this module keeps what a worker can reach, keep and
+spend small, and says which guarantees held (`WarmProcess.isolation()`); it decides no grade.
+
 Starting Python and importing torch takes seconds, more than grading most notebooks does. So `tformer grade
-CLASS` starts one *warm process* that imports torch, tformer, the grader's exercise modules, IPython and the
-modules the course's notebooks import, and then only forks. It never runs a learner's code and never holds an
-expected answer (those exist only in the grader's process), so no worker inherits another student's state.
+CLASS` starts one *warm process* that imports torch, tformer, the course's own exercises, IPython and the
+modules the course's notebooks import, and then only forks. It never runs a learner's code, never loads a
+teacher's file (a teacher's exercise, its reference and hidden cases live in the grader's process alone) and
+never holds an expected answer, so no worker inherits another student's state or a teacher's secret.
 
 For each notebook the grader sends the warm process two pipe ends over a Unix socket (SCM_RIGHTS). It forks a
-*keeper*, which starts a new session, sets the limits, and, where the kernel allows an unprivileged user and
-PID namespace, enters one; the keeper forks the *worker*, which runs tformer/grading/classroom/worker.py's loop on the
-pipes. In a PID namespace the worker is its init: when the grader kills it, the kernel kills every process the
-notebook started, those that called `setsid` included. Without namespaces the keeper is a child subreaper: the
-notebook's orphans become its children, and it kills them all when the worker is gone.
+*keeper*, which starts a new session, sets the limits, enters its namespaces and mounts, and forks the
+*worker*, which runs tformer/grading/classroom/worker.py's loop on the pipes. What each worker gets, in the
+keeper's fixed-size report to the grader (each value weakest first; `isolation()` keeps the weakest any worker
+had, None before the first; `probe()` forks a worker that runs nothing, to know before grading):
+
+    landlock_abi   the Landlock ABI it runs under (0: none)
+    network        "netns" (a network namespace: no interface but a loopback left down), "landlock-tcp" (no
+                   TCP bind or connect; UDP open), "none"
+    pid_namespace  True: the worker is init of a PID namespace (killing it kills everything the notebook
+                   started, `setsid` or not); False: the keeper is a child subreaper and kills the orphans
+    shm            "private": /dev/shm is the worker's own (on its tmpfs, below) and so are System V shared
+                   memory and POSIX queues (an IPC namespace); "denied": no mount namespace, Landlock denies
+                   /dev/shm (read and write; the course never uses it), IPC namespace; "shared": neither
+    tmp            "tmpfs": TMPDIR and /dev/shm are one tmpfs of Limits.tmp_size bytes (default: the file-size
+                   limit and 16 MiB, so that one file at that limit fits) in a mount namespace of
+                   the keeper's (every mount private to it): a write past the cap fails (ENOSPC), and all of it
+                   vanishes with the namespace; "watched": TMPDIR is a folder the keeper measures every 0.1 s,
+                   killing the worker whose folder outgrows the cap, and removes afterwards
+    proc           "private": the worker mounts a /proc of its PID namespace (it reads its own /proc/self, not
+                   the grader's command line); "shared": the kernel refused (a container's /proc with masked
+                   paths, Docker, Gradescope) or no mount namespace: the machine's processes are visible
+    processes      at most Limits.processes (64) processes, threads included, per worker: "cgroup": a pids
+                   cgroup of the keeper's (root; v1, or v2 with the pids controller), removed after; "rlimit-
+                   userns": a normal user's RLIMIT_NPROC, set after the keeper's unshare(CLONE_NEWUSER), so it
+                   counts that namespace's processes only; "uid": root where no cgroup can be made: the worker
+                   runs under an unprivileged uid (nobody) with RLIMIT_NPROC (root is exempt from it, even in a
+                   user namespace); "none": no cap (a normal user without user namespaces). As root on a kernel
+                   without Landlock the worker runs under nobody's uid too (root's owns the machine's files)
+    max_processes  that cap (0: none)
+
+Gradescope: with TFORMER_GRADE_WORKER_USER=NAME in the warm process's environment and root, every worker runs
+under NAME's uid and gid (its temporary folder its own), a pids cgroup as well where one can be made; a NAME
+that does not exist, or is root, runs no worker. A worker under another uid reads only what that user may
+(the checkout, Python, the student's files must be readable to it).
+
+Before Landlock, the worker gives up every capability it had in its namespaces (the bounding set emptied,
+no_new_privs): it cannot mount, unmount or remount anything (its /proc, its tmpfs's size) or change its uid.
 
 Limits (setrlimit, inherited by everything the worker starts): address space (`memory`, default the
-machine's memory shared among the parallel workers), file size (`file_size`), no core dumps. A cell that
-allocates more raises MemoryError (or torch's allocation error) in that cell; a file write past the limit
-fails. The worker's stdout and stderr are /dev/null: a notebook that prints 100 MB costs only the printing.
+machine's memory shared among the parallel workers), file size (`file_size`), no core dumps, the processes
+above; torch's threads at most a quarter of the process cap. A cell that allocates more raises MemoryError (or
+torch's allocation error) in that cell; a file write past the limit fails. The worker's stdout and stderr are
+/dev/null: a notebook that prints 100 MB costs only the printing.
 
-Landlock (Linux 5.13+, no root needed): the keeper builds a ruleset and the worker enforces it on itself before
-any learner code runs. The worker may read (and execute, map) only Python's prefixes and search path, the
-package, the course's data, the system's folders (/usr, /lib, /etc, /proc, /sys, /dev, ...) and its own
-student's folder; it may write only into a temporary folder of its own ($TMPDIR, removed by the keeper
-afterwards), /dev/null and /dev/shm. Another student's folder, a sibling of its own, is neither readable nor
-writable. Only the access rights the running kernel's ABI knows are handled. Where the kernel has no Landlock the
-worker runs as before and the grader says so once. Where it has Landlock but building or enforcing the ruleset
-fails, no learner code runs: `WarmProcess.spawn` raises `SandboxFailed`, with the reason in one line.
+Landlock (Linux 5.13+, no root needed): the keeper builds a ruleset, after its mounts (a rule holds the file
+system it was opened on), and the worker enforces it on itself before any learner code runs. The worker may
+read (and execute, map) only Python's prefixes and search path, the package, the course's data, the system's
+folders (/usr, /lib, /etc, /proc, /sys, /dev, ...) and its own student's folder; it may write only into its
+temporary folder ($TMPDIR, gone afterwards), /dev/null and its private /dev/shm. Another student's folder, a
+sibling of its own, is neither readable nor writable. From ABI 6 no abstract Unix socket or signal reaches
+outside the worker's domain. Only the access rights the running kernel's ABI knows are handled. Where the
+kernel has no Landlock the worker runs as before and the grader says so once. Where it has Landlock but
+building or enforcing the ruleset fails, no learner code runs: `WarmProcess.spawn` raises `SandboxFailed`, with
+the reason in one line.
 
 No network: each worker runs in a network namespace of its own, asked for as a second unshare after the user and
 PID namespace (so that a kernel that refuses it keeps the PID namespace). Its loopback stays down, so a connect,
 even to 127.0.0.1, fails with ENETUNREACH, never with the ECONNREFUSED of a server that is down. Where no network
 namespace can be had, Landlock's TCP rules (ABI 4+) refuse every TCP bind and connect (EACCES); UDP stays open
-under that fallback. The keeper tells the grader what the worker got: "netns", "landlock-tcp" or "none".
-`WarmProcess.network` and `WarmProcess.landlock` keep the weakest any worker had, for grades.json.
+under that fallback.
+
+Not guaranteed here: what a worker sends is the student's (the grader checks it); a worker may use its CPU time
+and memory up to the limits until the grader's deadline kills it; under "shared"/"watched"/"none" values the
+weaker guarantee is the one stated above, and the grader reports it.
 
 Testing switches, read by the keeper from the warm process's environment (never set them to grade a class):
     TFORMER_GRADE_NO_NETNS=1                 ask for no network namespace (the Landlock TCP fallback)
+    TFORMER_GRADE_NO_MOUNTNS=1               ask for no mount namespace (TMPDIR watched, /dev/shm denied, /proc shared)
+    TFORMER_GRADE_NO_CGROUP=1                make no pids cgroup (as root: the worker under nobody's uid)
+    TFORMER_GRADE_KEEPER_USER=NAME           root's keeper takes NAME's uid first: a normal user's grader
     TFORMER_GRADE_BREAK_LANDLOCK=build       the ruleset's build fails (an OSError raised in its place)
     TFORMER_GRADE_BREAK_LANDLOCK=enforce     the worker enforces a file that is not a ruleset (the kernel refuses)
 """
@@ -58,18 +103,36 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .landlock import TCP_SINCE, landlock_abi, landlock_enforce, landlock_ruleset, libc, prctl, worker_paths
+from .landlock import (TCP_SINCE, landlock_abi, landlock_allow, landlock_enforce, landlock_ruleset, libc, prctl,
+                       worker_paths)
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91, "arm64": 91}.get(os.uname().machine, -1)
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 12, 1 << 14, 1 << 18
+_MNT_DETACH = 2
 GiB = 1 << 30
-NETWORK = ("none", "landlock-tcp", "netns")        # the network isolation a worker got, weakest first
+TMP_ROOM = 16 << 20      # TMPDIR's room beyond one file at the file-size limit (IPython's and matplotlib's files)
+# what a worker got, weakest first (WarmProcess.isolation() keeps the weakest any worker had)
+NETWORK = ("none", "landlock-tcp", "netns")
+SHM = ("shared", "denied", "private")
+TMP = ("watched", "tmpfs")
+PROC = ("shared", "private")
+PROCESSES = ("none", "uid", "rlimit-userns", "cgroup")
+ISOLATION = ("landlock_abi", "network", "pid_namespace", "shm", "tmp", "proc", "processes", "max_processes")
 # the keeper's report to the grader, fixed-size: the worker's pid (0: none runs), 1 if in a PID namespace, the
-# Landlock ABI it runs under (0: none), its network (an index into NETWORK), why it does not run ("": it does)
-_HEAD = struct.Struct(">QBBB200s")
+# Landlock ABI it runs under (0: none), its network, /dev/shm, TMPDIR, /proc and process cap (indexes into
+# NETWORK, SHM, TMP, PROC, PROCESSES), the most processes it may have (0: no cap), why it does not run ("": it does)
+_HEAD = struct.Struct(">QBBBBBBBH200s")
 
 
 class SandboxFailed(RuntimeError):
@@ -81,6 +144,11 @@ class Limits:
     memory: int          # bytes of address space per worker (RLIMIT_AS)
     file_size: int       # bytes per file written (RLIMIT_FSIZE)
     threads: int = 1     # torch's intra-op threads per worker
+    processes: int = 64  # processes (threads included) per worker: a pids cgroup or RLIMIT_NPROC
+    tmp_size: int = 0    # bytes in TMPDIR and /dev/shm together per worker (0: file_size + TMP_ROOM)
+
+    def __post_init__(self):
+        self.tmp_size = self.tmp_size or self.file_size + TMP_ROOM
 
 
 def parse_size(text: str) -> int:
@@ -139,7 +207,9 @@ class ForkedWorker:
 class WarmProcess:
     """The warm process (start it from the main thread: it dies with the thread that started it)."""
 
-    def __init__(self, env: dict, limits: Limits, preload: list[str] = ()):
+    def __init__(self, env: dict, limits: Limits, preload: list[str] = (), wait: bool = True):
+        """Start it; `wait`: until it has imported what workers need (else call ready() before spawn: several
+        warm processes, or other work, meanwhile)."""
         self.limits = limits
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
@@ -150,13 +220,43 @@ class WarmProcess:
         theirs.close()
         self.lock = threading.Lock()
         self.tmp = tempfile.mkdtemp(prefix="tformer-grade-")   # the workers' temporary folders, removed by close()
-        self.namespaced: bool | None = None           # known after the first worker: did every worker get a PID ns
-        self.landlock: int | None = None              # the lowest Landlock ABI a worker ran under, 0: none (ditto)
-        self.network: str | None = None               # the weakest network isolation a worker had (NETWORK; ditto)
+        if os.geteuid() == 0:                         # a worker under an unprivileged uid reaches its own folder
+            os.chmod(self.tmp, 0o711)                 # (traverse only: no listing)
+        self._isolation: dict = dict.fromkeys(ISOLATION)   # the weakest any worker had; None before the first
         self._send({"preload": list(preload)})
-        reply = self._receive(300)
-        if not reply.get("ready"):
-            raise RuntimeError(f"the warm grading process did not start: {self.stderr()}")
+        self._ready = False
+        if wait:
+            self.ready()
+
+    def ready(self) -> "WarmProcess":
+        """Wait until the warm process has imported what workers need (done once)."""
+        with self.lock:                               # spawn's threads: one reads the socket
+            if not self._ready:
+                if not self._receive(300).get("ready"):
+                    raise RuntimeError(f"the warm grading process did not start: {self.stderr()}")
+                self._ready = True
+        return self
+
+    # what run.py reads (isolation() has it all): did every worker get a PID namespace, the lowest Landlock ABI
+    # (0: none), the weakest network (NETWORK); None before the first worker
+    namespaced = property(lambda self: self._isolation["pid_namespace"])
+    landlock = property(lambda self: self._isolation["landlock_abi"])
+    network = property(lambda self: self._isolation["network"])
+
+    def isolation(self) -> dict:
+        """The weakest isolation any worker had (None values before the first worker): {"landlock_abi": int,
+        "network": NETWORK, "pid_namespace": bool, "shm": SHM, "tmp": TMP, "proc": PROC, "processes": PROCESSES,
+        "max_processes": int (0: no cap)}. See the module's docstring for what each value guarantees."""
+        with self.lock:
+            return dict(self._isolation)
+
+    def probe(self) -> dict:
+        """Fork one worker that runs nothing, read the keeper's report, kill it: isolation() before any notebook
+        (so that a class run can refuse or announce). Raises SandboxFailed as spawn does."""
+        folder = Path(self.tmp) / "probe"
+        folder.mkdir(exist_ok=True)
+        self.spawn(folder).kill()
+        return self.isolation()
 
     def _send(self, obj, fds=()) -> None:
         socket.send_fds(self.sock, [json.dumps(obj).encode()], list(fds))
@@ -178,34 +278,47 @@ class WarmProcess:
     def spawn(self, cwd: Path, own: list[Path] | None = None, closed: Path | None = None) -> ForkedWorker:
         """A fresh worker, running in `cwd`, waiting for its cells on its pipe. Under Landlock it reads, of the class
         folder `closed` (default: the parent of `cwd`), only `own` (default: `cwd`), a student's folder or files."""
+        self.ready()
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
         try:
             with self.lock:
                 self._send({"cwd": str(cwd), "own": [str(p) for p in own or [cwd]],
                             "closed": str(closed or Path(cwd).resolve().parent), "tmp": self.tmp,
-                            "memory": self.limits.memory,
-                            "file_size": self.limits.file_size, "threads": self.limits.threads},
+                            "memory": self.limits.memory, "file_size": self.limits.file_size,
+                            "threads": self.limits.threads, "processes": self.limits.processes,
+                            "tmp_size": self.limits.tmp_size},
                            [to_worker_r, from_worker_w])
                 self._receive(60)
         finally:
             os.close(to_worker_r)
             os.close(from_worker_w)
-        pid, namespaced, landlock, network, why = _read_head(from_worker_r)
+        pid, got, why = _read_head(from_worker_r)
         if not pid:
             os.close(from_worker_r)
             os.close(to_worker_w)
             raise SandboxFailed(why) if why else RuntimeError(
                 f"the warm grading process could not start a worker: {self.stderr()}")
         with self.lock:
-            self._record(bool(namespaced), landlock, NETWORK[network])
-        return ForkedWorker(pid, bool(namespaced), from_worker_r, to_worker_w)
+            self._record(got)
+        return ForkedWorker(pid, got["pid_namespace"], from_worker_r, to_worker_w)
 
-    def _record(self, namespaced: bool, landlock: int, network: str) -> None:
+    def _record(self, got: dict) -> None:
         """Keep the weakest isolation any worker had: what the grader reports holds for every notebook."""
-        self.namespaced = namespaced if self.namespaced is None else self.namespaced and namespaced
-        self.landlock = landlock if self.landlock is None else min(self.landlock, landlock)
-        self.network = network if self.network is None else min(self.network, network, key=NETWORK.index)
+        order = {"network": NETWORK, "shm": SHM, "tmp": TMP, "proc": PROC, "processes": PROCESSES}
+        had = self._isolation
+        for key in ISOLATION:
+            old, new = had[key], got[key]
+            if old is None:
+                had[key] = new
+            elif key in order:
+                had[key] = min(old, new, key=order[key].index)
+            elif key == "pid_namespace":
+                had[key] = old and new
+            elif key == "max_processes":              # 0: no cap, the weakest
+                had[key] = 0 if 0 in (old, new) else max(old, new)
+            else:
+                had[key] = min(old, new)
 
     def close(self) -> None:
         try:
@@ -217,11 +330,13 @@ class WarmProcess:
                 pass
             self.proc.wait()
             self.log.close()
+            _remove_cgroups(f"tformer-grade-{self.proc.pid}-")   # a keeper killed before removing its own
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _read_head(fd: int) -> tuple[int, int, int, int, str]:
-    """The keeper's report (_HEAD), first on the worker's pipe; a pid of 0 where it was cut short."""
+def _read_head(fd: int) -> tuple[int, dict, str]:
+    """The keeper's report (_HEAD), first on the worker's pipe: the worker's pid (0 where it was cut short or no
+    worker runs), its isolation (as WarmProcess.isolation()), why it does not run."""
     head, deadline = b"", time.monotonic() + 60
     while len(head) < _HEAD.size and time.monotonic() < deadline:
         chunk = os.read(fd, _HEAD.size - len(head))
@@ -229,27 +344,37 @@ def _read_head(fd: int) -> tuple[int, int, int, int, str]:
             break
         head += chunk
     if len(head) < _HEAD.size:
-        return 0, 0, 0, 0, ""
-    pid, namespaced, abi, network, why = _HEAD.unpack(head)
-    return pid, namespaced, abi, network, why.rstrip(b"\0").decode(errors="replace")
+        return 0, {}, ""
+    pid, namespaced, abi, network, shm, tmp, proc, processes, most, why = _HEAD.unpack(head)
+    try:
+        got = {"landlock_abi": abi, "network": NETWORK[network], "pid_namespace": bool(namespaced),
+               "shm": SHM[shm], "tmp": TMP[tmp], "proc": PROC[proc], "processes": PROCESSES[processes],
+               "max_processes": most}
+    except IndexError:
+        return 0, {}, "the keeper's report does not parse"
+    return pid, got, why.rstrip(b"\0").decode(errors="replace")
 
 
 # --- the warm process's side ----------------------------------------------------------------------------------
 
-def _enter_namespaces() -> tuple[bool, bool]:
+def _enter_namespaces(user: tuple[int, int] | None = None) -> tuple[bool, bool]:
     """A new user and PID namespace (the next child is its init), then a network namespace, each False where
     the kernel refuses it. Two attempts: a kernel (or a policy such as AppArmor's on user namespaces) that
-    refuses the network namespace does not also cost the PID namespace."""
+    refuses the network namespace does not also cost the PID namespace. `user`: the uid and gid the worker
+    will take, mapped too."""
     if not sys.platform.startswith("linux"):
         return False, False
-    return _unshare_user_and_pid(), _unshare_net()
+    return _unshare_user_and_pid(user), _unshare_net()
 
 
-def _unshare_user_and_pid() -> bool:
+def _unshare_user_and_pid(user: tuple[int, int] | None = None) -> bool:
     uid, gid = os.getuid(), os.getgid()
     try:
+        if uid == 0 and user:
+            return _unshare_as_root(user)
         if libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
-            return False
+            # root where user namespaces are refused (a container's seccomp, say) may still have a PID namespace
+            return uid == 0 and libc().unshare(_CLONE_NEWPID) == 0
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
@@ -258,15 +383,190 @@ def _unshare_user_and_pid() -> bool:
         return False
 
 
+def _unshare_as_root(user: tuple[int, int] | None) -> bool:
+    """Root's user and PID namespace where the worker takes the uid and gid `user`: root mapped to itself, and
+    `user` too (with setgroups, to drop root's groups). A map of two ids takes CAP_SETUID in the parent
+    namespace, so a helper forked before the unshare writes them. Where user namespaces are refused (a
+    container's seccomp, say), a PID namespace alone (root needs no user namespace)."""
+    maps = [f"0 0 1\n{user[0]} {user[0]} 1", f"0 0 1\n{user[1]} {user[1]} 1" if user[1] else "0 0 1"]
+    go_r, go_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:                                   # stays in this keeper's first namespaces
+        code = 1
+        try:
+            os.close(go_w)
+            if os.read(go_r, 1) == b"1":
+                for name, text in zip(("uid_map", "gid_map"), maps):
+                    with open(f"/proc/{os.getppid()}/{name}", "w") as f:
+                        f.write(text)
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    unshared = libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID) == 0
+    os.write(go_w, b"1" if unshared else b"0")
+    os.close(go_w)
+    mapped = os.waitpid(helper, 0)[1] == 0
+    if not unshared:
+        return libc().unshare(_CLONE_NEWPID) == 0
+    return mapped
+
+
 def _unshare_net() -> bool:
     """A network namespace of the keeper's own (the worker inherits it): no interface but a loopback left down.
     Works for root, and for anyone inside the user namespace just entered (it owns the new namespace)."""
     if os.environ.get("TFORMER_GRADE_NO_NETNS") == "1":        # a testing switch: see the module's docstring
         return False
+    return _unshare(_CLONE_NEWNET)
+
+
+def _unshare(flags: int) -> bool:
     try:
-        return libc().unshare(_CLONE_NEWNET) == 0
+        return libc().unshare(flags) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _private_mounts(tmp: str, size: int, user: tuple[int, int] | None) -> tuple[bool, bool]:
+    """A mount namespace of the keeper's own, every mount private to it, and a tmpfs of `size` bytes on `tmp`
+    holding the worker's TMPDIR (tmp/tmp) and its /dev/shm (tmp/shm, bound there): (tmpfs mounted, /dev/shm
+    private). Both vanish with the namespace. Nothing is mounted where the mounts could propagate out."""
+    if os.environ.get("TFORMER_GRADE_NO_MOUNTNS") == "1" or not sys.platform.startswith("linux"):  # a testing switch
+        return False, False
+    try:
+        lc = libc()
+        if lc.unshare(_CLONE_NEWNS) != 0 or lc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            return False, False
+        owner = f",uid={user[0]},gid={user[1]}" if user else ""
+        if lc.mount(b"tmpfs", tmp.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                    f"size={size},mode=0700{owner}".encode()) != 0:
+            return False, False
+        shm = os.path.join(tmp, "shm")
+        os.mkdir(shm, 0o700)
+        if user:
+            os.chown(shm, *user)
+        return True, os.path.isdir("/dev/shm") and lc.mount(shm.encode(), b"/dev/shm", None, _MS_BIND, None) == 0
+    except (OSError, AttributeError):
+        return False, False
+
+
+def _cgroup_base() -> tuple[str, bool] | None:
+    """This process's cgroup folder in a hierarchy with the pids controller, and whether it is cgroup v2."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for _, controllers, path in lines:
+        if "pids" in controllers.split(",") and os.path.isdir(f"/sys/fs/cgroup/pids{path}"):
+            return f"/sys/fs/cgroup/pids{path}".rstrip("/"), False
+    for hid, _, path in lines:
+        base = f"/sys/fs/cgroup{path}".rstrip("/")
+        with contextlib.suppress(OSError):
+            if hid == "0" and "pids" in open(f"{base}/cgroup.controllers").read().split():
+                return base, True
+    return None
+
+
+def _make_cgroup(processes: int) -> str | None:
+    """As root: a pids cgroup of this keeper's own (removed afterwards), pids.max the worker's processes plus
+    the keeper, joined before any namespace, so that the worker and all it starts are in it. None where none
+    can be made."""
+    if os.environ.get("TFORMER_GRADE_NO_CGROUP") == "1":        # a testing switch
+        return None
+    found = _cgroup_base()
+    if not found:
+        return None
+    base, v2 = found
+    path = f"{base}/tformer-grade-{os.getppid()}-{os.getpid()}"     # the warm process's pid, this keeper's
+    try:
+        if v2:
+            with contextlib.suppress(OSError), open(f"{base}/cgroup.subtree_control", "w") as f:
+                f.write("+pids")
+        os.mkdir(path)
+    except OSError:
+        return None
+    try:
+        for name, value in (("pids.max", processes + 1), ("cgroup.procs", 0)):
+            with open(f"{path}/{name}", "w") as f:
+                f.write(str(value))
+        return path
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return None
+
+
+def _leave_cgroup(path: str) -> None:
+    """The keeper, its worker gone, back in its first cgroup, and its own removed (else the warm process's
+    next sweep or WarmProcess.close removes it)."""
+    with contextlib.suppress(OSError):
+        with open(f"{os.path.dirname(path)}/cgroup.procs", "w") as f:
+            f.write("0")
+        for _ in range(20):
+            try:
+                os.rmdir(path)
+                return
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    return
+                time.sleep(0.01)
+
+
+def _remove_cgroups(prefix: str, tries: int = 50) -> None:
+    """Remove the empty pids cgroups named `prefix`... (of keepers gone), trying for up to a second while some
+    are in use (`tries`: 1, once)."""
+    found = _cgroup_base() if os.geteuid() == 0 else None
+    if not found:
+        return
+    for _ in range(tries):
+        with contextlib.suppress(OSError):
+            left = [n for n in os.listdir(found[0]) if n.startswith(prefix)]
+            for name in left:
+                with contextlib.suppress(OSError):
+                    os.rmdir(f"{found[0]}/{name}")
+            if not any(os.path.isdir(f"{found[0]}/{n}") for n in left):
+                return
+        time.sleep(0.02)
+
+
+def _worker_user(root: bool, cgroup: bool, landlock: bool) -> tuple[tuple[int, int] | None, str]:
+    """The unprivileged (uid, gid) the worker runs under, None: the keeper's own, and why there is none to be
+    had ("": fine). As root: TFORMER_GRADE_WORKER_USER's always (Gradescope), else nobody's where no pids
+    cgroup could be made (root is exempt from RLIMIT_NPROC; a worker under an unprivileged uid is not) or where
+    the kernel has no Landlock (root's uid, even in a user namespace, owns the machine's files)."""
+    name = os.environ.get("TFORMER_GRADE_WORKER_USER")
+    if not root or (cgroup and landlock and not name):
+        return None, ""
+    import pwd
+    try:
+        pw = pwd.getpwnam(name or "nobody")
+    except KeyError:
+        if name:
+            return None, f"TFORMER_GRADE_WORKER_USER={name}: no such user"
+        return (65534, 65534), ""
+    if pw.pw_uid == 0:
+        return None, f"TFORMER_GRADE_WORKER_USER={name}: not an unprivileged user"
+    return (pw.pw_uid, pw.pw_gid), ""
+
+
+def _cap_processes(n: int, root: bool, cgroup: bool, user, userns: bool) -> str:
+    """The worker's process cap (PROCESSES): a pids cgroup, or RLIMIT_NPROC where it binds: on the worker's
+    unprivileged uid (root), or, as a normal user, set after unshare(CLONE_NEWUSER), where it counts that
+    namespace's processes only (this keeper among them). Set before, it would count all of this user's."""
+    import resource
+    if cgroup:
+        return "cgroup"
+    if not user and (root or not userns):
+        return "none"
+    n = n if user else n + 1
+    try:
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        n = n if hard == resource.RLIM_INFINITY else min(n, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    except (ValueError, OSError):
+        return "none"
+    return "uid" if user else "rlimit-userns"
 
 
 def _children(pid: int) -> list[int]:
@@ -288,15 +588,15 @@ def _set_limits(memory: int, file_size: int) -> None:
             resource.setrlimit(what, (value, value))
 
 
-def _ruleset(req: dict, tmp: str, abi: int, tcp: bool) -> tuple[int, str]:
-    """In the keeper: the worker's Landlock ruleset fd (-1 on a kernel without Landlock), and why it could not
-    be built ("" when it was)."""
+def _ruleset(req: dict, tmp: str, abi: int, tcp: bool, shm: str | None) -> tuple[int, str]:
+    """In the keeper, its mounts made: the worker's Landlock ruleset fd (-1 on a kernel without Landlock), and
+    why it could not be built ("" when it was)."""
     if not abi:
         return -1, ""
     try:
         if os.environ.get("TFORMER_GRADE_BREAK_LANDLOCK") == "build":   # a testing switch
             raise OSError(errno.EPERM, "broken on purpose (TFORMER_GRADE_BREAK_LANDLOCK=build)")
-        paths = worker_paths(req.get("own") or [req["cwd"]], Path(tmp), req.get("closed"))
+        paths = worker_paths(req.get("own") or [req["cwd"]], Path(tmp), req.get("closed"), shm)
         return landlock_ruleset(*paths, abi=abi, tcp=tcp), ""
     except Exception as e:                            # whatever it was, the worker must not run without it
         return -1, f"building the Landlock ruleset failed: {e}"
@@ -318,6 +618,68 @@ def _enforce(ruleset: int) -> str:
         os.close(ruleset)
 
 
+def _mount_proc(ruleset: int) -> str:
+    """In the worker, init of its PID namespace, in the keeper's mount namespace: a /proc of its own namespace
+    (the grader's processes out of sight), readable under its ruleset: "private"; "shared" where the kernel
+    refuses (a container's /proc with masked paths)."""
+    try:
+        lc = libc()
+        if lc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) != 0:
+            return "shared"
+        if ruleset >= 0:                              # the rule the keeper added holds the shared /proc only
+            try:
+                landlock_allow(ruleset, ["/proc"])
+            except OSError:
+                lc.umount2(b"/proc", _MNT_DETACH)
+                return "shared"
+        return "private"
+    except (OSError, AttributeError):
+        return "shared"
+
+
+def _drop_bounding_set() -> None:
+    """In the worker, before it changes its uid (which takes the capability to do this): no capability can be
+    regained by an execve."""
+    import ctypes
+    if not sys.platform.startswith("linux"):
+        return
+    lc = libc()
+    for cap in range(64):                             # past the kernel's last capability: EINVAL, the end
+        if lc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break
+
+
+def _drop_capabilities() -> str:
+    """In the worker, its mounts, bounding set and uid done: no capability left, in any namespace, nor any to
+    be regained (no_new_privs), so that even without Landlock it cannot mount, unmount or remount (its /proc,
+    its tmpfs's size) or change its uid. "" or why that failed."""
+    import ctypes
+    if not sys.platform.startswith("linux"):
+        return ""
+    lc = libc()
+    head = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()                    # effective, permitted, inheritable: none (two words each)
+    lc.syscall.restype = ctypes.c_long
+    if _SYS_CAPSET >= 0 and lc.syscall(ctypes.c_long(_SYS_CAPSET), ctypes.byref(head), ctypes.byref(data)) != 0:
+        return f"dropping the worker's capabilities failed: {os.strerror(ctypes.get_errno())}"
+    if not prctl(_PR_SET_NO_NEW_PRIVS, 1):
+        return "prctl(PR_SET_NO_NEW_PRIVS) failed"
+    return ""
+
+
+def _become(user: tuple[int, int]) -> str:
+    """In the worker: the unprivileged uid and gid, no supplementary groups; "" or why that failed."""
+    try:
+        os.setgroups([])
+        os.setgid(user[1])
+        os.setuid(user[0])
+    except OSError as e:
+        return f"running the worker as uid {user[0]} failed: {e}"
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # a change of uid clears it
+    prctl(_PR_SET_DUMPABLE, 1)                      # its own /proc/self stays its own (no core: RLIMIT_CORE 0)
+    return ""
+
+
 def _run_worker(req: dict, fd_in: int, fd_out: int, tmp: str | None = None) -> None:
     """In the worker, its ruleset enforced: quiet standard streams, its temporary folder, one thread count, the
     cwd; then the worker's loop."""
@@ -332,7 +694,8 @@ def _run_worker(req: dict, fd_in: int, fd_out: int, tmp: str | None = None) -> N
         tempfile.tempdir = tmp
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     import torch
-    torch.set_num_threads(int(req["threads"]))
+    # threads count against the process cap: leave most of it to the notebook
+    torch.set_num_threads(max(1, min(int(req["threads"]), int(req.get("processes", 64)) // 4)))
     from .worker import serve
     rc = 1
     try:
@@ -341,45 +704,91 @@ def _run_worker(req: dict, fd_in: int, fd_out: int, tmp: str | None = None) -> N
         os._exit(rc)
 
 
+def _as_keeper_user(tmp: str) -> str:
+    """A testing switch, TFORMER_GRADE_KEEPER_USER=NAME: a keeper started by root takes NAME's uid at once, as
+    the keeper of a grader run by that (normal) user would be. "" or why it could not."""
+    name = os.environ.get("TFORMER_GRADE_KEEPER_USER")
+    if not name or os.geteuid() != 0:
+        return ""
+    import pwd
+    try:
+        pw = pwd.getpwnam(name)
+        os.chown(tmp, pw.pw_uid, pw.pw_gid)
+    except (KeyError, OSError) as e:
+        return f"TFORMER_GRADE_KEEPER_USER={name}: {e}"
+    return _become((pw.pw_uid, pw.pw_gid))
+
+
 def _keeper(req: dict, fd_in: int, fd_out: int) -> None:
-    """Forked from the warm process: limits, namespaces (or a subreaper), the ruleset, the worker, then clean-up.
-    The worker runs learner code only once its ruleset is enforced; else the keeper reports why and no worker."""
+    """Forked from the warm process: limits, a pids cgroup (root), namespaces (or a subreaper), private mounts,
+    the process cap, the ruleset, the worker, then clean-up. The worker runs learner code only once its ruleset
+    is enforced; else the keeper reports why and no worker."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)        # the warm process gone: so is this keeper
     _set_limits(int(req["memory"]), int(req["file_size"]))
-    namespaced, netns = _enter_namespaces()
+    processes = max(1, min(int(req.get("processes") or 64), 65535))         # the report's field: 16 bits
+    size = int(req.get("tmp_size") or req["file_size"])
+    tmp = tempfile.mkdtemp(prefix="worker-", dir=req.get("tmp"))
+    why = _as_keeper_user(tmp)
+    root = os.geteuid() == 0
+    cgroup = _make_cgroup(processes) if root and not why else None
+    abi = landlock_abi()
+    user, why = (None, why) if why else _worker_user(root, cgroup is not None, abi > 0)
+    namespaced, netns = _enter_namespaces(user)
+    ipc = _unshare(_CLONE_NEWIPC)                     # System V shared memory and POSIX queues of its own
+    mounted, shm = _private_mounts(tmp, size, user)
     if not namespaced:
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    tmp = tempfile.mkdtemp(prefix="worker-", dir=req.get("tmp"))
-    abi = landlock_abi()
+    work = os.path.join(tmp, "tmp")                   # the worker's TMPDIR
+    os.mkdir(work, 0o700)
+    if user:
+        for path in (tmp, work):
+            os.chown(path, *user)
     tcp = not netns and abi >= TCP_SINCE             # the network's fallback: Landlock's TCP rules
-    network = "netns" if netns else "landlock-tcp" if tcp else "none"
-    ruleset, why = _ruleset(req, tmp, abi, tcp)
-    pid, why = (0, why) if why else _fork_worker(req, fd_in, fd_out, ruleset, tmp, namespaced)
-    _report(fd_out, 0 if why else pid, namespaced, abi, network, why)
+    capped = _cap_processes(processes, root, cgroup is not None, user, namespaced and not root)
+    got = {"landlock_abi": abi, "network": "netns" if netns else "landlock-tcp" if tcp else "none",
+           "pid_namespace": namespaced,
+           "shm": "private" if shm and ipc else "denied" if abi and ipc else "shared",
+           "tmp": "tmpfs" if mounted else "watched", "proc": "shared", "processes": capped,
+           "max_processes": 0 if capped == "none" else processes}
+    ruleset, why = (-1, why) if why else _ruleset(req, tmp, abi, tcp, "/dev/shm" if shm else None)
+    pid = 0
+    if not why:
+        pid, got["proc"], why = _fork_worker(req, fd_in, fd_out, ruleset, work, namespaced and mounted, user)
+    _report(fd_out, 0 if why else pid, got, why)
     os.close(fd_in)
     os.close(fd_out)
     if pid:
-        os.waitpid(pid, 0)
+        _wait(pid, None if mounted else tmp, size)
     if not namespaced:
         _kill_orphans()
+    if mounted:
+        with contextlib.suppress(OSError, AttributeError):
+            libc().umount2(tmp.encode(), _MNT_DETACH)
     shutil.rmtree(tmp, ignore_errors=True)
+    if cgroup:
+        _leave_cgroup(cgroup)
     os._exit(0)
 
 
-def _fork_worker(req: dict, fd_in: int, fd_out: int, ruleset: int, tmp: str, namespaced: bool) -> tuple[int, str]:
-    """Fork the worker, which enforces its ruleset and says so before any learner code runs: its pid, and why
-    it does not run ("" when it does; it has then exited)."""
+def _fork_worker(req: dict, fd_in: int, fd_out: int, ruleset: int, tmp: str, own_proc: bool,
+                 user: tuple[int, int] | None) -> tuple[int, str, str]:
+    """Fork the worker, which mounts its /proc (`own_proc`: it has a PID and a mount namespace of its own),
+    takes `user`'s uid, enforces its ruleset and says so before any learner code runs: its pid, its /proc
+    (PROC), and why it does not run ("" when it does; it has then exited)."""
     told_r, told_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(told_r)
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)    # this keeper gone: so is the worker (and its namespace)
-        if not namespaced:
-            os.setpgid(0, 0)
-        failed = _enforce(ruleset)
-        os.write(told_w, (failed or "ok").encode()[:_HEAD.size])
+        if not own_proc:
+            with contextlib.suppress(OSError):
+                os.setpgid(0, 0)
+        proc = _mount_proc(ruleset) if own_proc else "shared"
+        _drop_bounding_set()
+        failed = (_become(user) if user else "") or _drop_capabilities() or _enforce(ruleset)
+        os.write(told_w, (failed or f"ok {proc}").encode()[:_HEAD.size])
         if failed:
             os._exit(71)
         os.close(told_w)
@@ -389,14 +798,47 @@ def _fork_worker(req: dict, fd_in: int, fd_out: int, ruleset: int, tmp: str, nam
         os.close(ruleset)
     told = os.read(told_r, _HEAD.size).decode(errors="replace")
     os.close(told_r)
-    return pid, "" if told == "ok" else told or "the worker stopped before its sandbox was in place"
+    if told.startswith("ok ") and told[3:] in PROC:
+        return pid, told[3:], ""
+    return pid, "shared", told or "the worker stopped before its sandbox was in place"
 
 
-def _report(fd: int, pid: int, namespaced: bool, abi: int, network: str, why: str) -> None:
+def _wait(pid: int, watched: str | None, cap: int) -> None:
+    """Wait for the worker. `watched`: a temporary folder that is no file system of its own; the worker is
+    killed (with its process group) once the folder holds more than `cap` bytes."""
+    if watched is None:
+        os.waitpid(pid, 0)
+        return
+    while os.waitpid(pid, os.WNOHANG)[0] == 0:
+        if _usage(watched, cap) > cap:
+            for kill in (os.kill, os.killpg):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _usage(folder: str, cap: int) -> int:
+    """The bytes the files under `folder` take (a page for each entry too), counted until past `cap`."""
+    total, todo = 0, [folder]
+    while todo and total <= cap:
+        with contextlib.suppress(OSError), os.scandir(todo.pop()) as entries:
+            for e in entries:
+                with contextlib.suppress(OSError):
+                    st = e.stat(follow_symlinks=False)
+                    total += 4096 + st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(e.path)
+    return total
+
+
+def _report(fd: int, pid: int, got: dict, why: str) -> None:
     """The keeper's header to the grader (_HEAD); `why`'s first line, cut to its field on a character's boundary."""
     reason = why.splitlines()[0].encode()[:200].decode(errors="ignore").encode() if why else b""
+    head = _HEAD.pack(pid, int(got["pid_namespace"]), got["landlock_abi"], NETWORK.index(got["network"]),
+                      SHM.index(got["shm"]), TMP.index(got["tmp"]), PROC.index(got["proc"]),
+                      PROCESSES.index(got["processes"]), got["max_processes"], reason)
     with contextlib.suppress(OSError):               # the grader is gone
-        os.write(fd, _HEAD.pack(pid, int(namespaced), abi, NETWORK.index(network), reason))
+        os.write(fd, head)
 
 
 def _kill_orphans() -> None:
@@ -414,14 +856,25 @@ def _kill_orphans() -> None:
         time.sleep(0.01)
 
 
+# what a worker's IPython shell imports as it starts and shows a cell's error: imported once here, not in each
+# worker (where an unprivileged worker uid may not even read Python's library)
+_SHELL = ("bdb", "sqlite3", "IPython.core.application", "IPython.core.completer", "IPython.core.completerlib",
+          "IPython.core.crashhandler", "IPython.core.logger", "IPython.core.magics", "IPython.core.oinspect",
+          "IPython.utils.generics", "IPython.utils.wildcard", "asttokens", "executing", "pure_eval", "stack_data",
+          "pygments.console", "pygments.filters", "pygments.formatters", "pygments.formatters.html",
+          "pygments.formatters.terminal256", "pygments.lexers", "pygments.lexers.python", "pygments.styles")
+
+
 def _preload(modules: list[str]) -> None:
+    """What every worker needs, imported once. The course's exercises only: the warm process holds no teacher's
+    code (a teacher's exercise lives in the grader's process alone)."""
     import importlib
     import matplotlib
     matplotlib.use("Agg")
     from ..core import load_exercises
-    # the course's exercises and a teacher's (the worker needs their names, limits and forbidden references)
-    load_exercises(*filter(None, os.environ.get("TFORMER_GRADE_EXERCISES", "").split(os.pathsep)))
-    for name in ["torch", "numpy", "matplotlib.pyplot", "tformer", "tformer.grading.classroom.worker", "IPython.core.interactiveshell", *modules]:
+    load_exercises()
+    for name in ["torch", "numpy", "matplotlib.pyplot", "tformer", "tformer.grading.classroom.worker",
+                 "IPython.core.interactiveshell", *_SHELL, *modules]:
         with contextlib.suppress(Exception):          # an optional extra not installed: the notebook will say so
             importlib.import_module(name)
 
@@ -441,6 +894,7 @@ def main(argv: list[str]) -> int:
         if not msg:
             return 0
         req = json.loads(msg)
+        _remove_cgroups(f"tformer-grade-{os.getpid()}-", 1)   # those of keepers gone
         pid = os.fork()
         if pid == 0:
             try:
