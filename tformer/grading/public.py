@@ -166,22 +166,28 @@ def public_data(names: list[str]) -> dict:
                           else _exercise_entry(REGISTRY[n]) for n in names]}
 
 
-def write_public(path: str | Path, names: list[str]) -> dict:
-    """Write the public file of the registered exercises and questions `names` to `path` and return what it
-    holds (read back with weights_only, as a learner's kernel reads it). NotPublic when an exercise's inputs
-    or its reference's outputs are not plain data."""
+def public_bytes(names: list[str]) -> bytes:
+    """The public file of the registered exercises and questions `names`, as bytes, checked to read back with
+    weights_only (as a learner's kernel reads it). NotPublic when an exercise's inputs or its reference's
+    outputs are not plain data."""
     import io
-    data = public_data(names)
     buf = io.BytesIO()
-    torch.save(data, buf)
+    torch.save(public_data(names), buf)
     try:
-        back = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     except Exception as e:                    # pragma: no cover (_frozen admits what weights_only reads)
-        raise NotPublic(f"{path}: the public file does not read back with weights_only: {e}") from None
-    part = Path(str(path) + ".part")
-    part.write_bytes(buf.getvalue())
+        raise NotPublic(f"the public file does not read back with weights_only: {e}") from None
+    return buf.getvalue()
+
+
+def write_public(path: str | Path, names: list[str]) -> Path:
+    """Write the public file of the registered exercises and questions `names` to `path` (public_bytes)."""
+    path = Path(path)
+    data = public_bytes(names)
+    part = path.with_name(path.name + ".part")
+    part.write_bytes(data)
     part.replace(path)
-    return back
+    return path
 
 
 # --- reading -----------------------------------------------------------------------------------------
