@@ -142,6 +142,9 @@ def test_the_exercise_commands_errors(tmp_path):
                    "--exercises", "bad.py", "half written")
     one_line_error(tformer("grade", tmp_path / "nb", "--exercises", tmp_path / "none.py", cwd=tmp_path),
                    "--exercises", "none.py")
+    (tmp_path / "week3.public.pt").write_bytes(b"")     # a hand-out's public file grades nothing (no reference)
+    one_line_error(tformer("grade", tmp_path / "nb", "--exercises", tmp_path / "week3.public.pt", cwd=tmp_path),
+                   "--exercises", "week3.public.pt", "cannot grade")
 
 
 def test_hidden_cases_count_but_never_show(course):
