@@ -372,3 +372,39 @@ def test_run_autograder_as_root_runs_the_worker_as_another_user(secrets, tmp_pat
                     "worker ran as root")
     assert f"worker uid {nobody}" in results["output"], results["output"]
     assert "the workers ran as root" not in results["output"], results["output"]
+
+
+def test_a_grading_worker_never_runs_a_teachers_module(secrets, tmp_path):
+    """With TFORMER_GRADE_WORKER set (a grading worker), load_exercises of a teacher's module, or of a public
+    file, registers nothing and runs nothing of it: the course's exercises only."""
+    root, _ = secrets
+    marker = tmp_path / "ran"
+    (tmp_path / "week3.py").write_text((root / "week3.py").read_text() + f"\nopen({str(marker)!r}, 'w').close()\n")
+    (tmp_path / "week3.public.pt").write_bytes((root / "handout" / "week3.public.pt").read_bytes())
+    code = ("from tformer.grading import REGISTRY, load_exercises\n"
+            "load_exercises('week3.py', 'week3.public.pt')\n"
+            "print(sorted(n for n in REGISTRY if n.startswith('w03')))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(CHECKOUT), TFORMER_GRADE_WORKER="1")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])
+    assert not marker.exists()
+
+
+def test_results_name_each_guarantee_the_workers_ran_without():
+    """results.json's `output` names what the sandbox reported missing (grades.json's settings: "isolation",
+    else the older landlock_abi/network keys), and nothing when all was there."""
+    from tformer.grading.classroom.gradescope import lost_guarantees
+    full = {"landlock_abi": 6, "network": "netns", "pid_namespace": True, "shm": "private", "tmp": "tmpfs",
+            "proc": "private", "processes": "uid", "max_processes": 64}
+    assert lost_guarantees({"isolation": full}, "tformer-worker") == []
+    weak = {**full, "landlock_abi": 0, "network": "landlock-tcp", "pid_namespace": False, "proc": "shared",
+            "shm": "shared", "processes": "none"}
+    lost = "; ".join(lost_guarantees({"isolation": weak, "landlock_abi": 0, "network": "landlock-tcp"}, "tformer-worker"))
+    for words in ("no Landlock", "no network namespace", "UDP", "no user/PID namespace", "no private /proc",
+                  "/dev/shm", "processes"):
+        assert words in lost, (words, lost)
+    older = "; ".join(lost_guarantees({"landlock_abi": 0, "network": "none"}, "tformer-worker"))
+    assert "no Landlock" in older and "the network is open" in older, older
+    assert lost_guarantees({"landlock_abi": None, "network": None}, "tformer-worker") == []
