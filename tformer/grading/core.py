@@ -143,19 +143,23 @@ def load_exercises(*files: str | os.PathLike) -> dict[str, Exercise]:
     In a grading worker (TFORMER_GRADE_WORKER set) loading a file does nothing: the worker runs the student's
     notebook and never a teacher's module (whose reference and answers would then be in the student's
     process); the grader's requests carry what the worker needs."""
+    import importlib
+
     from . import exercises
     exercises.load()
     if os.environ.get("TFORMER_GRADE_WORKER"):
         return REGISTRY
-    from .public import load_public, public_path
+    # public.py builds Exercises from this module's classes: imported by name, as exercises.load() imports the
+    # chapters, so that core does not import a module that imports it
+    public = importlib.import_module(f"{__package__}.public")
     for f in files:
         path = Path(f).expanduser().resolve()
-        if path.suffix == ".pt" or (not path.exists() and public_path(path).is_file()):
-            public = path if path.suffix == ".pt" else public_path(path)
-            if str(public) not in PUBLIC_FILES:
-                if not public.is_file():
+        if path.suffix == ".pt" or (not path.exists() and public.public_path(path).is_file()):
+            data = path if path.suffix == ".pt" else public.public_path(path)
+            if str(data) not in PUBLIC_FILES:
+                if not data.is_file():
                     raise FileNotFoundError(f"no public exercise file {f} (what `tformer handout` writes)")
-                PUBLIC_FILES[str(public)] = load_public(public)
+                PUBLIC_FILES[str(data)] = public.load_public(data)
             continue
         before = set(REGISTRY)
         loaded = str(path) in TEACHER_FILES

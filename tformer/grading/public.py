@@ -31,6 +31,7 @@ letters, an expression of the declared symbols) and that it is graded by the tea
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import inspect
@@ -120,12 +121,12 @@ def _not(x, what: str):
 
 
 def _exercise_entry(ex) -> dict:
-    from .core import _clone_args, exercise_cases
+    from .core import exercise_cases
     cases = exercise_cases(ex)                 # the edge cases and the random ones at the learner's seeds
     entries = []
     for case in cases:
         where = f"{ex.name}, case {case.name!r}"
-        args, kwargs = _clone_args(case)
+        args, kwargs = _inputs(case)
         with torch.no_grad():
             expected = ex.reference(*args, **kwargs)
         entries.append({"name": case.name, "group": case.group, "seed": case.seed,
@@ -136,7 +137,7 @@ def _exercise_entry(ex) -> dict:
         try:
             outputs = []
             for case in cases:
-                args, kwargs = _clone_args(case)
+                args, kwargs = _inputs(case)
                 outputs.append(_frozen(buggy(*args, **kwargs), ""))
         except Exception:                       # it can never be named on every case: left out
             continue
@@ -192,20 +193,37 @@ def write_public(path: str | Path, names: list[str]) -> Path:
 
 # --- reading -----------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
+def _inputs(case) -> tuple[tuple, dict]:
+    """Fresh copies of a case's inputs (a function may change its inputs in place)."""
+    return copy.deepcopy(tuple(case.args)), copy.deepcopy(dict(case.kwargs))
+
+
+def fingerprint(x):
+    """A hashable key of `x` equal for equal inputs (a tensor by its dtype, shape and bytes: NaN included)."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu().contiguous()
+        return ("tensor", str(t.dtype), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(fingerprint(v) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((str(k), fingerprint(v)) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))))
+    return ("value", type(x).__name__, repr(x))
+
+
 class _Frozen:
-    """A public exercise's cases and the outputs frozen on them."""
-    cases: list                                 # core.Case
-    expected: list
-    mistakes: dict                              # name -> outputs, one per case
+    """A public exercise's cases and the outputs frozen on them, found by their inputs."""
+
+    def __init__(self, entries: list[dict]):
+        self.index = {}
+        for i, c in enumerate(entries):
+            self.index.setdefault(fingerprint((tuple(c["args"]), dict(c["kwargs"]))), i)
 
     def lookup(self, outputs: list, args: tuple, kwargs: dict):
-        """The frozen output of the case whose inputs equal `args`, `kwargs`."""
-        from .core import _clone, _same
-        for case, out in zip(self.cases, outputs):
-            if _same(tuple(case.args), tuple(args)) and _same(dict(case.kwargs), dict(kwargs)):
-                return _clone(out)
-        raise KeyError("this input is not one of the public file's cases")
+        """A copy of the output in `outputs` of the case whose inputs are `args`, `kwargs`."""
+        i = self.index.get(fingerprint((tuple(args), dict(kwargs))))
+        if i is None:
+            raise KeyError("this input is not one of the public file's cases")
+        return copy.deepcopy(outputs[i])
 
 
 def _signature(params: list[str]) -> inspect.Signature:
@@ -216,17 +234,17 @@ def _signature(params: list[str]) -> inspect.Signature:
 def _exercise(entry: dict):
     from .core import Case, Exercise
     cases = [Case(c["name"], tuple(c["args"]), dict(c["kwargs"]), c["seed"], c["group"]) for c in entry["cases"]]
-    frozen = _Frozen(cases, [c["expected"] for c in entry["cases"]],
-                     {m: [c["mistakes"][m] for c in entry["cases"]]
-                      for m in (entry["cases"][0]["mistakes"] if entry["cases"] else {})})
+    frozen = _Frozen(entry["cases"])
+    expected = [c["expected"] for c in entry["cases"]]
+    mistakes = {m: [c["mistakes"][m] for c in entry["cases"]]
+                for m in (entry["cases"][0]["mistakes"] if entry["cases"] else {})}
 
     def fresh(case):
-        from .core import _clone_args
-        args, kwargs = _clone_args(case)
+        args, kwargs = _inputs(case)
         return dataclasses.replace(case, args=args, kwargs=kwargs)
 
     def reference(*args, **kwargs):
-        return frozen.lookup(frozen.expected, args, kwargs)
+        return frozen.lookup(expected, args, kwargs)
 
     def random_case(seed):
         for case in cases:
@@ -242,7 +260,7 @@ def _exercise(entry: dict):
     ex = Exercise(name=entry["name"], title=entry["title"], reference=reference,
                   edge_cases=lambda: [fresh(c) for c in cases if c.group == "edge"], random_case=random_case,
                   points=entry["points"], n_random=entry["n_random"], atol=entry["atol"], rtol=entry["rtol"],
-                  hint=entry["hint"], mistakes={m: mistake(o) for m, o in frozen.mistakes.items()},
+                  hint=entry["hint"], mistakes={m: mistake(o) for m, o in mistakes.items()},
                   forbidden=_resolve(entry["forbidden"]), time_limit=entry["time_limit"],
                   notebook=entry["notebook"], partial=dict(entry["partial"]))
     ex.forbidden.append((ex, "reference"))      # as a chapter's: calling the reference does not pass

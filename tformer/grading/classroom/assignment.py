@@ -1,7 +1,8 @@
 """The assignment a teacher declares: `tformer grade CLASS --out OUT --assignment FILE`, a TOML file.
 
     notebooks = ["01_attention", "02_self_attention", "w03_double"]   # in gradebook order; w03_double: yours
-    exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls (or Question)
+    exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls (or Question);
+                                    # never handed out (`tformer handout` writes week3.public.pt in their place)
     released = "handout/"           # your notebooks as students got them (w03_double.ipynb)
 
     [points]                        # points per exercise (whole numbers), as --weights gives them
