@@ -276,31 +276,31 @@ def readable_by_worker(work: Path, cls: Path) -> None:
 
 
 def lost_guarantees(settings: dict, user: str | None = None) -> list[str]:
-    """What the workers ran without, one short line each, from grades.json's settings: its "isolation" (the
+    """What the workers ran without, one short phrase each, from grades.json's settings: its "isolation" (the
     sandbox's report) where there is one, else "landlock_abi" and "network"; `user`: the workers' user ("" when
-    they ran as this process's user, None: not known)."""
+    none was asked for, None: not known)."""
     iso = settings.get("isolation") or {}
     landlock = iso.get("landlock_abi", settings.get("landlock_abi"))
     network = iso.get("network", settings.get("network"))
     lost = []
     if landlock == 0:
-        lost.append("no Landlock (the workers' files are limited by their user's permissions only)")
+        lost.append("Landlock (a worker's files are limited by its user's permissions only)")
     if network == "landlock-tcp":
-        lost.append("no network namespace (TCP is blocked by Landlock; UDP is open)")
+        lost.append("a network namespace (TCP is blocked by Landlock; UDP is open)")
     elif network == "none":
-        lost.append("no network namespace and no Landlock network rules (the network is open)")
+        lost.append("a network namespace and Landlock network rules (the network is open)")
     if iso.get("pid_namespace") is False:
-        lost.append("no user/PID namespace (a subreaper kills what a notebook starts)")
+        lost.append("a user/PID namespace (a subreaper kills what a notebook starts)")
     if iso.get("proc") == "shared":
-        lost.append("no private /proc (a notebook can read other processes' command lines)")
+        lost.append("a private /proc (a notebook can read other processes' command lines)")
     if iso.get("shm") == "shared":
-        lost.append("/dev/shm is shared")
+        lost.append("a private /dev/shm")
     if iso.get("tmp") == "watched":
-        lost.append("no private tmpfs (the temporary folder's size is watched instead)")
+        lost.append("a private tmpfs for TMPDIR (its size is watched instead)")
     if iso.get("processes") == "none":
-        lost.append("no limit on a notebook's processes")
-    if user == "" and hasattr(os, "geteuid") and os.geteuid() == 0:
-        lost.append(f"the workers ran as root (no user {WORKER_USER}: setup.sh makes it)")
+        lost.append("a limit on a notebook's processes")
+    if user == "" and hasattr(os, "geteuid") and os.geteuid() == 0 and iso.get("processes") != "uid":
+        lost.append(f"an unprivileged user (the workers ran as root: setup.sh makes {WORKER_USER})")
     return lost
 
 
@@ -339,7 +339,7 @@ def results(grades: dict) -> dict:
         lines.append("not graded (outside this assignment): " + ", ".join(f"{m}.ipynb" for m in s["extra_notebooks"]))
     lost = lost_guarantees(grades.get("settings", {}), worker_user())
     if lost:
-        lines.append("isolation: the grader ran here without " + "; ".join(lost))
+        lines.append("isolation: the workers ran without " + "; ".join(lost))
     return {"score": s.get("final", s["total"]), "output": "\n".join(lines), "tests": tests}
 
 
