@@ -411,3 +411,18 @@ def test_results_name_each_guarantee_the_workers_ran_without():
     if os.geteuid() == 0:                             # as root: the workers' own uid is a guarantee too
         assert any("ran as root" in x for x in lost_guarantees({"isolation": {**full, "processes": "cgroup"}}, ""))
         assert lost_guarantees({"isolation": full}, "") == []      # "uid": the keeper gave them another user
+
+
+def test_an_exercise_the_public_file_cannot_hold_is_one_line_and_nothing_is_written(tmp_path):
+    """A reference whose output is not data (a set here) cannot be frozen: `tformer handout` says which exercise
+    and case in one line, and writes nothing."""
+    proc = tformer("exercise", "new", "w04.odd", tmp_path / "week4.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "week4.py").read_text().replace("    return 2 * x\n", "    return set(x.tolist())\n", 1)
+    (tmp_path / "week4.py").write_text(text)
+    write(tmp_path / "released" / "w04_odd.ipynb", ["from tformer.grading import check, load_exercises\n"
+                                                   "load_exercises('week4.py')"])
+    (tmp_path / "a.toml").write_text('notebooks = ["w04_odd"]\nexercises = ["week4.py"]\nreleased = "released/"\n')
+    one_line_error(tformer("handout", "--out", tmp_path / "h", "--assignment", tmp_path / "a.toml", cwd=tmp_path),
+                   "w04.odd", "a single zero", "set")
+    assert not (tmp_path / "h").exists()
