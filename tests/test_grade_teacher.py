@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 
-from test_grade_cli import cells, one_line_error, tformer, write
+from test_grade_cli import CHECKOUT, cells, one_line_error, tformer, write
 
 RELEASED = ["import torch\nfrom tformer.grading import check, load_exercises\nload_exercises('week3.py')",
             "def my_double(x):\n    raise NotImplementedError",
@@ -117,12 +123,13 @@ def test_a_learner_checks_a_teachers_exercise_and_the_template_names_its_mistake
         assert (row["mistakes"] == ["added 2 instead of doubling"]) == (status == "failed")
 
 
-def test_the_handout_carries_the_teachers_notebook_and_module(course, tmp_path):
+def test_the_handout_carries_the_teachers_notebook_and_its_public_file(course, tmp_path):
+    """The teacher's module stays with the teacher: the hand-out has its public file in its place."""
     root, _, _ = course
     proc = tformer("handout", "--out", tmp_path / "h", "--assignment", root / "week3.toml", cwd=root / "work")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["01_attention.ipynb", "w03_double.ipynb",
-                                                                 "week3.py"]
+                                                                 "week3.public.pt"]
 
 
 def test_the_exercise_commands_errors(tmp_path):
@@ -135,6 +142,9 @@ def test_the_exercise_commands_errors(tmp_path):
                    "--exercises", "bad.py", "half written")
     one_line_error(tformer("grade", tmp_path / "nb", "--exercises", tmp_path / "none.py", cwd=tmp_path),
                    "--exercises", "none.py")
+    (tmp_path / "week3.public.pt").write_bytes(b"")     # a hand-out's public file grades nothing (no reference)
+    one_line_error(tformer("grade", tmp_path / "nb", "--exercises", tmp_path / "week3.public.pt", cwd=tmp_path),
+                   "--exercises", "week3.public.pt", "cannot grade")
 
 
 def test_hidden_cases_count_but_never_show(course):
@@ -176,3 +186,243 @@ def test_hidden_cases_on_the_search_path_are_refused(course):
     one_line_error(tformer("grade", cls, "--out", root / "o2", "--assignment", root / "week3.toml",
                            cwd=root / "secret"), "week3_hidden.py", "grading workers can read")
     assert not (root / "o2").exists()
+
+
+# --- the teacher's secrets stay with the teacher (issue 58, items 2 and 7) --------------------------------------
+
+REFERENCE_LINE = "return torch.mul(x, 2.0)  # the teacher's reference, line 7731"
+ANSWER = 49960                    # a question's answer: a number
+EXPR_ANSWER = "n**3 * d / 7"      # a question's answer: an expression
+QUESTIONS = f"""
+from tformer.grading import Question
+register(Question(name="w03.q_value", title="the value asked", kind="number", answer={ANSWER},
+                  mistakes={{"off by one": {ANSWER + 1}}}, notebook="w03_double"))
+register(Question(name="w03.q_cost", title="the cost asked", kind="expr", answer={EXPR_ANSWER!r},
+                  symbols=("n", "d"), notebook="w03_double"))
+"""
+HANDED = [*RELEASED, "answer = ...\ncheck('w03.q_value', answer)", "answer = ...\ncheck('w03.q_cost', answer)"]
+KERNEL = """import sys, nbformat
+ns = {}
+for cell in nbformat.read(sys.argv[1], as_version=4).cells:
+    if cell.cell_type == "code":
+        exec(compile(cell.source, "<cell>", "exec"), ns)
+"""
+
+
+@pytest.fixture(scope="module")
+def secrets(tmp_path_factory):
+    """A teacher's week3.py from the template, with a reference of its own line and two questions (a number, an
+    expression), hidden cases, an assignment of w03_double only; its hand-out and its Gradescope zip (unzipped
+    as Gradescope does, the zip's modes kept), each made by the command as typed."""
+    root = tmp_path_factory.mktemp("secrets")
+    work = root / "work"
+    work.mkdir()
+    proc = tformer("exercise", "new", "w03.double", root / "week3.py", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    text = (root / "week3.py").read_text()
+    assert "    return 2 * x\n" in text
+    (root / "week3.py").write_text(text.replace("    return 2 * x\n", f"    {REFERENCE_LINE}\n", 1) + QUESTIONS)
+    write(root / "released" / "w03_double.ipynb", HANDED)
+    (root / "secret").mkdir()
+    (root / "secret" / "week3_hidden.py").write_text(
+        "import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
+        f"add_hidden_cases('w03.double', lambda: [Case('a big secret', (torch.full((3,), {SECRET}),))])\n")
+    (root / "week3.toml").write_text('notebooks = ["w03_double"]\nexercises = ["week3.py"]\nreleased = "released/"\n'
+                                     'hidden = ["secret/week3_hidden.py"]\n', encoding="utf-8")
+    proc = tformer("handout", "--out", root / "handout", "--assignment", root / "week3.toml", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    proc = tformer("grade", "--gradescope-zip", root / "autograder.zip", "--assignment", root / "week3.toml", cwd=work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    source = root / "source"
+    with zipfile.ZipFile(root / "autograder.zip") as z:
+        z.extractall(source)
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    for name, mode in modes.items():                  # zipfile drops the modes; Gradescope's unzip keeps them
+        (source / name).chmod(stat.S_IMODE(mode))
+    return root, modes
+
+
+def _secrets_in(data: bytes) -> list[str]:
+    found = [s for s in (REFERENCE_LINE, REFERENCE_LINE.split("  #")[0], "line 7731", str(ANSWER), EXPR_ANSWER,
+                         str(SECRET), "big secret") if s.encode() in data]
+    return found
+
+
+def _values(x):
+    """Every leaf of a public file's data."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield k
+            yield from _values(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _values(v)
+    else:
+        yield x
+
+
+def test_the_handout_and_the_zips_worker_readable_files_hold_no_secret(secrets):
+    """Neither the hand-out nor what a worker may read of the Gradescope zip (every entry but its PRIVATE ones,
+    the wheel's files included) holds the reference's source, a question's answer or a hidden case; the PRIVATE
+    entries are root's only (mode 600); the public file holds no answer either as a value."""
+    import torch
+
+    from tformer.grading.classroom.gradescope import PRIVATE
+    root, modes = secrets
+    handed = sorted(p.name for p in (root / "handout").iterdir())
+    assert handed == ["w03_double.ipynb", "week3.public.pt"], handed
+    for p in (root / "handout").iterdir():
+        assert not _secrets_in(p.read_bytes()), (p.name, _secrets_in(p.read_bytes()))
+    data = torch.load(root / "handout" / "week3.public.pt", weights_only=True)
+    leaves = list(_values(data))
+    plain = [x for x in leaves if not isinstance(x, torch.Tensor)]
+    assert ANSWER not in plain and ANSWER + 1 not in plain and EXPR_ANSWER not in plain
+    assert not any(bool((t.double() == ANSWER).any()) for t in leaves if isinstance(t, torch.Tensor))
+    assert [e["name"] for e in data["exercises"]] == ["w03.double", "w03.q_value", "w03.q_cost"]
+    readable = [n for n in modes if not n.startswith(PRIVATE)]
+    assert {"exercises/week3.py", "hidden/week3_hidden.py", "assignment.toml"} == set(modes) - set(readable)
+    assert all(stat.S_IMODE(modes[n]) == 0o600 for n in set(modes) - set(readable)), modes
+    assert REFERENCE_LINE in (root / "source" / "exercises" / "week3.py").read_text()    # the grader's, in the zip
+    for name in readable:
+        blob = (root / "source" / name).read_bytes()
+        assert not _secrets_in(blob), (name, _secrets_in(blob))
+        if name.endswith(".whl"):
+            with zipfile.ZipFile(root / "source" / name) as w:
+                for inner in w.namelist():
+                    assert not _secrets_in(w.read(inner)), (inner, _secrets_in(w.read(inner)))
+
+
+def _kernel(folder: Path, sources: list[str]) -> str:
+    """Run a notebook's code cells in `folder` as a learner's kernel does; what it printed."""
+    nb = write(folder / "mine.ipynb", sources)
+    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH", "TFORMER_GRADE_WORKER")}
+    env["PYTHONPATH"] = str(CHECKOUT)
+    proc = subprocess.run([sys.executable, "-c", KERNEL, str(nb)], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_a_learner_checks_the_handout_against_its_public_file(secrets, tmp_path):
+    """In the hand-out's folder (week3.public.pt, no week3.py), the notebook's `load_exercises("week3.py")` and
+    `check`: the right function passes, the template's mistake is named, the stub is not attempted, and a
+    teacher's question says the value is well formed and graded by the teacher (or why it is not well formed)."""
+    import shutil
+    root, _ = secrets
+    folder = tmp_path / "handout"
+    shutil.copytree(root / "handout", folder)
+    mine = [HANDED[0], "def my_double(x):\n    return 2 * x", HANDED[2], "answer = 6\ncheck('w03.q_value', answer)",
+            "answer = 'n * d'\ncheck('w03.q_cost', answer)",
+            "def my_double(x):\n    return x + 2", HANDED[2], "answer = 'six'\ncheck('w03.q_value', answer)",
+            "answer = 'import os'\ncheck('w03.q_cost', answer)", HANDED[1], HANDED[2]]
+    out = _kernel(folder, mine).splitlines()
+    checks = [line for line in out if line.startswith("[")]
+    assert len(checks) == 7, out
+    assert checks[0].startswith("[PASS] w03.double") and "passed all 7 cases" in checks[0], checks
+    for line in checks[1:3]:
+        assert "well formed" in line and "graded by your teacher" in line, line
+    assert checks[3].startswith("[FAIL] w03.double"), checks
+    assert "Your output equals a known mistake: added 2 instead of doubling" in "\n".join(out)
+    assert checks[4].startswith("[FAIL] w03.q_value") and "expected a number" in checks[4], checks
+    assert checks[5].startswith("[FAIL] w03.q_cost") and "graded by your teacher" not in checks[5], checks
+    assert checks[6].startswith("[TODO] w03.double"), checks
+    assert sorted(p.name for p in folder.iterdir()) == ["mine.ipynb", "w03_double.ipynb", "week3.public.pt"]
+
+
+def test_run_autograder_as_root_runs_the_worker_as_another_user(secrets, tmp_path):
+    """As root, run_autograder runs the workers under TFORMER_GRADE_WORKER_USER (here `nobody`, as Gradescope's
+    tformer-worker): a cell that reports its uid sees that user's, and the submission's cells cannot read the
+    zip's source/; results.json is written and names what the workers ran without."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: run_autograder runs the workers as this user (Gradescope runs it as root)")
+    import pwd
+    try:
+        nobody = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        pytest.skip("no user `nobody` here to stand for tformer-worker")
+    root, _ = secrets
+    ag = tmp_path / "ag"
+    cells = [HANDED[0], "def my_double(x):\n    return 2 * x", HANDED[2],
+             "import os\nraise RuntimeError(f'worker uid {os.getuid()}')",
+             f"s = open({str(ag / 'source' / 'exercises' / 'week3.py')!r}).read()\n"
+             "raise RuntimeError('read: ' + s[s.index('line 77'):][:20])",
+             f"open({str(ag / 'results' / 'forged.json')!r}, 'w').write('{{}}')"]
+    write(ag / "submission" / "w03_double.ipynb", cells)
+    (ag / "source").symlink_to(root / "source", target_is_directory=True)
+    (ag / "bin").mkdir()
+    (ag / "bin" / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (ag / "bin" / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
+    env.update(PATH=f"{ag / 'bin'}:{env['PATH']}", PYTHONPATH=str(CHECKOUT), TFORMER_AUTOGRADER_ROOT=str(ag),
+               TFORMER_GRADE_WORKER_USER="nobody")
+    proc = subprocess.run([str(ag / "source" / "run_autograder")], cwd=ag, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((ag / "results" / "results.json").read_text(encoding="utf-8"))
+    assert stat.S_IMODE((ag / "results").stat().st_mode) == 0o700
+    assert stat.S_IMODE((root / "source").stat().st_mode) == 0o700
+    assert not (ag / "results" / "forged.json").exists()
+    assert [t["name"] for t in results["tests"]] == ["w03.double", "w03.q_value", "w03.q_cost"], results
+    assert results["tests"][0]["output"].startswith(("passed", "failed")), results
+    assert "line 7731" not in results["output"] and "PermissionError" in results["output"], results["output"]
+    assert "worker uid" in results["output"], results["output"]
+    sandbox = (CHECKOUT / "tformer" / "grading" / "classroom" / "sandbox.py").read_text(encoding="utf-8")
+    if "TFORMER_GRADE_WORKER_USER" not in sandbox:
+        pytest.skip("sandbox.py does not run workers under TFORMER_GRADE_WORKER_USER yet (H-sandbox's part): the "
+                    "worker ran as root")
+    assert f"worker uid {nobody}" in results["output"], results["output"]
+    assert "ran as root" not in results["output"], results["output"]
+
+
+def test_a_grading_worker_never_runs_a_teachers_module(secrets, tmp_path):
+    """With TFORMER_GRADE_WORKER set (a grading worker), load_exercises of a teacher's module, or of a public
+    file, registers nothing and runs nothing of it: the course's exercises only."""
+    root, _ = secrets
+    marker = tmp_path / "ran"
+    (tmp_path / "week3.py").write_text((root / "week3.py").read_text() + f"\nopen({str(marker)!r}, 'w').close()\n")
+    (tmp_path / "week3.public.pt").write_bytes((root / "handout" / "week3.public.pt").read_bytes())
+    code = ("from tformer.grading import REGISTRY, load_exercises\n"
+            "load_exercises('week3.py', 'week3.public.pt')\n"
+            "print(sorted(n for n in REGISTRY if n.startswith('w03')))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(CHECKOUT), TFORMER_GRADE_WORKER="1")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])
+    assert not marker.exists()
+
+
+def test_results_name_each_guarantee_the_workers_ran_without():
+    """results.json's `output` names what the sandbox reported missing (grades.json's settings: "isolation",
+    else the older landlock_abi/network keys), and nothing when all was there."""
+    from tformer.grading.classroom.gradescope import lost_guarantees
+    full = {"landlock_abi": 6, "network": "netns", "pid_namespace": True, "shm": "private", "tmp": "tmpfs",
+            "proc": "private", "processes": "uid", "max_processes": 64}
+    assert lost_guarantees({"isolation": full}, "tformer-worker") == []
+    weak = {**full, "landlock_abi": 0, "network": "landlock-tcp", "pid_namespace": False, "proc": "shared",
+            "shm": "shared", "processes": "none"}
+    lost = "; ".join(lost_guarantees({"isolation": weak, "landlock_abi": 0, "network": "landlock-tcp"}, "tformer-worker"))
+    for words in ("Landlock (", "a network namespace", "UDP", "a user/PID namespace", "a private /proc",
+                  "/dev/shm", "processes"):
+        assert words in lost, (words, lost)
+    older = "; ".join(lost_guarantees({"landlock_abi": 0, "network": "none"}, "tformer-worker"))
+    assert "Landlock (" in older and "the network is open" in older, older
+    assert lost_guarantees({"landlock_abi": None, "network": None}, "tformer-worker") == []
+    if os.geteuid() == 0:                             # as root: the workers' own uid is a guarantee too
+        assert any("ran as root" in x for x in lost_guarantees({"isolation": {**full, "processes": "cgroup"}}, ""))
+        assert lost_guarantees({"isolation": full}, "") == []      # "uid": the keeper gave them another user
+
+
+def test_an_exercise_the_public_file_cannot_hold_is_one_line_and_nothing_is_written(tmp_path):
+    """A reference whose output is not data (a set here) cannot be frozen: `tformer handout` says which exercise
+    and case in one line, and writes nothing."""
+    proc = tformer("exercise", "new", "w04.odd", tmp_path / "week4.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "week4.py").read_text().replace("    return 2 * x\n", "    return set(x.tolist())\n", 1)
+    (tmp_path / "week4.py").write_text(text)
+    write(tmp_path / "released" / "w04_odd.ipynb", ["from tformer.grading import check, load_exercises\n"
+                                                   "load_exercises('week4.py')"])
+    (tmp_path / "a.toml").write_text('notebooks = ["w04_odd"]\nexercises = ["week4.py"]\nreleased = "released/"\n')
+    one_line_error(tformer("handout", "--out", tmp_path / "h", "--assignment", tmp_path / "a.toml", cwd=tmp_path),
+                   "w04.odd", "a single zero", "set")
+    assert not (tmp_path / "h").exists()

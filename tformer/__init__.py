@@ -38,7 +38,7 @@ this map; tests/test_layout.py keeps the three in agreement.
     serve/       `tformer serve` (an OpenAI-compatible server): runs, app, export (`tformer export
                  --to hf`), cli                                                                   ch. 14
     grading/     check("chNN.name", fn): core (the checker), questions, result, guards, compare, messages,
-                 inputs, exercises/;
+                 inputs, public (a teacher's exercises as handed out), exercises/;
                  classroom/ (`tformer grade`: one learner or a class)                          ch. 1-15
     doctor       `tformer doctor`: the environment, backend parity, what to expect here
     cli          the `tformer` command

@@ -115,6 +115,8 @@ def register(ex: Exercise | Question) -> Exercise | Question:
 
 
 TEACHER_FILES: dict[str, str] = {}     # a teacher's exercise file (resolved path) -> the module it was loaded as
+TEACHER_NAMES: dict[str, list[str]] = {}   # a teacher's exercise file (resolved path) -> the names it registered
+PUBLIC_FILES: dict[str, list[str]] = {}    # a public file (public.py, resolved path) -> the names it registered
 
 
 def _import_file(path: Path, kind: str, loaded: dict[str, str], missing: str) -> None:
@@ -140,16 +142,38 @@ def _import_file(path: Path, kind: str, loaded: dict[str, str], missing: str) ->
 def load_exercises(*files: str | os.PathLike) -> dict[str, Exercise]:
     """Register every chapter's exercises (tformer/grading/exercises/), and the exercises of a teacher's own
     `files` (a module that calls `register(Exercise(...))` as a chapter's does), and return the registry: the one
-    way the grader, the worker and the tools load them. A file already loaded is not loaded again; in a grading
-    worker, a file of the same name as one the grader loaded (the student's copy of the teacher's module) is
-    the grader's."""
+    way the grader and the tools load them. A file already loaded is not loaded again.
+
+    Where a hand-out has no `week3.py` but its public file `week3.public.pt` (what `tformer handout` writes in
+    its place, tformer/grading/public.py), `load_exercises("week3.py")` registers the public exercises: a
+    learner's `check` judges against the outputs frozen in it. A `.pt` file is read as a public file.
+
+    In a grading worker (TFORMER_GRADE_WORKER set) loading a file does nothing: the worker runs the student's
+    notebook and never a teacher's module (whose reference and answers would then be in the student's
+    process); the grader's requests carry what the worker needs."""
+    import importlib
+
     from . import exercises
     exercises.load()
+    if os.environ.get("TFORMER_GRADE_WORKER"):
+        return REGISTRY
+    # public.py builds Exercises from this module's classes: imported by name, as exercises.load() imports the
+    # chapters, so that core does not import a module that imports it
+    public = importlib.import_module(f"{__package__}.public")
     for f in files:
         path = Path(f).expanduser().resolve()
-        if os.environ.get("TFORMER_GRADE_WORKER") and any(Path(t).name == path.name for t in TEACHER_FILES):
+        if path.suffix == ".pt" or (not path.exists() and public.public_path(path).is_file()):
+            data = path if path.suffix == ".pt" else public.public_path(path)
+            if str(data) not in PUBLIC_FILES:
+                if not data.is_file():
+                    raise FileNotFoundError(f"no public exercise file {f} (what `tformer handout` writes)")
+                PUBLIC_FILES[str(data)] = public.load_public(data)
             continue
+        before = set(REGISTRY)
+        loaded = str(path) in TEACHER_FILES
         _import_file(path, "exercises", TEACHER_FILES, f"no exercise file {f} (a module of register(Exercise(...)) calls)")
+        if not loaded:
+            TEACHER_NAMES[str(path)] = [n for n in REGISTRY if n not in before]
     return REGISTRY
 
 

@@ -365,6 +365,9 @@ def judge_question(q: Question, p: tuple):
             problem = e.args[0]
     if problem is not None:
         return Result(q.name, q.points, False, "failed", _("not accepted: {problem}.").format(problem=problem), 1)
+    if q.answer is None:                        # a teacher's question as the hand-out ships it (public.py)
+        return Result(q.name, q.points, True, "well formed", _("well formed ({answer}); graded by your teacher "
+                      "(the hand-out does not carry the answer).").format(answer=_shown(p)), 1)
     if _matches(q, p, q.answer):
         return Result(q.name, q.points, True, "passed",
                       _("right ({answer}). {points} point(s).").format(answer=_shown(p), points=q.points), 1)

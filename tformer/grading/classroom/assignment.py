@@ -1,7 +1,8 @@
 """The assignment a teacher declares: `tformer grade CLASS --out OUT --assignment FILE`, a TOML file.
 
     notebooks = ["01_attention", "02_self_attention", "w03_double"]   # in gradebook order; w03_double: yours
-    exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls (or Question)
+    exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls (or Question);
+                                    # never handed out (`tformer handout` writes week3.public.pt in their place)
     released = "handout/"           # your notebooks as students got them (w03_double.ipynb)
 
     [points]                        # points per exercise (whole numbers), as --weights gives them
@@ -86,7 +87,8 @@ def exercises_hash(exercise_files: list[str], released: str = "", hidden: list[s
 
 def use_teacher_files(exercise_files: list[str], released: str = "", hidden: list[str] = ()) -> None:
     """Load a teacher's exercise modules, count their released notebooks, and import the hidden cases into this
-    process only (ClassError on a bad file)."""
+    process only (ClassError on a bad file). A hand-out's public file (week3.public.pt) is refused: the grader
+    judges with the teacher's reference and answers, which it alone holds."""
     from .notebooks import add_released
     load_exercises()                                  # the course's, always
     if released:
@@ -94,6 +96,11 @@ def use_teacher_files(exercise_files: list[str], released: str = "", hidden: lis
             raise ClassError(f"released = {released!r}: no such folder (your notebooks as students got them)")
         add_released(Path(released))
     for f in exercise_files:
+        if Path(f).suffix == ".pt":
+            raise ClassError(f"{f} is a hand-out's public file (its cases and outputs, no reference): it lets a "
+                             f"notebook check itself, it cannot grade; give the teacher's module (e.g. week3.py)")
+        if not Path(f).is_file():                     # not the public file beside it (load_exercises' fallback)
+            raise ClassError(f"no exercise file {f} (a module of register(Exercise(...)) calls)")
         try:
             load_exercises(f)
         except FileNotFoundError as e:

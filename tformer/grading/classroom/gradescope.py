@@ -17,6 +17,14 @@ overrides the tests' sum), `output`, and `tests`, each with `name`, `score`, `ma
 `visibility`, the fields gradescope-utils' JSONTestRunner writes. A test per exercise; an exercise with hidden
 cases is "after_published" (shown once the teacher publishes the grades), the others "visible". What the grader
 prints goes to ROOT/results/stdout, which only the teacher sees.
+
+Gradescope runs the autograder as root, in a container that may lack Landlock and user namespaces. So the
+teacher's secrets are kept by permissions too: setup.sh makes an unprivileged user (WORKER_USER), the zip's
+PRIVATE entries are root's only (mode 600), run_autograder makes source/ and results/ root's only (700) and
+exports TFORMER_GRADE_WORKER_USER, and the keeper (sandbox.py) runs every worker under that user: a
+submission's code can read neither the teacher's exercises, the hidden cases nor the assignment, nor write a
+score. The submission's copy is made readable to that user. Each guarantee the workers ran without (no
+Landlock, no namespaces, a shared /proc, ...) is named in results.json's `output`.
 """
 from __future__ import annotations
 
@@ -40,21 +48,39 @@ TIMEOUT_ENV = "TFORMER_AUTOGRADER_TIMEOUT"    # seconds for one submission's gra
 TIMEOUT = 540                                 # Gradescope stops a submission at 10 minutes by default: results first
 STUDENT = "submission"                        # the class of one's student
 
+WORKER_USER = "tformer-worker"               # the unprivileged user the grading workers run as (setup.sh makes it)
+USER_ENV = "TFORMER_GRADE_WORKER_USER"        # the keeper (sandbox.py) runs workers under this user when root
+PRIVATE = ("exercises/", "hidden/", "assignment.toml")   # the zip's entries no worker may read (mode 600, and
+                                              # run_autograder makes source/ 700: root's only)
+
 SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as it builds the autograder's image: Python, torch's CPU build, then tformer.
+# Gradescope runs this once, as it builds the autograder's image: Python, torch's CPU build, then tformer, and
+# the unprivileged user the grading workers run as (they cannot read source/ or write results/).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive PIP_BREAK_SYSTEM_PACKAGES=1
 apt-get update
 apt-get install -y python3 python3-pip
 python3 -m pip install --index-url https://download.pytorch.org/whl/cpu "torch>=2.4,<3"
 python3 -m pip install "nbformat>=5.9,<6" /autograder/source/{wheel}
+id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin {user}
+chmod 700 /autograder/source
 """
 
 RUN = """#!/usr/bin/env bash
 # Gradescope runs this for each submission: tformer grades $ROOT/submission as a class of one and writes
-# $ROOT/results/results.json (tformer/grading/classroom/gradescope.py).
+# $ROOT/results/results.json (tformer/grading/classroom/gradescope.py). As root, the workers that run the
+# submission's code run as the unprivileged user setup.sh made ($TFORMER_GRADE_WORKER_USER, default
+# tformer-worker), which can neither read source/ (the teacher's exercises, hidden cases and assignment) nor
+# write results/.
 ROOT="${TFORMER_AUTOGRADER_ROOT:-/autograder}"
 mkdir -p "$ROOT/results"
+chmod 700 "$ROOT/results" "$ROOT/source/" 2>/dev/null
+chmod -R go-rwx "$ROOT/source/exercises" "$ROOT/source/hidden" "$ROOT/source/assignment.toml" 2>/dev/null
+if [ "$(id -u)" = 0 ] && id -u "${TFORMER_GRADE_WORKER_USER:-tformer-worker}" >/dev/null 2>&1; then
+  export TFORMER_GRADE_WORKER_USER="${TFORMER_GRADE_WORKER_USER:-tformer-worker}"
+else
+  unset TFORMER_GRADE_WORKER_USER
+fi
 cd "$(mktemp -d)"          # not $ROOT: `python3 -m` puts the working folder on the path workers may read
 python3 -m tformer.grading.classroom.gradescope run --root "$ROOT"
 if [ ! -s "$ROOT/results/results.json" ]; then
@@ -165,13 +191,13 @@ def build_zip(zip_path: Path, assignment: Path, exercise_files: list[str] = ()) 
     with tempfile.TemporaryDirectory(prefix="tformer-gradescope-") as tmp:
         wheel = build_wheel(root, Path(tmp))
         entries: list[tuple[str, bytes | Path, int]] = [
-            ("setup.sh", SETUP.format(wheel=wheel.name).encode(), 0o755),
+            ("setup.sh", SETUP.format(wheel=wheel.name, user=WORKER_USER).encode(), 0o755),
             ("run_autograder", RUN.encode(), 0o755),
             (wheel.name, wheel, 0o644),
-            ("assignment.toml", zipped_assignment(a.path, exercises, a.hidden, bool(released)).encode(), 0o644)]
+            ("assignment.toml", zipped_assignment(a.path, exercises, a.hidden, bool(released)).encode(), 0o600)]
         entries += [(f"released/{n}", p, 0o644) for n, p in sorted(released.items())]
-        entries += [(f"exercises/{Path(f).name}", Path(f), 0o644) for f in exercises]
-        entries += [(f"hidden/{Path(f).name}", Path(f), 0o644) for f in a.hidden]
+        entries += [(f"exercises/{Path(f).name}", Path(f), 0o600) for f in exercises]     # root's only (PRIVATE)
+        entries += [(f"hidden/{Path(f).name}", Path(f), 0o600) for f in a.hidden]
         part = Path(str(zip_path) + ".part")
         with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
             for name, data, mode in entries:
@@ -217,6 +243,9 @@ def _grade(root: Path, assignment, timeout: float) -> dict:
         cls = work / "class"
         shutil.copytree(root / "submission", cls / STUDENT, symlinks=True,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__MACOSX", ".*"))
+        (work / "out").mkdir(mode=0o700)              # the grades: root's only
+        if worker_user():
+            readable_by_worker(work, cls)
         old = signal.signal(signal.SIGALRM, stop)
         signal.alarm(max(1, int(timeout)))
         try:
@@ -226,6 +255,53 @@ def _grade(root: Path, assignment, timeout: float) -> dict:
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
+
+
+def worker_user() -> str:
+    """The user the grading workers run as ("" when they run as this process's user): $TFORMER_GRADE_WORKER_USER,
+    which run_autograder sets when it runs as root and setup.sh made the user."""
+    return os.environ.get(USER_ENV, "") if hasattr(os, "geteuid") and os.geteuid() == 0 else ""
+
+
+def readable_by_worker(work: Path, cls: Path) -> None:
+    """Let the worker's user reach the submission's copy: `work` traversable (not listable), the class
+    readable; `work`/out (the grades) stays root's."""
+    os.chmod(work, 0o711)
+    for folder, dirs, files in os.walk(cls):
+        os.chmod(folder, 0o755)
+        for f in files:
+            path = Path(folder) / f
+            if not path.is_symlink():
+                os.chmod(path, 0o644)
+
+
+def lost_guarantees(settings: dict, user: str | None = None) -> list[str]:
+    """What the workers ran without, one short phrase each, from grades.json's settings: its "isolation" (the
+    sandbox's report) where there is one, else "landlock_abi" and "network"; `user`: the workers' user ("" when
+    none was asked for, None: not known)."""
+    iso = settings.get("isolation") or {}
+    landlock = iso.get("landlock_abi", settings.get("landlock_abi"))
+    network = iso.get("network", settings.get("network"))
+    lost = []
+    if landlock == 0:
+        lost.append("Landlock (a worker's files are limited by its user's permissions only)")
+    if network == "landlock-tcp":
+        lost.append("a network namespace (TCP is blocked by Landlock; UDP is open)")
+    elif network == "none":
+        lost.append("a network namespace and Landlock network rules (the network is open)")
+    if iso.get("pid_namespace") is False:
+        lost.append("a user/PID namespace (a subreaper kills what a notebook starts)")
+    if iso.get("proc") == "shared":
+        lost.append("a private /proc (a notebook can read other processes' command lines)")
+    if iso.get("shm") == "shared":
+        lost.append("a private /dev/shm")
+    if iso.get("tmp") == "watched":
+        lost.append("a private tmpfs for TMPDIR (its size is watched instead)")
+    if iso.get("processes") == "none":
+        lost.append("a limit on a notebook's processes")
+    if user == "" and hasattr(os, "geteuid") and os.geteuid() == 0 and iso.get("processes") != "uid":
+        lost.append(f"an unprivileged user (the workers ran as root: setup.sh makes {WORKER_USER})")
+    return lost
 
 
 def _visibility(name: str) -> str:
@@ -261,6 +337,9 @@ def results(grades: dict) -> dict:
                      + ", ".join(Path(f).name for f in s["unrecognized_files"]))
     if s.get("extra_notebooks"):
         lines.append("not graded (outside this assignment): " + ", ".join(f"{m}.ipynb" for m in s["extra_notebooks"]))
+    lost = lost_guarantees(grades.get("settings", {}), worker_user())
+    if lost:
+        lines.append("isolation: the workers ran without " + "; ".join(lost))
     return {"score": s.get("final", s["total"]), "output": "\n".join(lines), "tests": tests}
 
 

@@ -4,7 +4,8 @@ The module uses the API the course's chapters use (`Exercise`, `Case`, `register
 says what each field means): a reference, two edge cases, a random case and one named mistake, and a question
 of understanding (`Question`) in comments. Grade it with
 `tformer grade ... --exercises FILE` or an assignment's `exercises = ["FILE"]`; a learner's notebook checks it
-with `load_exercises("FILE")` and `check(NAME, fn)`.
+with `load_exercises("FILE")` and `check(NAME, fn)`. `tformer handout` hands out its public file (FILE's stem +
+.public.pt, tformer/grading/public.py) in its place: the reference and a question's answer stay with the teacher.
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ A learner's notebook checks it with
     from tformer.grading import check, load_exercises
     load_exercises("{file}")
     check("{name}", my_function)
+Hand it out with `tformer handout --out DIR --assignment FILE`: this module stays with you (its reference, and
+a question's answer, are your secrets); DIR gets {public} instead, the cases frozen with the reference's and
+each mistake's outputs on them and no code, which the learner's `load_exercises("{file}")` reads.
 """
 import torch
 
@@ -28,7 +32,8 @@ from tformer.grading import Case, Exercise, register
 
 
 def reference(x):
-    """The right answer: what the learner's function must return (computed in the grader only)."""
+    """The right answer: what the learner's function must return (run by the grader and `tformer handout`
+    only; never sent to a grading worker or handed out)."""
     return 2 * x
 
 
@@ -82,6 +87,7 @@ def new_exercise(name: str, file: Path, title: str = "double every value") -> Pa
         raise ValueError(f"{file}: an exercise file is a Python module (.py)")
     stem = name.replace(".", "_")
     chapter, slug = name.split(".")
-    file.write_text(TEMPLATE.format(name=name, title=title, stem=stem, file=file.name, chapter=chapter, slug=slug),
-                    encoding="utf-8")
+    from ..public import public_path
+    file.write_text(TEMPLATE.format(name=name, title=title, stem=stem, file=file.name, chapter=chapter, slug=slug,
+                                    public=public_path(file).name), encoding="utf-8")
     return file
