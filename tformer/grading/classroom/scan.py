@@ -1,0 +1,390 @@
+"""What the grader reads in a notebook's source itself, whatever its worker says (issue 58: the worker process and
+every byte it sends belong to the student).
+
+    stub_exercises(cells, stem, released)   the exercises whose graded function is still the released stub
+    flags(cells)                            cells that reach into the grader, one line each, for the teacher
+
+A released stub never earns points: the function a check cell hands in (the last binding of its name before
+that call; for an exercise whose check cell is gone, the released name's last binding in the notebook) is
+compared, as a syntax tree without docstrings and without its own name, with the stub of the released learner
+notebooks of that stem (notebooks/, notebooks/zh/, an assignment's `released` folder). A function whose whole
+body raises NotImplementedError (no decorator) is a stub too: it cannot compute anything. Anything the scan
+cannot follow (a name rebound by an assignment, an import, `globals()`) is graded as the worker's verdict says.
+
+The flags name the obvious forgeries (an import of tformer.grading beyond `check`, `gc.get_objects`, an
+assignment to an attribute of something imported from tformer, `sys.modules` edits, frame walking, the
+protocol's own names): a teacher reads them; they change no grade. A scan is no guarantee.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+# what a notebook may take from tformer.grading (the released notebooks import `check`)
+ALLOWED_GRADING = frozenset({"check", "load_exercises"})
+# names of the grader's and the worker's internals: a notebook has no use for them
+INTERNALS = frozenset({"run_learner", "write_frame", "read_frame", "sendable", "judge", "judge_question", "Outcome",
+                       "serve", "_seed_everything", "named_mistakes", "exercise_cases", "hidden_cases", "REGISTRY",
+                       "MAX_FRAME", "proto_out", "proto_in"})
+NAMED_INTERNALS = INTERNALS - {"judge", "serve", "Outcome"}     # as a bare name (a learner may call a variable judge)
+GC_WALKERS = frozenset({"get_objects", "get_referrers", "get_referents"})
+FRAME_WALKERS = {("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes"),
+                 ("inspect", "getinnerframes"), ("inspect", "trace")}
+FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "tb_frame", "gi_frame", "cr_frame"})
+
+
+def parse(source: str) -> ast.Module | None:
+    """A cell's syntax tree (IPython's magics and `!cmd` as the worker's shell reads them); None if it does not
+    parse."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    try:
+        from .cells import _python
+        return ast.parse(_python(source))
+    except Exception:                                 # IPython's transformer, or still not Python
+        return None
+
+
+# --- the released stub ------------------------------------------------------------------------------------
+
+def _no_docstrings(node: ast.AST) -> ast.AST:
+    """A copy of `node` with every docstring (a function's, a class's, a module's) dropped."""
+    import copy
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = n.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                n.body = body[1:] or [ast.Pass()]
+    return node
+
+
+def _shape(fn: ast.AST) -> str:
+    """A function's syntax tree as compared with the stub's: docstrings and its own name dropped, no positions."""
+    fn = _no_docstrings(fn)
+    fn.name = "_"
+    return ast.dump(fn, annotate_fields=True, include_attributes=False)
+
+
+def _only_raises_not_implemented(fn: ast.AST) -> bool:
+    """A function whose body (docstrings aside) is one `raise NotImplementedError...`, undecorated."""
+    body = _no_docstrings(fn).body
+    if fn.decorator_list or len(body) != 1 or not isinstance(body[0], ast.Raise):
+        return False
+    exc = body[0].exc
+    exc = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _top_statements(body: list[ast.stmt]):
+    """The statements that run at a cell's top level, in order: inside if/for/while/try/with too, never inside a
+    function or a class."""
+    for st in body:
+        yield st
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            yield from _top_statements(getattr(st, field, []) or [])
+        for h in getattr(st, "handlers", []) or []:
+            yield from _top_statements(h.body)
+        for case in getattr(st, "cases", []) or []:
+            yield from _top_statements(case.body)
+
+
+def _binds(st: ast.stmt, name: str) -> bool:
+    """Whether statement `st` (its own part, not its nested block) binds `name` at the top level."""
+    if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return st.name == name or any(_binds_expr(d, name) for d in st.decorator_list)
+    if isinstance(st, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name.split(".")[0]) == name for a in st.names) or any(a.name == "*" for a in st.names)
+    heads: list[ast.AST] = []
+    if isinstance(st, ast.Assign):
+        heads = [*st.targets, st.value]
+    elif isinstance(st, (ast.AugAssign, ast.AnnAssign)):
+        heads = [st.target] + ([st.value] if st.value is not None else [])
+    elif isinstance(st, (ast.For, ast.AsyncFor)):
+        heads = [st.target, st.iter]
+    elif isinstance(st, (ast.With, ast.AsyncWith)):
+        heads = [i.optional_vars for i in st.items if i.optional_vars is not None] + [i.context_expr for i in st.items]
+    elif isinstance(st, ast.Delete):
+        heads = list(st.targets)
+    elif isinstance(st, (ast.Expr, ast.Return, ast.If, ast.While)):
+        heads = [getattr(st, "value", None) or getattr(st, "test", None)]
+    elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+        return any(h.name == name for h in st.handlers)
+    elif type(st).__name__ == "Match":
+        heads = [st.subject] + [c.pattern for c in st.cases]
+    return any(h is not None and _binds_expr(h, name) for h in heads)
+
+
+def _binds_expr(node: ast.AST, name: str) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del)):
+            return True
+        if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name) and n.target.id == name:
+            return True
+        if type(n).__name__ in ("MatchAs", "MatchStar") and getattr(n, "name", None) == name:
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("globals", "exec", "eval", "vars"):
+            return True                             # a binding the scan cannot follow
+        if isinstance(n, ast.Name) and n.id in ("globals", "vars", "__builtins__"):
+            return True
+    return False
+
+
+def _last_binding(trees: list[ast.Module | None], name: str, upto: tuple[int, int] | None) -> ast.AST | None:
+    """The last statement that binds `name` at the notebook's top level before position `upto` (cell index,
+    statement line), None if none; a statement the scan cannot follow counts as a binding (not a stub)."""
+    found = None
+    for i, tree in enumerate(trees):
+        if upto is not None and i > upto[0]:
+            break
+        if tree is None:
+            continue
+        for st in _top_statements(tree.body):
+            if upto is not None and i == upto[0] and st.lineno >= upto[1]:
+                continue
+            if _binds(st, name):
+                found = st
+            elif _reaches_globals(st):
+                found = st                          # globals()[...] = ..., exec(...): cannot follow
+    return found
+
+
+def _reaches_globals(st: ast.stmt) -> bool:
+    if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    for n in ast.walk(st):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("globals", "exec", "vars"):
+            return True
+    return False
+
+
+def _check_calls(trees: list[ast.Module | None]) -> dict[str, tuple[int, int, str]]:
+    """exercise id -> (cell index, line, function name) of the last `check("id", name)` in the notebook (the
+    worker keeps the function of the last call)."""
+    calls: dict[str, tuple[int, int, str]] = {}
+    for i, tree in enumerate(trees):
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str) and isinstance(node.args[1], ast.Name)):
+                old = calls.get(node.args[0].value)
+                if old is None or (i, node.lineno) >= old[:2]:
+                    calls[node.args[0].value] = (i, node.lineno, node.args[1].id)
+    return calls
+
+
+def _released_stubs(released: list[Path]) -> tuple[dict[str, set[str]], dict[str, str], bool]:
+    """From the released notebooks (files, or folders of them): exercise -> the shapes of its stub function,
+    exercise -> the name its check cell hands in, and whether any released notebook could be read."""
+    files: list[Path] = []
+    for p in released:
+        p = Path(p)
+        files += sorted(p.glob("*.ipynb")) if p.is_dir() else [p]
+    key = []
+    for f in files:
+        try:
+            st = f.stat()
+            key.append((str(f), st.st_mtime_ns, st.st_size))
+        except OSError:
+            continue
+    return _released_stubs_of(tuple(key))
+
+
+@functools.lru_cache(maxsize=256)
+def _released_stubs_of(key: tuple) -> tuple[dict[str, set[str]], dict[str, str], bool]:
+    from .notebooks import read_cells
+    files = [Path(k[0]) for k in key]
+    shapes: dict[str, set[str]] = {}
+    names: dict[str, str] = {}
+    found = False
+    for f in files:
+        try:
+            trees = [parse(c) for c in read_cells(f)]
+        except ValueError:
+            continue
+        found = True
+        for ex, (i, line, fn) in _check_calls(trees).items():
+            names.setdefault(ex, fn)
+            st = _last_binding(trees, fn, (i, line))
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                shapes.setdefault(ex, set()).add(_shape(st))
+    return shapes, names, found
+
+
+def stub_exercises(cells: list[str], stem: str, released: list[Path]) -> tuple[set[str], bool]:
+    """(the exercises whose graded function is the released stub, whether a released notebook was found).
+    `cells`: the notebook's code cells; `released`: the released learner notebooks of `stem` (or folders of
+    them). A question hands in a value, not a function: never a stub here. Without a released notebook only
+    the NotImplementedError rule applies."""
+    from ..core import REGISTRY, Question
+    shapes, names, found = _released_stubs(released)
+    trees = [parse(c) if ("def " in c or "check(" in c or "=" in c or "import" in c) else None for c in cells]
+    calls = _check_calls(trees)
+    from .notebooks import exercises_of
+    owed = set(exercises_of(Path(stem + ".ipynb"))) | set(shapes) | set(calls)
+    stubs = set()
+    for ex in owed:
+        if isinstance(REGISTRY.get(ex), Question):
+            continue
+        if ex in calls:
+            i, line, fn = calls[ex]
+            st = _last_binding(trees, fn, (i, line))
+        elif ex in names:                           # its check cell gone: the released name, after every cell
+            st = _last_binding(trees, names[ex], None)
+        else:
+            continue
+        if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if _shape(st) in shapes.get(ex, ()) or _only_raises_not_implemented(st):
+            stubs.add(ex)
+    return stubs, found
+
+
+# --- flags for the teacher --------------------------------------------------------------------------------
+
+def _tformer_module(name: str) -> bool:
+    return name == "tformer" or name.startswith("tformer.")
+
+
+def _grading_module(name: str) -> bool:
+    return name == "tformer.grading" or name.startswith("tformer.grading.")
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _cell_flags(tree: ast.Module, imported: dict[str, str]) -> list[str]:
+    """The reasons one cell is flagged; `imported` (name -> the tformer module or object it was bound from) is
+    updated with the cell's imports (a later cell may use a name an earlier one imported)."""
+    why: list[str] = []
+
+    def say(text: str) -> None:
+        if text not in why:
+            why.append(text)
+
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                if _tformer_module(a.name):
+                    imported[a.asname or a.name.split(".")[0]] = a.asname and a.name or a.name.split(".")[0]
+                if _grading_module(a.name):
+                    say(f"imports {a.name}")
+                if a.name in ("gc", "ctypes") or a.name.startswith("ctypes."):
+                    imported[a.asname or a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            for a in n.names:
+                if _tformer_module(n.module):
+                    imported[a.asname or a.name] = f"{n.module}.{a.name}"
+                if n.module == "tformer" and a.name == "grading":
+                    say("imports tformer.grading")
+                elif _grading_module(n.module) and not (n.module == "tformer.grading" and a.name in ALLOWED_GRADING):
+                    say(f"imports {a.name} from {n.module}")
+                if n.module == "gc" and a.name in GC_WALKERS | {"*"}:
+                    say(f"uses gc.{a.name} (walks the process's objects)")
+                if n.module in ("sys", "inspect") and (n.module, a.name) in FRAME_WALKERS:
+                    say(f"uses {n.module}.{a.name} (walks the call stack)")
+                if n.module == "sys" and a.name == "modules":
+                    say("uses sys.modules")
+                if a.name in INTERNALS:
+                    say(f"names {a.name}, a part of the grader")
+        elif isinstance(n, ast.Attribute):
+            d = _dotted(n)
+            if n.attr in GC_WALKERS and d.split(".")[0] in {k for k, v in imported.items() if v == "gc"} | {"gc"}:
+                say(f"uses gc.{n.attr} (walks the process's objects)")
+            elif (d.rsplit(".", 1)[0], n.attr) in FRAME_WALKERS:
+                say(f"uses {d} (walks the call stack)")
+            elif n.attr in FRAME_ATTRS:
+                say(f"reads .{n.attr} (a frame's variables)")
+            elif n.attr in INTERNALS:
+                say(f"names {n.attr}, a part of the grader")
+            if _grading_module(d) and d != "tformer.grading.check":
+                say(f"uses {d}")
+            if d == "sys.modules" and not isinstance(n.ctx, ast.Load):
+                say("edits sys.modules")
+        elif isinstance(n, ast.Name) and n.id in NAMED_INTERNALS:
+            say(f"names {n.id}, a part of the grader")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            s = n.value
+            if "tformer.grading" in s or any(w in s for w in ("run_learner", "write_frame", "read_frame")):
+                say(f"names {s[:60]!r} in a string")
+        # assignments to an attribute of something imported from tformer (a module, a class, a function)
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target]
+            for t in targets:
+                for tt in ast.walk(t):
+                    if isinstance(tt, (ast.Attribute, ast.Subscript)) and not isinstance(tt.ctx, ast.Load):
+                        base = _root(tt)
+                        d = _dotted(tt.value) if isinstance(tt, ast.Attribute) else _dotted(tt.value)
+                        if isinstance(base, ast.Name) and base.id in imported and _tformer_module(imported[base.id]):
+                            say(f"assigns to {d or base.id}.{tt.attr if isinstance(tt, ast.Attribute) else '[...]'} "
+                                f"(an attribute of {imported[base.id]})")
+                        if d == "sys.modules" or (isinstance(tt, ast.Attribute) and _dotted(tt) == "sys.modules"):
+                            say("edits sys.modules")
+        if isinstance(n, ast.Call):
+            f = n.func
+            fd = _dotted(f)
+            if fd in ("setattr", "delattr", "object.__setattr__") and n.args:
+                base = _root(n.args[0])
+                if isinstance(base, ast.Name) and base.id in imported and _tformer_module(imported[base.id]):
+                    say(f"calls {fd} on {imported[base.id]}")
+                elif isinstance(base, ast.Name) and base.id == "sys":
+                    say(f"calls {fd} on sys")
+            if isinstance(f, ast.Attribute) and _dotted(f.value) == "sys.modules" and f.attr in (
+                    "pop", "update", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"):
+                say("edits sys.modules")
+            if fd in ("__import__", "importlib.import_module", "import_module"):
+                arg = n.args[0] if n.args else None
+                if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                    say(f"calls {fd} with a name built at run time")
+                elif _grading_module(arg.value):
+                    say(f"imports {arg.value}")
+            if fd in ("exec", "eval", "compile") and n.args and not (
+                    isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)):
+                say(f"calls {fd} on code built at run time (the scan cannot read it)")
+            if fd in ("exec", "eval", "compile") and n.args and isinstance(n.args[0], ast.Constant) \
+                    and isinstance(n.args[0].value, str):
+                inner = parse(n.args[0].value)
+                if inner is not None:
+                    for w in _cell_flags(inner, imported):
+                        say(f"{fd}(...) {w}")
+    uses = [w for w in why if w.startswith("uses tformer.grading")]
+    return [w for w in why if not (w in uses and any(u.startswith(w + ".") for u in uses))]
+
+
+def flags(cells: list[str]) -> list[str]:
+    """Cells that reach into the grader, one line each: "code cell N: imports tformer.grading.core; assigns
+    to C.run_learner (an attribute of tformer.grading.core)". N counts the code cells from 1, as the cell errors
+    do. A cell that does not parse is not flagged (it raises in the worker too)."""
+    out = []
+    imported: dict[str, str] = {}
+    for i, src in enumerate(cells):
+        tree = parse(src)
+        if tree is None:
+            continue
+        why = _cell_flags(tree, imported)
+        if why:
+            out.append(f"code cell {i + 1}: " + "; ".join(why[:6]) + ("; ..." if len(why) > 6 else ""))
+    return out
+
