@@ -363,12 +363,18 @@ def _cell_flags(tree: ast.Module, imported: dict[str, str]) -> list[str]:
             if fd in ("exec", "eval", "compile") and n.args and not (
                     isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)):
                 say(f"calls {fd} on code built at run time (the scan cannot read it)")
+            code: list[str] = []
             if fd in ("exec", "eval", "compile") and n.args and isinstance(n.args[0], ast.Constant) \
                     and isinstance(n.args[0].value, str):
-                inner = parse(n.args[0].value)
+                code = [n.args[0].value]
+            elif isinstance(f, ast.Attribute) and f.attr in ("run_line_magic", "run_cell_magic"):
+                fd = "%" + str(getattr(n.args[0], "value", "magic")) if n.args else "magic"   # %time CODE, %%timeit
+                code = [a.value for a in n.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            for text in code:
+                inner = parse(text)
                 if inner is not None:
                     for w in _cell_flags(inner, imported):
-                        say(f"{fd}(...) {w}")
+                        say(f"{fd}(...) {w}" if not fd.startswith("%") else f"{fd} {w}")
     uses = [w for w in why if w.startswith("uses tformer.grading")]
     return [w for w in why if not (w in uses and any(u.startswith(w + ".") for u in uses))]
 
