@@ -34,9 +34,10 @@ FRAME_WALKERS = {("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", 
 FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "tb_frame", "gi_frame", "cr_frame"})
 
 
+@functools.lru_cache(maxsize=8192)
 def parse(source: str) -> ast.Module | None:
     """A cell's syntax tree (IPython's magics and `!cmd` as the worker's shell reads them); None if it does not
-    parse."""
+    parse. Cached (a class's notebooks share most cells): never change a tree it returns."""
     try:
         return ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -50,29 +51,36 @@ def parse(source: str) -> ast.Module | None:
 
 # --- the released stub ------------------------------------------------------------------------------------
 
-def _no_docstrings(node: ast.AST) -> ast.AST:
-    """A copy of `node` with every docstring (a function's, a class's, a module's) dropped."""
-    import copy
-    node = copy.deepcopy(node)
-    for n in ast.walk(node):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
-            body = n.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                n.body = body[1:] or [ast.Pass()]
-    return node
+def _is_docstring(st: ast.stmt) -> bool:
+    return isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)
+
+
+def _dump(node, root=None) -> str:
+    """ast.dump without positions, every docstring dropped, the function `root`'s own name as "_" (the tree is
+    only read: trees are cached and shared between the grader's threads)."""
+    if isinstance(node, ast.AST):
+        parts = []
+        for name, value in ast.iter_fields(node):
+            if name == "body" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                    and value and _is_docstring(value[0]):
+                value = value[1:] or [ast.Pass()]
+            if name == "name" and node is root:
+                value = "_"
+            parts.append(f"{name}={_dump(value)}")
+        return f"{type(node).__name__}({', '.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_dump(v) for v in node) + "]"
+    return repr(node)
 
 
 def _shape(fn: ast.AST) -> str:
     """A function's syntax tree as compared with the stub's: docstrings and its own name dropped, no positions."""
-    fn = _no_docstrings(fn)
-    fn.name = "_"
-    return ast.dump(fn, annotate_fields=True, include_attributes=False)
+    return _dump(fn, root=fn)
 
 
 def _only_raises_not_implemented(fn: ast.AST) -> bool:
     """A function whose body (docstrings aside) is one `raise NotImplementedError...`, undecorated."""
-    body = _no_docstrings(fn).body
+    body = [st for st in fn.body if not _is_docstring(st)]
     if fn.decorator_list or len(body) != 1 or not isinstance(body[0], ast.Raise):
         return False
     exc = body[0].exc
@@ -95,89 +103,95 @@ def _top_statements(body: list[ast.stmt]):
             yield from _top_statements(case.body)
 
 
-def _binds(st: ast.stmt, name: str) -> bool:
-    """Whether statement `st` (its own part, not its nested block) binds `name` at the top level."""
+_OPAQUE_CALLS = frozenset({"globals", "exec", "eval", "vars", "setattr"})
+
+
+def _bound(st: ast.stmt) -> tuple[frozenset[str], bool]:
+    """The names statement `st` (its own part, not its nested block) binds at the top level, and whether it may
+    bind names the scan cannot see (globals(), exec, a star import)."""
+    names: set[str] = set()
+    opaque = False
     if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return st.name == name or any(_binds_expr(d, name) for d in st.decorator_list)
-    if isinstance(st, (ast.Import, ast.ImportFrom)):
-        return any((a.asname or a.name.split(".")[0]) == name for a in st.names) or any(a.name == "*" for a in st.names)
-    heads: list[ast.AST] = []
-    if isinstance(st, ast.Assign):
-        heads = [*st.targets, st.value]
-    elif isinstance(st, (ast.AugAssign, ast.AnnAssign)):
-        heads = [st.target] + ([st.value] if st.value is not None else [])
-    elif isinstance(st, (ast.For, ast.AsyncFor)):
-        heads = [st.target, st.iter]
-    elif isinstance(st, (ast.With, ast.AsyncWith)):
-        heads = [i.optional_vars for i in st.items if i.optional_vars is not None] + [i.context_expr for i in st.items]
-    elif isinstance(st, ast.Delete):
-        heads = list(st.targets)
-    elif isinstance(st, (ast.Expr, ast.Return, ast.If, ast.While)):
-        heads = [getattr(st, "value", None) or getattr(st, "test", None)]
-    elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-        return any(h.name == name for h in st.handlers)
-    elif type(st).__name__ == "Match":
-        heads = [st.subject] + [c.pattern for c in st.cases]
-    return any(h is not None and _binds_expr(h, name) for h in heads)
+        names.add(st.name)
+        heads: list = list(st.decorator_list)
+    elif isinstance(st, (ast.Import, ast.ImportFrom)):
+        for a in st.names:
+            if a.name == "*":
+                opaque = True
+            names.add(a.asname or a.name.split(".")[0])
+        heads = []
+    elif isinstance(st, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        names |= {h.name for h in st.handlers if h.name}
+        heads = [h.type for h in st.handlers if h.type is not None]
+    else:
+        heads = []
+        for field in ("targets", "target", "value", "iter", "test", "subject", "items", "exc", "msg"):
+            v = getattr(st, field, None)
+            if v is not None:
+                heads += v if isinstance(v, list) else [v]
+        heads += [c.pattern for c in getattr(st, "cases", []) or []]
+    for h in heads:
+        for n in ast.walk(h):
+            if isinstance(n, ast.Name):
+                if isinstance(n.ctx, (ast.Store, ast.Del)):
+                    names.add(n.id)
+                elif n.id in _OPAQUE_CALLS or n.id == "__builtins__":
+                    opaque = True
+            elif isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
+                names.add(n.target.id)
+            elif type(n).__name__ in ("MatchAs", "MatchStar") and getattr(n, "name", None):
+                names.add(n.name)
+    return frozenset(names), opaque
 
 
-def _binds_expr(node: ast.AST, name: str) -> bool:
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del)):
-            return True
-        if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name) and n.target.id == name:
-            return True
-        if type(n).__name__ in ("MatchAs", "MatchStar") and getattr(n, "name", None) == name:
-            return True
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("globals", "exec", "eval", "vars"):
-            return True                             # a binding the scan cannot follow
-        if isinstance(n, ast.Name) and n.id in ("globals", "vars", "__builtins__"):
-            return True
-    return False
+@functools.lru_cache(maxsize=8192)
+def _index(source: str) -> tuple[tuple, tuple] | None:
+    """One cell as the stub rule reads it (cached by source: a class shares most cells): its top-level
+    statements as (line, names bound, opaque, the def node or None), and its check("id", name) calls as
+    (id, line, name). None: the cell does not parse."""
+    tree = parse(source)
+    if tree is None:
+        return None
+    stmts = []
+    for st in _top_statements(tree.body):
+        names, opaque = _bound(st)
+        if names or opaque:
+            fn = st if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            stmts.append((st.lineno, names, opaque, fn))
+    calls = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+                and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str) and isinstance(node.args[1], ast.Name)):
+            calls.append((node.args[0].value, node.lineno, node.args[1].id))
+    return tuple(stmts), tuple(calls)
 
 
-def _last_binding(trees: list[ast.Module | None], name: str, upto: tuple[int, int] | None) -> ast.AST | None:
-    """The last statement that binds `name` at the notebook's top level before position `upto` (cell index,
-    statement line), None if none; a statement the scan cannot follow counts as a binding (not a stub)."""
+def _last_binding(index: list, name: str, upto: tuple[int, int] | None):
+    """The def node of `name`'s last top-level binding before position `upto` (cell index, line; None: after
+    every cell), or None when that binding is not a def, or is one the scan cannot follow, or there is none."""
     found = None
-    for i, tree in enumerate(trees):
+    for i, cell in enumerate(index):
         if upto is not None and i > upto[0]:
             break
-        if tree is None:
+        if cell is None:
             continue
-        for st in _top_statements(tree.body):
-            if upto is not None and i == upto[0] and st.lineno >= upto[1]:
+        for line, names, opaque, fn in cell[0]:
+            if upto is not None and i == upto[0] and line >= upto[1]:
                 continue
-            if _binds(st, name):
-                found = st
-            elif _reaches_globals(st):
-                found = st                          # globals()[...] = ..., exec(...): cannot follow
+            if name in names or opaque:
+                found = fn if (fn is not None and fn.name == name and not opaque) else None
     return found
 
 
-def _reaches_globals(st: ast.stmt) -> bool:
-    if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return False
-    for n in ast.walk(st):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("globals", "exec", "vars"):
-            return True
-    return False
-
-
-def _check_calls(trees: list[ast.Module | None]) -> dict[str, tuple[int, int, str]]:
+def _check_calls(index: list) -> dict[str, tuple[int, int, str]]:
     """exercise id -> (cell index, line, function name) of the last `check("id", name)` in the notebook (the
     worker keeps the function of the last call)."""
     calls: dict[str, tuple[int, int, str]] = {}
-    for i, tree in enumerate(trees):
-        if tree is None:
-            continue
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
-                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.args[0].value, str) and isinstance(node.args[1], ast.Name)):
-                old = calls.get(node.args[0].value)
-                if old is None or (i, node.lineno) >= old[:2]:
-                    calls[node.args[0].value] = (i, node.lineno, node.args[1].id)
+    for i, cell in enumerate(index):
+        for ex, line, fn in cell[1] if cell is not None else ():
+            if ex not in calls or (i, line) >= calls[ex][:2]:
+                calls[ex] = (i, line, fn)
     return calls
 
 
@@ -201,20 +215,19 @@ def _released_stubs(released: list[Path]) -> tuple[dict[str, set[str]], dict[str
 @functools.lru_cache(maxsize=256)
 def _released_stubs_of(key: tuple) -> tuple[dict[str, set[str]], dict[str, str], bool]:
     from .notebooks import read_cells
-    files = [Path(k[0]) for k in key]
     shapes: dict[str, set[str]] = {}
     names: dict[str, str] = {}
     found = False
-    for f in files:
+    for f in (Path(k[0]) for k in key):
         try:
-            trees = [parse(c) for c in read_cells(f)]
+            index = [_index(c) for c in read_cells(f)]
         except ValueError:
             continue
         found = True
-        for ex, (i, line, fn) in _check_calls(trees).items():
+        for ex, (i, line, fn) in _check_calls(index).items():
             names.setdefault(ex, fn)
-            st = _last_binding(trees, fn, (i, line))
-            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            st = _last_binding(index, fn, (i, line))
+            if st is not None:
                 shapes.setdefault(ex, set()).add(_shape(st))
     return shapes, names, found
 
@@ -226,24 +239,18 @@ def stub_exercises(cells: list[str], stem: str, released: list[Path]) -> tuple[s
     the NotImplementedError rule applies."""
     from ..core import REGISTRY, Question
     shapes, names, found = _released_stubs(released)
-    trees = [parse(c) if ("def " in c or "check(" in c or "=" in c or "import" in c) else None for c in cells]
-    calls = _check_calls(trees)
-    from .notebooks import exercises_of
-    owed = set(exercises_of(Path(stem + ".ipynb"))) | set(shapes) | set(calls)
+    index = [_index(c) for c in cells]
+    calls = _check_calls(index)
     stubs = set()
-    for ex in owed:
+    for ex in set(names) | set(calls):
         if isinstance(REGISTRY.get(ex), Question):
             continue
         if ex in calls:
             i, line, fn = calls[ex]
-            st = _last_binding(trees, fn, (i, line))
-        elif ex in names:                           # its check cell gone: the released name, after every cell
-            st = _last_binding(trees, names[ex], None)
-        else:
-            continue
-        if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        if _shape(st) in shapes.get(ex, ()) or _only_raises_not_implemented(st):
+            st = _last_binding(index, fn, (i, line))
+        else:                                       # its check cell gone: the released name, after every cell
+            st = _last_binding(index, names[ex], None)
+        if st is not None and (_only_raises_not_implemented(st) or _shape(st) in shapes.get(ex, ())):
             stubs.add(ex)
     return stubs, found
 
@@ -384,13 +391,22 @@ def flags(cells: list[str]) -> list[str]:
     to C.run_learner (an attribute of tformer.grading.core)". N counts the code cells from 1, as the cell errors
     do. A cell that does not parse is not flagged (it raises in the worker too)."""
     out = []
-    imported: dict[str, str] = {}
+    imported: tuple = ()
     for i, src in enumerate(cells):
-        tree = parse(src)
-        if tree is None:
-            continue
-        why = _cell_flags(tree, imported)
+        why, imported = _flags_of(src, imported)
         if why:
             out.append(f"code cell {i + 1}: " + "; ".join(why[:6]) + ("; ..." if len(why) > 6 else ""))
     return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _flags_of(source: str, imported: tuple) -> tuple[tuple[str, ...], tuple]:
+    """One cell's flags, given what earlier cells imported (sorted (name, origin) pairs), and what is imported
+    after it (cached: a class's notebooks share most cells)."""
+    tree = parse(source)
+    if tree is None:
+        return (), imported
+    names = dict(imported)
+    why = _cell_flags(tree, names)
+    return tuple(why), tuple(sorted(names.items()))
 
