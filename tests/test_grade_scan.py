@@ -135,7 +135,9 @@ def test_not_graded_is_blank_and_a_stub_row_earns_nothing():
             {"student": "b", "total": 1, "possible": 4, "chapters": {"ch01": 1},
              "exercises": {"ch01.softmax": {"earned": 1, "status": "passed"},
                            "ch01.attention": {"earned": 0, "status": "failed"}},
-             "notebooks": [{"notebook": "01_attention", "exercises": [], "flags": []}], "notebooks_with_errors": []}]}
+             "notebooks": [{"notebook": "01_attention", "exercises": [], "flags": ["code cell 3: uses gc.get_objects"],
+                            "stopped": "stopped after 5 s (the notebook's time budget)"}],
+             "notebooks_with_errors": []}]}
     book = gradebook.gradebook_rows(grades)
     assert book[1] == ["a", "", "", "", "", 4] and book[2] == ["b", 1, 0, 1, 1, 4]
     canvas = lms.canvas_csv(grades)[0].splitlines()
@@ -144,3 +146,5 @@ def test_not_graded_is_blank_and_a_stub_row_earns_nothing():
     assert moodle[1] == "a,-" and moodle[2] == "b,1"
     text = gradebook.summary(grades)
     assert "not graded: a/01_attention: the sandbox could not be built" in text
+    assert "flagged for review: b/01_attention: code cell 3: uses gc.get_objects" in text
+    assert "b/01_attention: stopped after 5 s" in text

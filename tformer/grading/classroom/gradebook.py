@@ -226,6 +226,11 @@ def summary(grades: dict, seconds: float | None = None) -> str:
         lines += [f"  flagged for review: {f}" for f in flagged[:20]]
         if len(flagged) > 20:
             lines.append(f"  ... and {len(flagged) - 20} more (grades.json: each notebook's flags)")
+    stopped = [f"{s['student']}/{nb['notebook']}: {nb['stopped']}" for s in st for nb in s["notebooks"]
+               if nb.get("stopped")]
+    if stopped:
+        lines.append(f"{len(stopped)} notebook(s) stopped by their time budget (--notebook-timeout), graded from what "
+                     f"they finished: " + ", ".join(stopped[:10]) + (", ..." if len(stopped) > 10 else ""))
     stubs = sum(1 for s in st for nb in s["notebooks"] for x in nb["exercises"] if x.get("stub"))
     if stubs:
         lines.append(f"{stubs} exercise(s) handed in as the released stub: 0 points whatever the notebook's process "
