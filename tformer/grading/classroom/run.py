@@ -397,12 +397,11 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
 
 def limits_record(limits, timeout: float, notebook_timeout: float | None) -> dict:
     """What each limit of a worker was (grades.json's settings["limits"]; --verify reuses them): sandbox.Limits's
-    fields, the per-cell and per-notebook time, and the protocol's frame caps where the runner names them."""
+    fields (memory, file_size, processes, tmp_size, threads: only those it has, none claimed), the per-cell and
+    per-notebook time, and the protocol's frame caps where the runner or the worker names them."""
     from dataclasses import fields, is_dataclass
     from . import runner, worker
     rec = {f.name: getattr(limits, f.name) for f in fields(limits)} if is_dataclass(limits) else {}
-    rec.setdefault("processes", 64)
-    rec.setdefault("tmp_size", rec.get("file_size"))
     rec.update(cell_timeout=timeout, notebook_timeout=notebook_timeout)
     frames = {}
     for module in (runner, worker):
