@@ -43,6 +43,11 @@ STUB_MESSAGE = N_("your function is still the released stub: it earns no points,
                   "reported")
 
 
+# Python 3.11's ast module is not safe in two threads at once ("SystemError: AST constructor recursion depth
+# mismatch", CPython gh-106905): the grader's threads parse notebooks (cells.py, scan.py) one at a time
+_AST_LOCK = threading.RLock()
+
+
 class NetworkRefused(ClassError):
     """Hidden cases would reach workers that keep some network, and --allow-network was not given."""
 
@@ -88,25 +93,29 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
     data = path.read_bytes()
     record = {"file": str(path), "sha256": hashlib.sha256(data).hexdigest()}
     named = Path(stem + ".ipynb")
-    owed = [only] if only else exercises_of(named)
-    try:
-        cells = read_cells(path)
-    except ValueError as e:
-        report = NotebookReport(str(path), chapter_of(named))
-        report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
-        report.rows = [Row(n, REGISTRY[n].points, False, "not run", not_run(REGISTRY[n])) for n in owed]
-        return {**record, "status": "invalid", "cells": 0, "run": [], "report": _checked(asdict(report), set(), [])}
-    plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
+    with _AST_LOCK:
+        owed = [only] if only else exercises_of(named)
+        try:
+            cells = read_cells(path)
+        except ValueError as e:
+            report = NotebookReport(str(path), chapter_of(named))
+            report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
+            report.rows = [Row(n, REGISTRY[n].points, False, "not run", not_run(REGISTRY[n])) for n in owed]
+            return {**record, "status": "invalid", "cells": 0, "run": [], "report": _checked(asdict(report), set(), [])}
+        plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
+        fallback = released_checks(stem)
     run = plan.run if cells_run is None else [i for i in cells_run if i < len(cells)]
     more = {"notebook_timeout": notebook_timeout} if _takes(grade_cells, "notebook_timeout") else {}
     report = grade_cells(named, [(i, cells[i]) for i in run], launch, timeout, seeds, owed,
-                         fallback=released_checks(stem), show_hidden=show_hidden, **more)
+                         fallback=fallback, show_hidden=show_hidden, **more)
     report.notebook = str(path)
     status = "errors" if report.cell_errors else "graded"
-    stubs, found = scan.stub_exercises(cells, stem, released_notebooks().get(stem, []))
+    with _AST_LOCK:
+        stubs, found = scan.stub_exercises(cells, stem, released_notebooks().get(stem, []))
+        flags = scan.flags(cells)
     return {**record, "status": status, "cells": len(cells), "run": run, "edited": plan.edited,
             "stub_rule": "applied" if found else "not applied: no released notebook found",
-            "report": _checked(asdict(report), stubs, scan.flags(cells))}
+            "report": _checked(asdict(report), stubs, flags)}
 
 
 def _checked(report: dict, stubs: set[str], flags: list[str]) -> dict:
