@@ -100,6 +100,9 @@ def test_a_teachers_released_folder_is_read(tmp_path):
     ("exec(''.join(['imp', 'ort os']))", ["code built at run time"]),
     ("m = __import__('tformer.grading.core')", ["imports tformer.grading.core"]),
     ("%time import tformer.grading.core", ["imports tformer.grading.core"]),
+    ("from tformer.grading import check\ng = check.__globals__", [".__globals__"]),
+    ("import sys\nsys.settrace(lambda *a: None)", ["sys.settrace"]),
+    ("import os\nfds = os.listdir('/proc/self/fd')", ["/proc/self/fd"]),
 ])
 def test_cells_that_reach_into_the_grader_are_flagged(cell, words):
     out = scan.flags(["import torch", cell])

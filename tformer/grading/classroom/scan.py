@@ -31,7 +31,10 @@ NAMED_INTERNALS = INTERNALS - {"judge", "serve", "Outcome"}     # as a bare name
 GC_WALKERS = frozenset({"get_objects", "get_referrers", "get_referents"})
 FRAME_WALKERS = {("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes"),
                  ("inspect", "getinnerframes"), ("inspect", "trace")}
-FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "tb_frame", "gi_frame", "cr_frame"})
+FRAME_ATTRS = frozenset({"f_back", "f_globals", "f_locals", "tb_frame", "gi_frame", "cr_frame", "__globals__"})
+TRACERS = {("sys", "settrace"), ("sys", "setprofile"), ("threading", "settrace"), ("threading", "setprofile"),
+           ("sys", "addaudithook")}
+PIPES = ("/proc/self/fd", "/dev/fd/", "/proc/self/mem")       # the worker's open files: its protocol pipe among them
 
 
 @functools.lru_cache(maxsize=8192)
@@ -312,6 +315,8 @@ def _cell_flags(tree: ast.Module, imported: dict[str, str]) -> list[str]:
                     say(f"uses gc.{a.name} (walks the process's objects)")
                 if n.module in ("sys", "inspect") and (n.module, a.name) in FRAME_WALKERS:
                     say(f"uses {n.module}.{a.name} (walks the call stack)")
+                if (n.module, a.name) in TRACERS:
+                    say(f"uses {n.module}.{a.name} (watches every call)")
                 if n.module == "sys" and a.name == "modules":
                     say("uses sys.modules")
                 if a.name in INTERNALS:
@@ -322,6 +327,8 @@ def _cell_flags(tree: ast.Module, imported: dict[str, str]) -> list[str]:
                 say(f"uses gc.{n.attr} (walks the process's objects)")
             elif (d.rsplit(".", 1)[0], n.attr) in FRAME_WALKERS:
                 say(f"uses {d} (walks the call stack)")
+            elif (d.rsplit(".", 1)[0], n.attr) in TRACERS:
+                say(f"uses {d} (watches every call)")
             elif n.attr in FRAME_ATTRS:
                 say(f"reads .{n.attr} (a frame's variables)")
             elif n.attr in INTERNALS:
@@ -336,6 +343,8 @@ def _cell_flags(tree: ast.Module, imported: dict[str, str]) -> list[str]:
             s = n.value
             if "tformer.grading" in s or any(w in s for w in ("run_learner", "write_frame", "read_frame")):
                 say(f"names {s[:60]!r} in a string")
+            elif any(w in s for w in PIPES):
+                say(f"names {s[:60]!r} (the process's open files, its protocol pipe among them)")
         # assignments to an attribute of something imported from tformer (a module, a class, a function)
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target]
