@@ -7,6 +7,11 @@
     read_weights, read_overrides    the teacher's files, checked line by line
     finish           writes OUT: grades.json, gradebook.csv, the feedback pages, report.html, the LMS file
     merge            the OUT folders of shards as one run over the class
+
+An exercise whose notebook was not graded (NOT_GRADED: the sandbox failed, the grader failed) is blank in
+gradebook.csv and the LMS files, and so are its chapter's and the student's totals: never a 0 that looks like a
+grade. The summary names those notebooks and why, the cells flagged for review (scan.py), the notebooks their
+time budget stopped, and the warnings the run gave.
 """
 from __future__ import annotations
 

@@ -14,6 +14,15 @@ worker that never holds an answer, the grader judges), with three differences th
 
 A notebook with the same sha256 graded by the same grader code (`grader_hash`) is not graded again; a changed
 checker regrades. What is written to OUT is gradebook.py's.
+
+The worker and every byte it sends belong to the student (issue 58). So the grader also reads each notebook
+itself (scan.py): an exercise whose function is still the released stub earns nothing, whatever the worker
+reported, and cells that reach into the grader are flagged for the teacher (grades.json, the summary). Each
+notebook has a wall budget (`--notebook-timeout`, NOTEBOOK_TIMEOUT), and grades.json's settings record every
+limit and the isolation the workers ran under (--verify reuses them). An assignment with hidden cases stops
+before any notebook runs where workers keep some network, unless --allow-network (then the run says so). A
+notebook that was not graded (the sandbox failed, the grader failed) is blank in gradebook.csv and the LMS
+files, never 0, and the summary says why.
 """
 from __future__ import annotations
 
