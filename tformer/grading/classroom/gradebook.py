@@ -197,12 +197,15 @@ def summary(grades: dict, seconds: float | None = None) -> str:
     if not st:
         return "no students"
     possible = st[0]["possible"] or 1
-    whole = [s for s in st if not s.get("not_graded")] or st     # a total with a notebook not graded is no grade
-    mean = sum(s["total"] for s in whole) / len(whole)
+    whole = [s for s in st if not s.get("not_graded")]          # a total with a notebook not graded is no grade
     took = f" in {seconds:.0f} s" if seconds is not None else ""
-    over = f" (of the {len(whole)} graded in full)" if len(whole) < len(st) else ""
-    lines.append(f"{len(st)} student(s) graded{took}; mean score {mean:.1f}/{possible} ({100 * mean / possible:.0f}%)"
-                 f"{over}")
+    if whole:
+        mean = sum(s["total"] for s in whole) / len(whole)
+        over = f" (of the {len(whole)} graded in full)" if len(whole) < len(st) else ""
+        lines.append(f"{len(st)} student(s) graded{took}; mean score {mean:.1f}/{possible} "
+                     f"({100 * mean / possible:.0f}%){over}")
+    else:
+        lines.append(f"{len(st)} student(s){took}; no mean score: no student's notebooks were all graded")
     rates = []
     for e in grades["exercises"]:
         passed = sum(s["exercises"][e["id"]]["earned"] > 0 for s in st)
