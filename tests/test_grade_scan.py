@@ -151,3 +151,17 @@ def test_not_graded_is_blank_and_a_stub_row_earns_nothing():
     assert "not graded: a/01_attention: the sandbox could not be built" in text
     assert "flagged for review: b/01_attention: code cell 3: uses gc.get_objects" in text
     assert "b/01_attention: stopped after 5 s" in text
+
+
+def test_apply_reads_a_learners_report_as_a_class_run_does():
+    """scan.apply on a runner.NotebookReport (one learner's `tformer grade PATH`): a forged "passed" stub row
+    earns nothing, the forged cell is in report.flags."""
+    from tformer.grading.classroom.runner import NotebookReport, Row
+    stub = cells("01_attention", False) + [FORGE]
+    rep = NotebookReport("01_attention.ipynb", "ch01", rows=[Row("ch01.softmax", 1, True, "passed", "passed all 0 cases"),
+                                                             Row("ch01.attention", 3, False, "not run", "")])
+    assert scan.apply(rep, stub, "01_attention") is True
+    assert (rep.rows[0].passed, rep.rows[0].status) == (False, "not attempted") and rep.earned == 0
+    assert "released stub" in rep.rows[0].message and getattr(rep.rows[0], "stub", True) is True
+    assert rep.rows[1].status == "not run"
+    assert len(rep.flags) == 1 and "run_learner" in rep.flags[0]

@@ -38,7 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..core import REGISTRY, Question, load_exercises
-from ..messages import N_, _
+from ..messages import _
 from . import cells as cellplan, scan
 from .gradebook import Journal, build_grades, finish, reload_journal, summary
 from .notebooks import chapter_of, chapter_order, exercises_of, read_cells, released_checks, released_notebooks
@@ -48,8 +48,6 @@ from .submissions import ClassError, read_class
 CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
                               # thread on a busy 2-core machine: 52 s (chapter 10)
 NOTEBOOK_TIMEOUT = 600        # seconds per notebook for a class, cells and exercises together (--notebook-timeout)
-STUB_MESSAGE = N_("your function is still the released stub: it earns no points, whatever the notebook's process "
-                  "reported")
 
 
 # Python 3.11's ast module is not safe in two threads at once ("SystemError: AST constructor recursion depth
@@ -134,7 +132,7 @@ def _checked(report: dict, stubs: set[str], flags: list[str]) -> dict:
     for row in report.get("rows", []):
         row = {**row, "stub": bool(row.get("stub", False))}
         if row["exercise"] in stubs and row.get("status") != "not run":
-            row.update(passed=False, status="not attempted", message=_(STUB_MESSAGE), fraction=None, mistakes=[],
+            row.update(passed=False, status="not attempted", message=_(scan.STUB_MESSAGE), fraction=None, mistakes=[],
                        stub=True)
         rows.append(row)
     return {**report, "rows": rows, "flags": list(flags), "stopped": report.get("stopped", "")}

@@ -21,6 +21,8 @@ import ast
 import functools
 from pathlib import Path
 
+from ..messages import N_
+
 # what a notebook may take from tformer.grading (the released notebooks import `check`)
 ALLOWED_GRADING = frozenset({"check", "load_exercises"})
 # names of the grader's and the worker's internals: a notebook has no use for them
@@ -256,6 +258,32 @@ def stub_exercises(cells: list[str], stem: str, released: list[Path]) -> tuple[s
         if st is not None and (_only_raises_not_implemented(st) or _shape(st) in shapes.get(ex, ())):
             stubs.add(ex)
     return stubs, found
+
+
+STUB_MESSAGE = N_("your function is still the released stub: it earns no points, whatever the notebook's process "
+                  "reported")
+
+
+def apply(report, cells: list[str], stem: str, released: list[Path] | None = None) -> bool:
+    """The grader's own reading applied to a runner.NotebookReport, in place (one learner's `tformer grade PATH`
+    can call it after grade_cells; a class run applies the same to its journal record, run._checked): each row
+    of a released stub "not attempted" with no points (a row never run stays "not run"), `report.flags` the
+    flags. Returns whether a released notebook was found (else only the NotImplementedError rule applied)."""
+    import dataclasses
+    from ..messages import _
+    from .notebooks import released_notebooks
+    stubs, found = stub_exercises(cells, stem, released_notebooks().get(stem, []) if released is None else released)
+    rows = []
+    for row in report.rows:
+        if row.exercise in stubs and row.status != "not run":
+            changes = dict(passed=False, status="not attempted", message=_(STUB_MESSAGE), mistakes=[])
+            names = {f.name for f in dataclasses.fields(row)}
+            changes.update({k: v for k, v in (("fraction", None), ("stub", True)) if k in names})
+            row = dataclasses.replace(row, **changes)
+        rows.append(row)
+    report.rows = rows
+    report.flags = flags(cells)
+    return found
 
 
 # --- flags for the teacher --------------------------------------------------------------------------------
