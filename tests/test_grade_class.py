@@ -117,6 +117,17 @@ def test_grades_json_has_hashes_seeds_statuses_and_the_file_not_graded(graded):
     assert att["status"] == "passed" and len(att["seeds"]) == REGISTRY["ch01.attention"].n_random and att["torch_seed"] is not None
     # the fast path ran the import cell and the exercises' cells only
     assert len(ace["01_attention"]["cells_run"]) < ace["01_attention"]["cells"]
+    # what the grader read itself: the untouched stubs earn nothing as stubs; no cell reaches into the grader
+    for nb in st["blank"]["notebooks"]:
+        for e in nb["exercises"]:
+            question = isinstance(REGISTRY[e["exercise"]], Question)
+            assert e["stub"] is not question and e["status"] in ("not attempted", "failed"), e
+        assert nb["flags"] == [] and nb["stub_rule"] == "applied"
+    assert not any(e["stub"] for nb in st["ace"]["notebooks"] for e in nb["exercises"])
+    assert all(nb["flags"] == [] for s in st.values() for nb in s["notebooks"])
+    settings = data["settings"]
+    assert settings["notebook_timeout"] == run.NOTEBOOK_TIMEOUT and settings["limits"]["cell_timeout"] == 8
+    assert settings["isolation"]["landlock_abi"] == settings["landlock_abi"] and settings["sandbox_failure"] is None
     assert st["mistakes"]["missing_notebooks"] == ["02_self_attention"]
     mis = st["mistakes"]["exercises"]
     assert mis["ch02.self_attention"]["status"] == "missing" and mis["ch01.attention"]["status"] == "failed"

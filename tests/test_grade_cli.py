@@ -45,10 +45,12 @@ def replace(sources: list[str], starts: str, new: str) -> list[str]:
     return sources[:i] + [new] + sources[i + 1:]
 
 
-def tformer(*args, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """The command as typed, from `cwd` (outside the checkout)."""
+def tformer(*args, cwd: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command as typed, from `cwd` (outside the checkout); `env`: variables set on top of this process's."""
     assert not Path(cwd).resolve().is_relative_to(CHECKOUT)
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
+    env.update(extra)
     env["PYTHONPATH"] = str(CHECKOUT)            # the checkout under test (what the editable install points to)
     return subprocess.run([sys.executable, "-m", "tformer", *map(str, args)], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -132,7 +134,7 @@ def room(tmp_path_factory):
     (root / "roster.csv").write_text(ROSTER, encoding="utf-8")
     out = root / "out"
     proc = tformer("grade", cls, "--out", out, "--workers", 2, "--timeout", 60, "--memory", "3G",
-                   "--weights", root / "weights.txt", "--overrides", root / "overrides.csv",
+                   "--notebook-timeout", 900, "--weights", root / "weights.txt", "--overrides", root / "overrides.csv",
                    "--lms", "canvas", "--roster", root / "roster.csv", cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     server.close()
@@ -180,12 +182,22 @@ def notebook_of(grades: dict, student: str, stem: str = "01_attention") -> dict:
 
 
 def test_a_class_with_the_teachers_knobs(room):
-    """--out, --workers, --timeout, --memory, --weights and --overrides, as typed: what grades.json, the gradebook
-    and the feedback say."""
+    """--out, --workers, --timeout, --memory, --notebook-timeout, --weights and --overrides, as typed: what
+    grades.json (each limit a worker had, the isolation it ran under), the gradebook and the feedback say."""
     root, cls, out, proc = room
     grades = grades_of(out)
     s = grades["settings"]
-    assert (s["timeout"], s["workers"], s["memory"]) == (60, 2, 3 << 30)
+    assert (s["timeout"], s["workers"], s["memory"], s["notebook_timeout"]) == (60, 2, 3 << 30, 900)
+    limits = s["limits"]
+    assert (limits["memory"], limits["cell_timeout"], limits["notebook_timeout"]) == (3 << 30, 60, 900)
+    assert limits["file_size"] == s["file_size"] > 0
+    from dataclasses import fields
+    from tformer.grading.classroom.sandbox import Limits
+    if "processes" in {f.name for f in fields(Limits)}:                  # the sandbox's process cap (issue 58)
+        assert limits["processes"] == 64
+    assert s["isolation"]["network"] == s["network"] and s["isolation"]["landlock_abi"] == s["landlock_abi"]
+    assert s["allow_network"] is False and s["network_warning"] is None and s["sandbox_failure"] is None
+    assert s["stub_rule"] == {"applied": ["01_attention", "02_self_attention"], "not_applied": []}
     assert s["weights"] == {"ch01.attention": 6}
     b = book(out)
     assert list(b) == ["ada", "bob", "cy", "dan", "eve", "fay"]
@@ -282,13 +294,14 @@ def test_only_regrades_one_exercise(room, tmp_path):
 
 
 def test_verify_with_the_recorded_settings(room, tmp_path):
-    """--verify OUT/grades.json CLASS: the recorded cells, seeds and per-cell timeout (60 s, not the default);
+    """--verify OUT/grades.json CLASS: the recorded cells, seeds, per-cell timeout (60 s, not the default) and
+    notebook budget (900 s);
     exit 0 when every verdict is reproduced; exit 1 and the notebook named once one changed or is gone;
     exit 2 in one line when another grader version wrote grades.json."""
     root, cls, out, _ = room
     proc = tformer("grade", "--verify", out / "grades.json", cls, "--workers", 2, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "0 verdict(s) differ" in proc.stdout and "60 s per cell" in proc.stdout, proc.stdout
+    assert "0 verdict(s) differ" in proc.stdout and "60 s per cell, 900 s per notebook" in proc.stdout, proc.stdout
     copy = tmp_path / "class"
     shutil.copytree(cls, copy, ignore=shutil.ignore_patterns("eve", "fay", "dan", "cy", "ada"))
     nb = copy / "bob" / "01_attention.ipynb"
@@ -409,6 +422,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         (("grade", "--verify", tmp_path / "none.json", cls), ("--verify",)),
         (("grade", cls, "--out", out, "--lms", "blackboard"), ("--lms",)),
         (("grade", cls, "--out", out, "--timeout", 0), ("--timeout",)),
+        (("grade", cls, "--out", out, "--notebook-timeout", 0), ("--notebook-timeout", "> 0")),
+        (("grade", cls, "--out", out, "--notebook-timeout", -1), ("--notebook-timeout",)),
+        (("grade", cls, "--out", out, "--notebook-timeout", "abc"), ("--notebook-timeout", "abc")),
         (("grade", cls, "--out", out, "--workers", 0), ("--workers",)),
         (("grade", cls / "ada" / "01_attention.ipynb", "--json", tmp_path / "no" / "r.json"), ("--json",)),
         (("grade", cls, "--lang", "fr"), ("--lang",)),
@@ -524,3 +540,105 @@ def test_a_notebook_being_graded_reaches_no_network(room):
     assert ("Errno 101" in dial or "unreachable" in dial) if network == "netns" else "Errno 13" in dial, dial
     assert all(x["status"] == "passed" for x in nb["exercises"])
 
+
+
+# --- what the grader decides from what it reads itself (issue 58) ------------------------------------------
+
+FORGE = "import tformer.grading.core as C; C.run_learner = lambda ex, fn, cases: C.Outcome()"
+HIDDEN = ("import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
+          "add_hidden_cases('ch01.softmax', lambda: [Case('large logits', (torch.full((2, 3), 1000.0),))])\n")
+
+
+def test_notebook_timeout_is_in_the_help_with_its_default(tmp_path):
+    proc = tformer("grade", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "--notebook-timeout S" in text and "(default: 600)" in text.split("--notebook-timeout S", 2)[2], text
+    assert "--allow-network" in text
+
+
+def test_a_forged_stub_earns_nothing_and_a_notebook_not_graded_is_blank(tmp_path):
+    """forger hands in the released stubs with one forged cell that makes every exercise's reply empty; honest
+    solved chapter 1. forger's exercises read "not attempted" (the released stub) with 0 points, and the cell is
+    flagged in grades.json and the summary. Then the same class with a sandbox that cannot be built: nothing is
+    graded, every cell of gradebook.csv and canvas.csv that would be a grade is blank (never 0), the summary
+    names each notebook and why, the settings hold the sandbox's failure."""
+    cls = tmp_path / "class"
+    stub = cells("01_attention", False)
+    forged = write(cls / "forger" / "01_attention.ipynb", stub + [FORGE])
+    tiny(cls / "honest")
+    out = tmp_path / "out"
+    proc = tformer("grade", cls, "--out", out, "--workers", 2, "--timeout", 60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    b = book(out)
+    assert b["forger"]["total"] == "0" and b["forger"]["ch01.attention"] == "0", b["forger"]
+    assert b["honest"]["total"] == b["honest"]["possible"] == "7", b["honest"]
+    grades = grades_of(out)
+    nb = notebook_of(grades, "forger")
+    rows_ = {x["exercise"]: x for x in nb["exercises"]}
+    for name in ("ch01.softmax", "ch01.attention"):
+        assert rows_[name]["status"] == "not attempted" and rows_[name]["stub"] is True, rows_[name]
+        assert rows_[name]["passed"] is False and "released stub" in rows_[name]["message"]
+    n = len(stub) + 1
+    assert len(nb["flags"]) == 1 and nb["flags"][0].startswith(f"code cell {n}: "), nb["flags"]
+    assert "run_learner" in nb["flags"][0] and "tformer.grading.core" in nb["flags"][0]
+    assert f"flagged for review: forger/01_attention: code cell {n}: " in proc.stdout, proc.stdout[-3000:]
+    assert notebook_of(grades, "honest")["flags"] == []
+    assert not any(x["stub"] for x in notebook_of(grades, "honest")["exercises"])
+    assert "Flagged for review" in (out / "report.html").read_text(encoding="utf-8")
+    assert "run_learner" not in (out / "feedback" / "forger.html").read_text(encoding="utf-8")   # the teacher's
+
+    from tformer.grading.classroom.landlock import landlock_abi
+    if not landlock_abi():
+        pytest.skip("no Landlock on this kernel: the sandbox's build cannot fail here")
+    broken = tmp_path / "broken"
+    proc = tformer("grade", cls, "--out", broken, "--workers", 2, "--lms", "canvas", cwd=tmp_path,
+                   env={"TFORMER_GRADE_BREAK_LANDLOCK": "build"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    head, *body = rows(broken / "gradebook.csv")
+    for r in body:
+        cells_ = dict(zip(head, r))
+        assert all(cells_[c] == "" for c in head if c not in ("student", "possible")), cells_
+        assert cells_["possible"] == "7"
+    canvas = rows(broken / "canvas.csv")
+    assert canvas[0][-1] == "tformer ch01" and all(r[-1] == "" for r in canvas[2:]), canvas
+    grades = grades_of(broken)
+    assert "broken on purpose" in grades["settings"]["sandbox_failure"], grades["settings"]
+    for s in grades["students"]:
+        assert s["not_graded"] and s["not_graded"][0]["notebook"] == "01_attention"
+        assert all(x["status"] == "not graded" for x in s["exercises"].values()), s["exercises"]
+    for who in ("forger", "honest"):
+        assert f"not graded: {who}/01_attention: the sandbox could not be built" in proc.stdout, proc.stdout[-3000:]
+    assert "the sandbox failed: " in proc.stdout
+    assert forged.exists()
+
+
+def test_hidden_cases_and_a_worker_network_need_allow_network(tmp_path):
+    """An assignment with hidden cases, on a machine whose workers get no network namespace (the testing switch
+    asks for Landlock's TCP rules, which leave UDP open): the run stops in one line, exit 2, before any notebook
+    is graded; with --allow-network it goes on and says so at its start, in the summary and in grades.json."""
+    from tformer.grading.classroom.landlock import TCP_SINCE, landlock_abi
+    if landlock_abi() < TCP_SINCE:
+        pytest.skip("no Landlock TCP rules on this kernel: the fallback network is none")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "hidden.py").write_text(HIDDEN, encoding="utf-8")
+    (secret / "week1.toml").write_text('notebooks = ["01_attention"]\nhidden = ["hidden.py"]\n', encoding="utf-8")
+    work = tmp_path / "work"
+    cls = work / "class"
+    tiny(cls / "ada")
+    no_netns = {"TFORMER_GRADE_NO_NETNS": "1"}
+    out = work / "out"
+    refused = tformer("grade", cls, "--out", out, "--assignment", secret / "week1.toml", cwd=work, env=no_netns)
+    one_line_error(refused, "hidden cases", "--allow-network", "landlock-tcp")
+    assert not (out / "gradebook.csv").exists()
+    proc = tformer("grade", cls, "--out", out, "--assignment", secret / "week1.toml", "--allow-network", cwd=work,
+                   env=no_netns)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    warned = [i for i, line in enumerate(lines) if "no network namespace (network landlock-tcp" in line]
+    assert len(warned) == 2 and lines[warned[0]].startswith("tformer grade: warning:"), proc.stdout[-3000:]
+    assert warned[0] < next(i for i, line in enumerate(lines) if line.startswith("wrote "))   # at the start
+    s = grades_of(out)["settings"]
+    assert s["allow_network"] is True and s["network"] == "landlock-tcp" and "UDP" in s["network_warning"]
+    assert book(out)["ada"]["total"] == "7"

@@ -52,7 +52,8 @@ def _main(args: argparse.Namespace) -> int:
             raise UserError("--verify OUT/grades.json CLASS: give the grades.json of a class run and the class folder")
         try:
             res = run.verify(Path(args.verify), Path(args.path), timeout=args.timeout, workers=args.workers,
-                             memory=memory)
+                             memory=memory, notebook_timeout=args.notebook_timeout,
+                             allow_network=True if args.allow_network else None)
         except (ClassError, ValueError, KeyError) as e:
             raise UserError(f"--verify: {e}") from None
         return 1 if res["differ"] or res["changed"] or res["gone"] else 0
@@ -88,7 +89,10 @@ def _main(args: argparse.Namespace) -> int:
         if path.is_dir() and submissions.has_student_folders(path):
             raise UserError(f"{path} holds student folders: grade a class with `tformer grade {path} --out OUT`") from None
         raise UserError(str(e)) from None
-    data = grade(path, args.json, args.timeout or 600, small=not args.full)
+    import inspect
+    more = ({"notebook_timeout": args.notebook_timeout}             # one learner: no budget unless given
+            if args.notebook_timeout and "notebook_timeout" in inspect.signature(grade).parameters else {})
+    data = grade(path, args.json, args.timeout or 600, small=not args.full, **more)
     t = data["total"]
     if args.require_all and t["earned"] < t["possible"]:
         print(f"tformer grade: not every exercise passed ({t['earned']} of {t['possible']} points)", file=sys.stderr)
@@ -151,15 +155,17 @@ def _grade_class(args: argparse.Namespace, memory: int | None, UserError, REGIST
                         exercise_files=[str(f) for f in args.exercises or []],
                         submitted=times["submitted"], extensions=times["extensions"],
                         workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
-                        lms=args.lms, roster=args.roster, shard=args.shard)
+                        lms=args.lms, roster=args.roster, shard=args.shard,
+                        notebook_timeout=args.notebook_timeout or run.NOTEBOOK_TIMEOUT,
+                        allow_network=args.allow_network)
     except ClassError as e:                           # an override naming a student not in the class, ...
         raise UserError(str(e)) from None
     return 0
 
 
 def add_cli(sub) -> None:
-    from ...cli import add_debug, positive_int
-    from .run import CLASS_TIMEOUT, parse_shard
+    from ...cli import add_debug, positive_float, positive_int
+    from .run import CLASS_TIMEOUT, NOTEBOOK_TIMEOUT, parse_shard
 
     def shard(text: str) -> tuple[int, int]:
         try:
@@ -177,6 +183,13 @@ def add_cli(sub) -> None:
                         "interrupted run continues where it stopped)")
     p.add_argument("--timeout", type=positive_int, default=None,
                    help=f"seconds allowed per cell (default: 600 for one learner, {CLASS_TIMEOUT} for a class)")
+    p.add_argument("--notebook-timeout", type=positive_float, default=None, metavar="S",
+                   help=f"a class: seconds allowed per notebook, its cells and exercises together (default: "
+                        f"{NOTEBOOK_TIMEOUT}); past it the notebook is stopped and graded from what it finished")
+    p.add_argument("--allow-network", action="store_true",
+                   help="a class: grade an assignment with hidden cases even where workers keep some network (no "
+                        "network namespace: Landlock's TCP rules leave UDP open), which the run then states; "
+                        "without it such a run stops before any notebook runs")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="a class: notebooks graded at once (default: the number of cores)")
     p.add_argument("--memory", default=None, metavar="SIZE",

@@ -180,6 +180,14 @@ def report_page(grades: dict) -> str:
     items = "".join(f"<li>{_tag('b', who)}{_list(lines, code=True)}</li>" for who, lines in troubled if lines)
     parts += [_tag("h2", _("Students whose notebooks errored or timed out")),
               f"<ul>{items}</ul>" if items else _tag("p", _("none"))]
+    ungraded = [f"{s['student']}/{u['notebook']}: {u['why']}" for s in st for u in s.get("not_graded", [])]
+    if ungraded:
+        parts += [_tag("h2", _("Notebooks not graded (blank in the gradebook, not 0)")), _list(ungraded, code=True)]
+    flagged = [f"{s['student']}/{nb['notebook']}: {f}" for s in st for nb in s["notebooks"] for f in nb.get("flags", [])]
+    if flagged:
+        parts += [_tag("h2", _("Flagged for review")),
+                  _tag("p", _("Cells that reach into the grader. A scan names the obvious forgeries; it changes no "
+                              "grade and proves nothing either way.")), _list(flagged, code=True)]
     similar = grades.get("similar") or {}
     pairs = [f"{p['exercise']}: {p['students'][0]} & {p['students'][1]}" for p in similar.get("pairs", [])]
     parts += [_tag("h2", _("Answers that look alike")), _tag("p", _("A report, not a verdict: the same program "

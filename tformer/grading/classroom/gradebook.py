@@ -7,6 +7,11 @@
     read_weights, read_overrides    the teacher's files, checked line by line
     finish           writes OUT: grades.json, gradebook.csv, the feedback pages, report.html, the LMS file
     merge            the OUT folders of shards as one run over the class
+
+An exercise whose notebook was not graded (NOT_GRADED: the sandbox failed, the grader failed) is blank in
+gradebook.csv and the LMS files, and so are its chapter's and the student's totals: never a 0 that looks like a
+grade. The summary names those notebooks and why, the cells flagged for review (scan.py), the notebooks their
+time budget stopped, and the warnings the run gave.
 """
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ from pathlib import Path
 
 from ..core import REGISTRY, Question
 from . import late
-from .notebooks import chapter_order, course_exercises
+from .notebooks import chapter_order, course_exercises, exercises_of
+
+NOT_GRADED = "not graded"     # an exercise whose notebook was not graded (sandbox failed, the grader's failure): blank
 from .submissions import ClassError, Submission
 
 
@@ -75,7 +82,7 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
     for sub in subs:
         status = {n: "missing" for n in exercises}
         fraction: dict[str, float | None] = {}
-        notebooks, problems = [], []
+        notebooks, problems, ungraded = [], [], []
         for stem in [s for s in stems if s in sub.notebooks]:
             rec = journal.records.get((sub.student, stem))
             chosen = {"ignored": sub.ignored.get(stem, []), "chosen_by": sub.chosen_by.get(stem, ""),
@@ -83,10 +90,11 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
             if rec is None or rec.get("grader") != grader:        # not graded by this grader: say so
                 state, why = (failures or {}).get((sub.student, stem), ("not graded", "not graded (the run was interrupted?)"))
                 problems.append(stem)
+                ungraded.append({"notebook": stem, "why": why})
                 notebooks.append({"notebook": stem, "file": os.path.relpath(sub.notebooks[stem], sub.folder),
                                   "sha256": "", "status": state, **chosen,
                                   "seconds": 0.0, "cells": 0, "cells_run": [], "cells_edited": [],
-                                  "cell_errors": [why], "exercises": []})
+                                  "cell_errors": [why], "exercises": [], "flags": [], "stopped": ""})
                 continue
             rep = rec["report"]
             for row in rep["rows"]:
@@ -98,7 +106,13 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
                               "status": rec["status"], **chosen,
                               "seconds": round(rep.get("seconds", 0.0), 2), "cells": rec.get("cells", 0),
                               "cells_run": rec.get("run", []), "cells_edited": rec.get("edited", []),
-                              "cell_errors": rep["cell_errors"], "exercises": rep["rows"]})
+                              "cell_errors": rep["cell_errors"], "exercises": rep["rows"],
+                              "flags": rep.get("flags", []), "stopped": rep.get("stopped", ""),
+                              "stub_rule": rec.get("stub_rule", "")})
+        for u in ungraded:                                        # a blank in gradebook.csv and the LMS files
+            for n in exercises_of(Path(u["notebook"] + ".ipynb")):
+                if status.get(n) == "missing":
+                    status[n] = NOT_GRADED
         students.append({                                         # earned, total, possible, chapters: score()'s
             "student": sub.student, "canvas_id": sub.canvas_id, "total": 0, "possible": 0, "chapters": {},
             "exercises": {n: {"earned": 0, "status": status[n], **({"fraction": fraction[n]}
@@ -107,6 +121,7 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
             "notebooks": notebooks, "missing_notebooks": [s for s in stems if s not in sub.notebooks],
             "extra_notebooks": sorted(s for s in sub.notebooks if s not in stems),
             "unrecognized_files": sub.unrecognized, "notebooks_with_errors": problems, "warnings": sub.warnings(),
+            "not_graded": ungraded,
             "submitted": sub.submitted})
     return {"grader": grader, "tformer": getattr(tformer, "__version__", ""), "torch": torch.__version__,
             "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -139,15 +154,26 @@ def class_warnings(grades: dict) -> list[str]:
     return warnings
 
 
+def ungraded_chapters(student: dict) -> set[str]:
+    """The chapters of which some exercise was not graded (its notebook's sandbox failed, the grader failed):
+    their totals are no grade, blank in gradebook.csv and the LMS files."""
+    return {n.split(".")[0] for n, x in student["exercises"].items() if x.get("status") == NOT_GRADED}
+
+
 def gradebook_rows(grades: dict) -> list[list]:
-    """gradebook.csv as rows: the header, then one row per student."""
+    """gradebook.csv as rows: the header, then one row per student. An exercise not graded is blank, never 0,
+    and so are its chapter's total and the student's total (and the late columns): they would not be grades."""
     ids = [e["id"] for e in grades["exercises"]]
     chapters = sorted({e["chapter"] for e in grades["exercises"]})
     late = ["late_days", "penalty", "final"] if grades["settings"].get("late") else []
     rows = [["student", *ids, *chapters, "total", "possible", *late]]
     for s in grades["students"]:
-        rows.append([s["student"], *(s["exercises"][n]["earned"] for n in ids), *(s["chapters"][c] for c in chapters),
-                     s["total"], s["possible"], *(s[k] for k in late)])
+        blank = ungraded_chapters(s)
+        rows.append([s["student"],
+                     *("" if s["exercises"][n].get("status") == NOT_GRADED and "override" not in s["exercises"][n]
+                       else s["exercises"][n]["earned"] for n in ids),
+                     *("" if c in blank else s["chapters"][c] for c in chapters),
+                     "" if blank else s["total"], s["possible"], *("" if blank else s[k] for k in late)])
     return rows
 
 
@@ -171,9 +197,15 @@ def summary(grades: dict, seconds: float | None = None) -> str:
     if not st:
         return "no students"
     possible = st[0]["possible"] or 1
-    mean = sum(s["total"] for s in st) / len(st)
+    whole = [s for s in st if not s.get("not_graded")]          # a total with a notebook not graded is no grade
     took = f" in {seconds:.0f} s" if seconds is not None else ""
-    lines.append(f"{len(st)} student(s) graded{took}; mean score {mean:.1f}/{possible} ({100 * mean / possible:.0f}%)")
+    if whole:
+        mean = sum(s["total"] for s in whole) / len(whole)
+        over = f" (of the {len(whole)} graded in full)" if len(whole) < len(st) else ""
+        lines.append(f"{len(st)} student(s) graded{took}; mean score {mean:.1f}/{possible} "
+                     f"({100 * mean / possible:.0f}%){over}")
+    else:
+        lines.append(f"{len(st)} student(s){took}; no mean score: no student's notebooks were all graded")
     rates = []
     for e in grades["exercises"]:
         passed = sum(s["exercises"][e["id"]]["earned"] > 0 for s in st)
@@ -188,6 +220,38 @@ def summary(grades: dict, seconds: float | None = None) -> str:
                      + (", ..." if len(bad) > 10 else ""))
     else:
         lines.append("no notebook errors")
+    ungraded = [(s["student"], u) for s in st for u in s.get("not_graded", [])]
+    if ungraded:
+        lines.append(f"{len(ungraded)} notebook(s) not graded (blank in gradebook.csv and the LMS files, not 0; the "
+                     f"next run tries again):")
+        lines += [f"  not graded: {student}/{u['notebook']}: {u['why']}" for student, u in ungraded[:20]]
+        if len(ungraded) > 20:
+            lines.append(f"  ... and {len(ungraded) - 20} more (grades.json)")
+    failure = grades["settings"].get("sandbox_failure")
+    if failure:
+        lines.append(f"the sandbox failed: {failure}")
+    flagged = [f"{s['student']}/{nb['notebook']}: {f}" for s in st for nb in s["notebooks"] for f in nb.get("flags", [])]
+    if flagged:
+        lines.append(f"{len(flagged)} cell(s) reach into the grader (grades unchanged; a scan names the obvious, it "
+                     f"proves nothing either way):")
+        lines += [f"  flagged for review: {f}" for f in flagged[:20]]
+        if len(flagged) > 20:
+            lines.append(f"  ... and {len(flagged) - 20} more (grades.json: each notebook's flags)")
+    stopped = [f"{s['student']}/{nb['notebook']}: {nb['stopped']}" for s in st for nb in s["notebooks"]
+               if nb.get("stopped")]
+    if stopped:
+        lines.append(f"{len(stopped)} notebook(s) stopped by their time budget (--notebook-timeout), graded from what "
+                     f"they finished: " + ", ".join(stopped[:10]) + (", ..." if len(stopped) > 10 else ""))
+    stubs = sum(1 for s in st for nb in s["notebooks"] for x in nb["exercises"] if x.get("stub"))
+    if stubs:
+        lines.append(f"{stubs} exercise(s) handed in as the released stub: 0 points whatever the notebook's process "
+                     f"reported")
+    rule = grades["settings"].get("stub_rule") or {}
+    if rule.get("not_applied"):
+        lines.append(f"the released-stub rule was not applied to {', '.join(rule['not_applied'])}: "
+                     f"{rule.get('why', 'no released notebook found')}")
+    if grades["settings"].get("network_warning"):
+        lines.append(f"warning: {grades['settings']['network_warning']}")
     for w in grades.get("warnings", []):
         lines.append(f"warning: {w}")
     extra = [s for s in st if s.get("extra_notebooks")]

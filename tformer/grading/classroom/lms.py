@@ -57,7 +57,9 @@ def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,
     """(a Canvas gradebook import, the students the roster did not match). The columns Student, ID, SIS User ID,
     SIS Login ID and Section, then one assignment column per chapter (`column`, a new name creates that
     assignment on import; the points after a late penalty), a "Points Possible" row first. A chapter none of whose assigned notebooks the student
-    handed in is blank, not 0, so Canvas's missing-submission policy applies; gradebook.csv keeps 0."""
+    handed in is blank, not 0, so Canvas's missing-submission policy applies; gradebook.csv keeps 0. A chapter
+    with an exercise not graded (its notebook's sandbox failed, the grader failed) is blank too, never 0."""
+    from .gradebook import ungraded_chapters
     chapters = sorted({x["chapter"] for x in grades["exercises"]})
     possible = {c: sum(x["points"] for x in grades["exercises"] if x["chapter"] == c) for c in chapters}
     stems = grades["settings"]["notebooks"]
@@ -72,7 +74,7 @@ def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,
         if roster is not None and known is None:
             unmatched.append(s["student"])
         known = known or {}
-        handed = chapters_handed_in(s, stems)
+        handed = chapters_handed_in(s, stems) - ungraded_chapters(s)
         w.writerow([known.get("Student") or s["student"], known.get("ID") or uid, known.get("SIS User ID", ""),
                     known.get("SIS Login ID", ""), known.get("Section", "")]
                    + [s.get("chapters_final", s["chapters"])[c] if c in handed else "" for c in chapters])
@@ -149,7 +151,9 @@ def moodle_csv(grades: dict, roster: list[dict] | None = None,
     chapter (`column`; a name Moodle does not know becomes a new grade item on import). With a roster the
     identifier is the matched row's email (its ID number where the roster lacks emails); without one it is the
     student's id, as "Email address" when every id is one, else "ID number". A chapter none of whose assigned
-    notebooks the student handed in is "-" (Moodle's no grade), as canvas.csv leaves it blank."""
+    notebooks the student handed in is "-" (Moodle's no grade), as canvas.csv leaves it blank; so is a chapter
+    with an exercise not graded."""
+    from .gradebook import ungraded_chapters
     chapters = sorted({x["chapter"] for x in grades["exercises"]})
     stems = grades["settings"]["notebooks"]
     students, left = [], []
@@ -175,6 +179,6 @@ def moodle_csv(grades: dict, roster: list[dict] | None = None,
         if not ident:
             left.append((s["student"], f"has no {MOODLE_HEADER[field]} in the roster"))
             continue
-        handed = chapters_handed_in(s, stems)
+        handed = chapters_handed_in(s, stems) - ungraded_chapters(s)
         w.writerow([ident] + [s.get("chapters_final", s["chapters"])[c] if c in handed else "-" for c in chapters])
     return buf.getvalue(), left

@@ -14,6 +14,15 @@ worker that never holds an answer, the grader judges), with three differences th
 
 A notebook with the same sha256 graded by the same grader code (`grader_hash`) is not graded again; a changed
 checker regrades. What is written to OUT is gradebook.py's.
+
+The worker and every byte it sends belong to the student (issue 58). So the grader also reads each notebook
+itself (scan.py): an exercise whose function is still the released stub earns nothing, whatever the worker
+reported, and cells that reach into the grader are flagged for the teacher (grades.json, the summary). Each
+notebook has a wall budget (`--notebook-timeout`, NOTEBOOK_TIMEOUT), and grades.json's settings record every
+limit and the isolation the workers ran under (--verify reuses them). An assignment with hidden cases stops
+before any notebook runs where workers keep some network, unless --allow-network (then the run says so). A
+notebook that was not graded (the sandbox failed, the grader failed) is blank in gradebook.csv and the LMS
+files, never 0, and the summary says why.
 """
 from __future__ import annotations
 
@@ -30,14 +39,24 @@ from pathlib import Path
 
 from ..core import REGISTRY, Question, load_exercises
 from ..messages import _
-from . import cells as cellplan
+from . import cells as cellplan, scan
 from .gradebook import Journal, build_grades, finish, reload_journal, summary
-from .notebooks import chapter_of, chapter_order, exercises_of, read_cells, released_checks
+from .notebooks import chapter_of, chapter_order, exercises_of, read_cells, released_checks, released_notebooks
 from .runner import NotebookReport, Row, grade_cells, not_run, worker_env
 from .submissions import ClassError, read_class
 
 CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
                               # thread on a busy 2-core machine: 52 s (chapter 10)
+NOTEBOOK_TIMEOUT = 600        # seconds per notebook for a class, cells and exercises together (--notebook-timeout)
+
+
+# Python 3.11's ast module is not safe in two threads at once ("SystemError: AST constructor recursion depth
+# mismatch", CPython gh-106905): the grader's threads parse notebooks (cells.py, scan.py) one at a time
+_AST_LOCK = threading.RLock()
+
+
+class NetworkRefused(ClassError):
+    """Hidden cases would reach workers that keep some network, and --allow-network was not given."""
 
 
 def grader_hash(folder: Path | None = None) -> str:
@@ -70,28 +89,60 @@ def grader_hash(folder: Path | None = None) -> str:
 
 def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = True,
                    seeds: dict | None = None, only: str | None = None, cells_run: list[int] | None = None,
-                   show_hidden: bool = False) -> dict:
+                   show_hidden: bool = False, notebook_timeout: float | None = None) -> dict:
     """One notebook's record for the journal: its sha256, the cells run and skipped, the report (of the
-    exercise `only`, when given). `cells_run` runs exactly those code cells (a recorded run, `--verify`)."""
+    exercise `only`, when given). `cells_run` runs exactly those code cells (a recorded run, `--verify`).
+    `notebook_timeout`: the notebook's wall budget, cells and exercises together (runner.grade_cells).
+
+    What the grader reads in the notebook itself (scan.py), whatever the worker reported: an exercise whose
+    function is the released stub earns nothing ("not attempted", `stub`), and the cells that reach into the
+    grader are the report's `flags`, for the teacher."""
     data = path.read_bytes()
     record = {"file": str(path), "sha256": hashlib.sha256(data).hexdigest()}
     named = Path(stem + ".ipynb")
-    owed = [only] if only else exercises_of(named)
-    try:
-        cells = read_cells(path)
-    except ValueError as e:
-        report = NotebookReport(str(path), chapter_of(named))
-        report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
-        report.rows = [Row(n, REGISTRY[n].points, False, "not run", not_run(REGISTRY[n])) for n in owed]
-        return {**record, "status": "invalid", "cells": 0, "run": [], "report": asdict(report)}
-    plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
+    with _AST_LOCK:
+        owed = [only] if only else exercises_of(named)
+        try:
+            cells = read_cells(path)
+        except ValueError as e:
+            report = NotebookReport(str(path), chapter_of(named))
+            report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
+            report.rows = [Row(n, REGISTRY[n].points, False, "not run", not_run(REGISTRY[n])) for n in owed]
+            return {**record, "status": "invalid", "cells": 0, "run": [], "report": _checked(asdict(report), set(), [])}
+        plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
+        fallback = released_checks(stem)
     run = plan.run if cells_run is None else [i for i in cells_run if i < len(cells)]
+    more = {"notebook_timeout": notebook_timeout} if _takes(grade_cells, "notebook_timeout") else {}
     report = grade_cells(named, [(i, cells[i]) for i in run], launch, timeout, seeds, owed,
-                         fallback=released_checks(stem), show_hidden=show_hidden)
+                         fallback=fallback, show_hidden=show_hidden, **more)
     report.notebook = str(path)
     status = "errors" if report.cell_errors else "graded"
+    with _AST_LOCK:
+        stubs, found = scan.stub_exercises(cells, stem, released_notebooks().get(stem, []))
+        flags = scan.flags(cells)
     return {**record, "status": status, "cells": len(cells), "run": run, "edited": plan.edited,
-            "report": asdict(report)}
+            "stub_rule": "applied" if found else "not applied: no released notebook found",
+            "report": _checked(asdict(report), stubs, flags)}
+
+
+def _checked(report: dict, stubs: set[str], flags: list[str]) -> dict:
+    """A report (asdict(NotebookReport)) with the grader's own reading of the notebook: each row a stub or not
+    (a stub's row earns nothing, whatever the worker sent; a row never run stays "not run"), the flags."""
+    rows = []
+    for row in report.get("rows", []):
+        row = {**row, "stub": bool(row.get("stub", False))}
+        if row["exercise"] in stubs and row.get("status") != "not run":
+            row.update(passed=False, status="not attempted", message=_(scan.STUB_MESSAGE), fraction=None, mistakes=[],
+                       stub=True)
+        rows.append(row)
+    return {**report, "rows": rows, "flags": list(flags), "stopped": report.get("stopped", "")}
+
+
+def _takes(fn, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _preload_modules() -> list[str]:
@@ -128,21 +179,90 @@ def _hidden_out_of_reach(hidden: list[str], cls: Path) -> None:
                              f"or the class): keep them elsewhere, and run tformer from another folder")
 
 
-def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print) -> dict | None:
+NETWORK_LEFT = {"landlock-tcp": "UDP left open: Landlock refuses TCP only", "none": "TCP and UDP left open"}
+
+
+def network_note(network: str | None, allowed: bool) -> str:
+    """The line that says hidden cases go to workers that keep some network ("" under a network namespace)."""
+    if network in (None, "netns"):
+        return ""
+    left = NETWORK_LEFT.get(network, network)
+    if allowed:
+        return (f"workers here have no network namespace (network {network}: {left}) and this assignment has hidden "
+                f"cases: a notebook could send them out (--allow-network)")
+    return (f"workers here have no network namespace (network {network}: {left}) and this assignment has hidden "
+            f"cases, which a notebook could send out: grade on a machine that gives workers a network namespace, "
+            f"or give --allow-network to go on")
+
+
+def isolation_of(warm) -> dict:
+    """The isolation the workers ran under (sandbox.WarmProcess.isolation(), the weakest any worker had; None
+    values before the first worker), with the keys every grades.json has: landlock_abi and network."""
+    iso = None
+    if hasattr(warm, "isolation"):
+        try:
+            iso = dict(warm.isolation())
+        except Exception:
+            iso = None
+    if iso is None:
+        iso = {"landlock_abi": getattr(warm, "landlock", None), "network": getattr(warm, "network", None),
+               "pid_namespace": getattr(warm, "namespaced", None)}
+    iso.setdefault("landlock_abi", getattr(warm, "landlock", None))
+    iso.setdefault("network", getattr(warm, "network", None))
+    return iso
+
+
+def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print,
+                    hidden: bool = False, allow_network: bool = False, notes: list | None = None) -> dict | None:
     """Call one(task, spawn) for every task, `workers` at a time; spawn(folder, own, class_folder) forks a
     worker for a notebook in `folder`, allowed to read only `own` of the class (sandbox.py), from one warm
-    process started only when there is work. Returns the isolation the workers ran under, {"landlock_abi": the
-    lowest Landlock ABI (0: none), "network": the weakest ("netns", "landlock-tcp" or "none")}; None: no work."""
+    process started only when there is work. Returns the isolation the workers ran under (isolation_of: at
+    least {"landlock_abi": the lowest Landlock ABI (0: none), "network": the weakest ("netns", "landlock-tcp" or
+    "none")}); None: no work.
+
+    `hidden`: the run sends hidden cases. Workers that keep some network (no network namespace) then stop the
+    run before any notebook runs (NetworkRefused), unless `allow_network`, which says so at the start (a line
+    added to `notes`, for the summary and grades.json)."""
     from .sandbox import WarmProcess
     if not tasks:
         return None
     warm = WarmProcess(worker_env(small), limits, _preload_modules())
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    told = threading.Lock()
+    said: list[str] = []
+
+    def gate(network: str | None) -> None:
+        """Before any learner code runs: refuse, or say once, where hidden cases meet a network."""
+        if not hidden or network in (None, "netns"):
+            return
+        note = network_note(network, allow_network)
+        if not allow_network:
+            raise NetworkRefused(note)
+        with told:
+            if not said:
+                said.append(note)
+                log(f"tformer grade: warning: {note}")
+                if notes is not None:
+                    notes.append(note)
+
+    def spawn(*args, **kwargs):
+        worker = warm.spawn(*args, **kwargs)
+        try:
+            gate(getattr(warm, "network", None))      # the weakest network any worker had, this one included
+        except NetworkRefused:
+            worker.kill()                             # it ran nothing yet: its cells are sent by the grader
+            raise
+        return worker
+
+    pool = None
     try:
-        for f in concurrent.futures.as_completed([pool.submit(one, t, warm.spawn) for t in tasks]):
+        if hidden and hasattr(warm, "probe"):         # one empty worker first: refuse before grading anything
+            gate((warm.probe() or {}).get("network"))
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+        for f in concurrent.futures.as_completed([pool.submit(one, t, spawn) for t in tasks]):
             f.result()
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         raise
     finally:
         if warm.namespaced is False:
@@ -153,9 +273,10 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
         if getattr(warm, "network", None) == "none":
             log("tformer grade: no network namespace and no Landlock network rules here; notebooks being graded "
                 "can reach the network")
+        iso = isolation_of(warm)
         warm.close()
     pool.shutdown()
-    return {"landlock_abi": warm.landlock, "network": getattr(warm, "network", None)}
+    return iso
 
 
 def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
@@ -164,12 +285,15 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
                 shard: tuple[int, int] | None = None, weights: dict | None = None,
                 overrides: list | None = None, only: str | None = None, assignment=None,
                 exercise_files: list[str] | None = None, submitted: dict | None = None,
-                extensions: dict | None = None) -> dict:
+                extensions: dict | None = None, notebook_timeout: float | None = NOTEBOOK_TIMEOUT,
+                allow_network: bool = False) -> dict:
     """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades.
     `assignment` (assignment.Assignment): the notebooks graded and their order, the points, the LMS columns, a
     teacher's exercises and notebooks; without it, whatever the class handed in. `exercise_files`: a teacher's
     exercise modules given apart (--exercises). `submitted`, `extensions`: {student: ISO time} from
-    --submitted and --extensions, for the assignment's late rule (late.py)."""
+    --submitted and --extensions, for the assignment's late rule (late.py). `notebook_timeout`: each notebook's
+    wall budget, cells and exercises together (None: none). `allow_network`: grade an assignment with hidden
+    cases even where workers keep some network (else NetworkRefused before any notebook runs)."""
     load_exercises()                                          # the grader's modules, before any learner code runs
     from .sandbox import SandboxFailed, available_cores, machine_limits
     t0 = time.perf_counter()
@@ -199,8 +323,11 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         weights = {**assignment.points, **(weights or {})}
     else:
         stems = sorted({s for sub in subs for s in sub.notebooks}, key=chapter_order)
-    settings = {"timeout": timeout, "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
-                "threads_per_worker": limits.threads, "small": small, "skip_released_cells": skip, "notebooks": stems,
+    settings = {"timeout": timeout, "notebook_timeout": notebook_timeout, "allow_network": allow_network,
+                "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
+                "threads_per_worker": limits.threads, "limits": limits_record(limits, timeout, notebook_timeout),
+                "stub_rule": stub_rule(stems),
+                "small": small, "skip_released_cells": skip, "notebooks": stems,
                 "shard": f"{shard[0]}/{shard[1]}" if shard else None,
                 "assignment": assignment.record() if assignment is not None else None,
                 "exercise_files": files, "exercises_hash": teacher,
@@ -235,13 +362,17 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         try:
             own = sub.own()
             rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, path), timeout, skip,
-                                 only=only if old else None, show_hidden=show_hidden)
+                                 only=only if old else None, show_hidden=show_hidden,
+                                 notebook_timeout=notebook_timeout)
             if rec is not None and old is not None:             # --only: this exercise's row replaces its old one
                 new = {r["exercise"]: r for r in rec["report"]["rows"]}
                 rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
                 rec = {**old, "report": {**old["report"], "rows": rows}}
+        except NetworkRefused:                        # the whole run stops: no hidden case leaves the grader
+            raise
         except SandboxFailed as e:                    # no learner code ran: not journaled, so a rerun retries
             reason = str(e).splitlines()[0][:300]
+            sandbox_failures.append(reason)
             failures[(sub.student, stem)] = ("sandbox failed", _(
                 "the sandbox could not be built ({reason}): none of this notebook ran, and the next run tries "
                 "again").format(reason=reason))
@@ -259,14 +390,20 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
             if left[sub.student] == 0 and bar is not None:
                 bar.update(1)
 
+    notes: list[str] = []
+    sandbox_failures: list[str] = []
     try:
-        isolation = in_warm_workers(tasks, one, workers, limits, small, log)
+        isolation = in_warm_workers(tasks, one, workers, limits, small, log, hidden=bool(hidden),
+                                    allow_network=allow_network, notes=notes)
     finally:
         journal.close()
         if bar is not None:
             bar.close()
     settings["landlock_abi"] = isolation["landlock_abi"] if isolation else None   # 0: no sandbox; None: no work
     settings["network"] = isolation["network"] if isolation else None
+    settings["isolation"] = isolation                                         # None: no notebook was graded now
+    settings["network_warning"] = notes[0] if notes else None
+    settings["sandbox_failure"] = sandbox_failures[0] if sandbox_failures else None
     grades = build_grades(subs, reload_journal(out / "journal.jsonl"), settings, grader, failures)
     from . import similarity
     finish(out, grades, similarity.answers_of(subs), lms, roster, log, weights, overrides)
@@ -274,10 +411,39 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     return grades
 
 
+def limits_record(limits, timeout: float, notebook_timeout: float | None) -> dict:
+    """What each limit of a worker was (grades.json's settings["limits"]; --verify reuses them): sandbox.Limits's
+    fields (memory, file_size, processes, tmp_size, threads: only those it has, none claimed), the per-cell and
+    per-notebook time, and the protocol's frame caps where the runner or the worker names them."""
+    from dataclasses import fields, is_dataclass
+    from . import runner, worker
+    rec = {f.name: getattr(limits, f.name) for f in fields(limits)} if is_dataclass(limits) else {}
+    rec.update(cell_timeout=timeout, notebook_timeout=notebook_timeout)
+    frames = {}
+    for module in (runner, worker):
+        for name, value in vars(module).items():
+            if name.isupper() and ("FRAME" in name or name.endswith("_BYTES")) and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool):
+                frames.setdefault(name.lower(), value)
+    if frames:
+        rec["frames"] = frames
+    return rec
+
+
+def stub_rule(stems: list[str]) -> dict:
+    """Whether the released-stub rule (scan.stub_exercises) applies to each notebook: it needs the released
+    notebook (notebooks/, notebooks/zh/ or an assignment's `released` folder)."""
+    released = released_notebooks()
+    missing = [s for s in stems if not released.get(s)]
+    return {"applied": [s for s in stems if released.get(s)], "not_applied": missing,
+            **({"why": "no released notebook found"} if missing else {})}
+
+
 def verify(grades_path: Path, path: Path, timeout: float | None = None, workers: int | None = None,
-           memory: int | None = None, log=print) -> dict:
+           memory: int | None = None, log=print, notebook_timeout: float | None = None,
+           allow_network: bool | None = None) -> dict:
     """Grade CLASS again as grades.json recorded it: the same cells of each notebook, the same seeds, its
-    per-cell timeout and memory (unless given). Reports every notebook whose sha256 changed or that is gone,
+    per-cell timeout, notebook budget, memory and --allow-network (unless given). Reports every notebook whose sha256 changed or that is gone,
     and every exercise whose status or named mistakes differ. Another grader hash is a ClassError: the
     verdicts could differ for that reason alone. A learner can show their own work so."""
     from .sandbox import available_cores, machine_limits
@@ -296,8 +462,11 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
                          f"{', '.join(recorded.get('exercise_files', []))}: verify with the files that graded")
     timeout = timeout or recorded.get("timeout") or CLASS_TIMEOUT
     memory = memory or recorded.get("memory")
+    notebook_timeout = notebook_timeout or recorded.get("notebook_timeout")   # absent: graded without a budget
+    allow_network = recorded.get("allow_network", False) if allow_network is None else allow_network
     subs = {s.student: s for s in read_class(path)}
-    result = {"changed": [], "gone": [], "differ": [], "checked": 0, "timeout": timeout, "memory": memory}
+    result = {"changed": [], "gone": [], "differ": [], "checked": 0, "timeout": timeout, "memory": memory,
+              "notebook_timeout": notebook_timeout}
     tasks = []
     for st in grades["students"]:
         for nb in st["notebooks"]:
@@ -321,7 +490,8 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
         own = subs[student].own()
         rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve(), own, path), timeout,
                              recorded.get("skip_released_cells", True), seeds, cells_run=nb.get("cells_run"),
-                             show_hidden=assigned.get("show_hidden_mistakes", False))
+                             show_hidden=assigned.get("show_hidden_mistakes", False),
+                             notebook_timeout=notebook_timeout)
         again = {r["exercise"]: r for r in rec["report"]["rows"]}
         with lock:
             result["checked"] += 1
@@ -332,9 +502,11 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
                                              "now": y.get("status"), "mistakes": [x.get("mistakes", []),
                                                                                   y.get("mistakes", [])]})
 
-    in_warm_workers(tasks, one, workers, machine_limits(workers, memory), recorded.get("small", True), log)
+    in_warm_workers(tasks, one, workers, machine_limits(workers, memory), recorded.get("small", True), log,
+                    hidden=bool(assigned.get("hidden")), allow_network=allow_network)
+    budget = f", {notebook_timeout:g} s per notebook" if notebook_timeout else ""
     log(f"tformer grade --verify: {result['checked']} notebook(s) graded again with the recorded seeds, cells, "
-        f"{timeout:g} s per cell; {len(result['differ'])} verdict(s) differ; {len(result['changed'])} notebook(s) "
+        f"{timeout:g} s per cell{budget}; {len(result['differ'])} verdict(s) differ; {len(result['changed'])} notebook(s) "
         f"changed since, {len(result['gone'])} gone")
     for d in result["differ"]:
         log(f"  {d['notebook']} {d['exercise']}: recorded {d['recorded']}, now {d['now']}")
