@@ -372,7 +372,8 @@ def _cell_flags(tree: ast.Module, imported: dict[str, str]) -> list[str]:
             if "tformer.grading" in s or any(w in s for w in ("run_learner", "write_frame", "read_frame")):
                 say(f"names {s[:60]!r} in a string")
             elif any(w in s for w in PIPES):
-                say(f"names {s[:60]!r} (the process's open files, its protocol pipe among them)")
+                w = next(w for w in PIPES if w in s).rstrip("/")
+                say(f"names {w} (the process's open files, its protocol pipe among them)")
         # assignments to an attribute of something imported from tformer (a module, a class, a function)
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target]
