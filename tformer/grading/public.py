@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from .guards import dotted, resolve
 from .questions import Question
 
 FORMAT = "tformer-public"
@@ -51,45 +52,6 @@ def public_path(module: str | Path) -> Path:
     """Where the public file of a teacher's module goes: week3.py -> week3.public.pt, beside it."""
     module = Path(module)
     return module.with_name(module.stem + SUFFIX)
-
-
-# --- the forbidden references, by name ---------------------------------------------------------------
-
-def _dotted(pairs) -> list[str]:
-    """(owner, attribute) pairs as dotted names ("torch.nn.functional.softmax")."""
-    names = []
-    for owner, attr in pairs:
-        if inspect.ismodule(owner):
-            names.append(f"{owner.__name__}.{attr}")
-        elif hasattr(owner, "__module__") and hasattr(owner, "__qualname__"):
-            names.append(f"{owner.__module__}.{owner.__qualname__}.{attr}")
-    return names
-
-
-def _resolve(names: list[str]) -> list[tuple[Any, str]]:
-    """The (owner, attribute) pairs of dotted names (those that cannot be found are left out)."""
-    pairs = []
-    for name in names:
-        parts = name.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            try:
-                owner = importlib.import_module(".".join(parts[:i]))
-            except Exception:
-                continue
-            try:
-                for p in parts[i:-1]:
-                    owner = getattr(owner, p)
-            except AttributeError:
-                break
-            pairs.append((owner, parts[-1]))
-            break
-    return pairs
-
-
-try:                                        # the worker protocol's names for the same idea, where it has them
-    from .guards import dotted as _dotted, resolve as _resolve   # type: ignore[no-redef]  # noqa: F811
-except ImportError:
-    pass
 
 
 # --- writing -----------------------------------------------------------------------------------------
@@ -151,7 +113,7 @@ def _exercise_entry(ex) -> dict:
             "notebook": ex.notebook, "hint": ex.hint, "time_limit": float(ex.time_limit), "atol": float(ex.atol),
             "rtol": float(ex.rtol), "n_random": int(ex.n_random),
             "partial": {str(k): float(v) for k, v in ex.partial.items()}, "params": params,
-            "forbidden": _dotted(ex.forbidden), "generic_compare": ex.compare is not None, "cases": entries}
+            "forbidden": dotted(ex.forbidden), "generic_compare": ex.compare is not None, "cases": entries}
 
 
 def _question_entry(q) -> dict:
@@ -261,7 +223,7 @@ def _exercise(entry: dict):
                   edge_cases=lambda: [fresh(c) for c in cases if c.group == "edge"], random_case=random_case,
                   points=entry["points"], n_random=entry["n_random"], atol=entry["atol"], rtol=entry["rtol"],
                   hint=entry["hint"], mistakes={m: mistake(o) for m, o in mistakes.items()},
-                  forbidden=_resolve(entry["forbidden"]), time_limit=entry["time_limit"],
+                  forbidden=resolve(entry["forbidden"]), time_limit=entry["time_limit"],
                   notebook=entry["notebook"], partial=dict(entry["partial"]))
     ex.forbidden.append((ex, "reference"))      # as a chapter's: calling the reference does not pass
     return ex

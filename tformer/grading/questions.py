@@ -6,7 +6,7 @@
 A `Question` is registered like an `Exercise` (the same registry, `register(Question(...))`) and judged by
 its kind:
     number   a number within rel_tol / abs_tol of the answer (an int, a float, a Fraction, a Decimal, a numpy
-             scalar, a tensor of one element, or a string that reads as one: "49960", "1_050_624"; not a bool)
+             scalar, a tensor of one element, or a string that reads as one: "4096", "1_050_624"; not a bool)
     choice   a letter among `choices`, in either case, as learners type it: "b", " C ", "(C)", "B.", "C)", and
              the full-width forms of a Chinese input method ("Ｄ", "（D）", "D。"); two letters are refused
     expr     a short expression in a string ("n**2 * d", or "n^2*d": ^ reads as **), read with `ast` into a

@@ -11,11 +11,15 @@
     template.py     `tformer exercise new`: a teacher's own exercise from a commented template
     runner.py       one notebook through a worker: run its cells there, judge the outputs here; the learner's
                     own `tformer grade PATH` (its table and JSON report)
-    worker.py       the process that runs a learner's cells and calls their functions, never holding an answer
-    sandbox.py      the warm process and its forked workers: limits, PID and network namespaces, every process
-                    killed after; a worker whose sandbox cannot be built runs nothing (SandboxFailed)
+    worker.py       the process that runs a learner's cells and calls their functions: the student's, every byte
+                    it sends checked by the grader, never holding an answer or a teacher's file
+    sandbox.py      the warm process and its forked workers: limits (64 processes, memory, files), PID, mount,
+                    IPC and network namespaces, a private /proc, /dev/shm and TMPDIR, every process killed after;
+                    a worker whose sandbox cannot be built runs nothing (SandboxFailed)
     landlock.py     what a worker may read and write (Landlock, through ctypes)
     cells.py        the cell plan: which cells of a class's notebook must run
+    scan.py         the grader's own reading of a notebook: the released stub by syntax tree, the cells that
+                    reach into the grader (flagged for the teacher)
     run.py          the class run: grade every notebook (resumable), verify a recorded run, shards
     gradebook.py    the journal, grades.json, gradebook.csv, the teacher's weights and overrides, totals, merge
     feedback.py     each student's feedback page and the class report (HTML, offline)

@@ -220,6 +220,10 @@ def summary(grades: dict, seconds: float | None = None) -> str:
                      + (", ..." if len(bad) > 10 else ""))
     else:
         lines.append("no notebook errors")
+    from .sandbox import lost_guarantees
+    lost = lost_guarantees(grades.get("settings", {}).get("isolation") or {})
+    if lost:
+        lines.append("isolation: the workers ran without " + "; ".join(lost))
     ungraded = [(s["student"], u) for s in st for u in s.get("not_graded", [])]
     if ungraded:
         lines.append(f"{len(ungraded)} notebook(s) not graded (blank in gradebook.csv and the LMS files, not 0; the "

@@ -279,26 +279,10 @@ def lost_guarantees(settings: dict, user: str | None = None) -> list[str]:
     """What the workers ran without, one short phrase each, from grades.json's settings: its "isolation" (the
     sandbox's report) where there is one, else "landlock_abi" and "network"; `user`: the workers' user ("" when
     none was asked for, None: not known)."""
-    iso = settings.get("isolation") or {}
-    landlock = iso.get("landlock_abi", settings.get("landlock_abi"))
-    network = iso.get("network", settings.get("network"))
-    lost = []
-    if landlock == 0:
-        lost.append("Landlock (a worker's files are limited by its user's permissions only)")
-    if network == "landlock-tcp":
-        lost.append("a network namespace (TCP is blocked by Landlock; UDP is open)")
-    elif network == "none":
-        lost.append("a network namespace and Landlock network rules (the network is open)")
-    if iso.get("pid_namespace") is False:
-        lost.append("a user/PID namespace (a subreaper kills what a notebook starts)")
-    if iso.get("proc") == "shared":
-        lost.append("a private /proc (a notebook can read other processes' command lines)")
-    if iso.get("shm") == "shared":
-        lost.append("a private /dev/shm")
-    if iso.get("tmp") == "watched":
-        lost.append("a private tmpfs for TMPDIR (its size is watched instead)")
-    if iso.get("processes") == "none":
-        lost.append("a limit on a notebook's processes")
+    from .sandbox import lost_guarantees as lost_in
+    iso = {"landlock_abi": settings.get("landlock_abi"), "network": settings.get("network"),
+           **(settings.get("isolation") or {})}
+    lost = lost_in(iso)
     if user == "" and hasattr(os, "geteuid") and os.geteuid() == 0 and iso.get("processes") != "uid":
         lost.append(f"an unprivileged user (the workers ran as root: setup.sh makes {WORKER_USER})")
     return lost

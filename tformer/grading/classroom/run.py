@@ -112,9 +112,8 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
         plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
         fallback = released_checks(stem)
     run = plan.run if cells_run is None else [i for i in cells_run if i < len(cells)]
-    more = {"notebook_timeout": notebook_timeout} if _takes(grade_cells, "notebook_timeout") else {}
     report = grade_cells(named, [(i, cells[i]) for i in run], launch, timeout, seeds, owed,
-                         fallback=fallback, show_hidden=show_hidden, **more)
+                         fallback=fallback, show_hidden=show_hidden, notebook_timeout=notebook_timeout)
     report.notebook = str(path)
     status = "errors" if report.cell_errors else "graded"
     with _AST_LOCK:
@@ -136,13 +135,6 @@ def _checked(report: dict, stubs: set[str], flags: list[str]) -> dict:
                        stub=True)
         rows.append(row)
     return {**report, "rows": rows, "flags": list(flags), "stopped": report.get("stopped", "")}
-
-
-def _takes(fn, name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _preload_modules() -> list[str]:
@@ -196,20 +188,9 @@ def network_note(network: str | None, allowed: bool) -> str:
 
 
 def isolation_of(warm) -> dict:
-    """The isolation the workers ran under (sandbox.WarmProcess.isolation(), the weakest any worker had; None
-    values before the first worker), with the keys every grades.json has: landlock_abi and network."""
-    iso = None
-    if hasattr(warm, "isolation"):
-        try:
-            iso = dict(warm.isolation())
-        except Exception:
-            iso = None
-    if iso is None:
-        iso = {"landlock_abi": getattr(warm, "landlock", None), "network": getattr(warm, "network", None),
-               "pid_namespace": getattr(warm, "namespaced", None)}
-    iso.setdefault("landlock_abi", getattr(warm, "landlock", None))
-    iso.setdefault("network", getattr(warm, "network", None))
-    return iso
+    """The isolation the workers ran under (sandbox.WarmProcess.isolation(): the weakest any worker had; None
+    values before the first worker), landlock_abi and network among its keys."""
+    return dict(warm.isolation())
 
 
 def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print,
@@ -223,7 +204,7 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
     `hidden`: the run sends hidden cases. Workers that keep some network (no network namespace) then stop the
     run before any notebook runs (NetworkRefused), unless `allow_network`, which says so at the start (a line
     added to `notes`, for the summary and grades.json)."""
-    from .sandbox import WarmProcess
+    from .sandbox import WarmProcess, lost_guarantees
     if not tasks:
         return None
     warm = WarmProcess(worker_env(small), limits, _preload_modules())
@@ -247,7 +228,7 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
     def spawn(*args, **kwargs):
         worker = warm.spawn(*args, **kwargs)
         try:
-            gate(getattr(warm, "network", None))      # the weakest network any worker had, this one included
+            gate(warm.network)                        # the weakest network any worker had, this one included
         except NetworkRefused:
             worker.kill()                             # it ran nothing yet: its cells are sent by the grader
             raise
@@ -255,7 +236,7 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
 
     pool = None
     try:
-        if hidden and hasattr(warm, "probe"):         # one empty worker first: refuse before grading anything
+        if hidden:                                    # one empty worker first: refuse before grading anything
             gate((warm.probe() or {}).get("network"))
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
         for f in concurrent.futures.as_completed([pool.submit(one, t, spawn) for t in tasks]):
@@ -265,15 +246,10 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
             pool.shutdown(wait=False, cancel_futures=True)
         raise
     finally:
-        if warm.namespaced is False:
-            log("tformer grade: this kernel gives no unprivileged PID namespace; a subreaper kills what notebooks start")
-        if warm.landlock == 0:
-            log("tformer grade: this kernel has no Landlock; workers could read other students' folders and write "
-                "wherever this user can")
-        if getattr(warm, "network", None) == "none":
-            log("tformer grade: no network namespace and no Landlock network rules here; notebooks being graded "
-                "can reach the network")
         iso = isolation_of(warm)
+        lost = lost_guarantees(iso)
+        if lost:
+            log("tformer grade: the workers ran without " + "; ".join(lost))
         warm.close()
     pool.shutdown()
     return iso

@@ -566,6 +566,8 @@ def run_notebook(nb_path: Path, timeout: int = 600, small: bool = True, seeds: d
         return report
     report = grade_cells(named, cells, lambda: _Subprocess(nb_path.parent.resolve(), env), timeout, seeds,
                          fallback=released_checks(named.stem), notebook_timeout=notebook_timeout)
+    from .scan import apply                           # the grader's own reading: the released stub, the flags
+    apply(report, [source for _, source in cells], named.stem)
     report.notebook = str(nb_path)
     return report
 

@@ -185,6 +185,29 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def lost_guarantees(iso: dict) -> list[str]:
+    """What the workers ran without, one short phrase each, from an isolation record (WarmProcess.isolation(),
+    grades.json's settings.isolation): the guarantees of TEACHING.md's threat model that did not hold."""
+    lost = []
+    if iso.get("landlock_abi") == 0:
+        lost.append("Landlock (a worker's files are limited by its user's permissions only)")
+    if iso.get("network") == "landlock-tcp":
+        lost.append("a network namespace (TCP is blocked by Landlock; UDP is open)")
+    elif iso.get("network") == "none":
+        lost.append("a network namespace and Landlock network rules (the network is open)")
+    if iso.get("pid_namespace") is False:
+        lost.append("a user/PID namespace (a subreaper kills what a notebook starts)")
+    if iso.get("proc") == "shared":
+        lost.append("a private /proc (a notebook can read other processes' command lines)")
+    if iso.get("shm") == "shared":
+        lost.append("a private /dev/shm")
+    if iso.get("tmp") == "watched":
+        lost.append("a private tmpfs for TMPDIR (its size is watched instead)")
+    if iso.get("processes") == "none":
+        lost.append("a limit on a notebook's processes")
+    return lost
+
+
 # --- the grader's side ----------------------------------------------------------------------------------------
 
 class ForkedWorker:
