@@ -23,7 +23,7 @@ from tformer.grading import REGISTRY, Case, Exercise, load_exercises
 from tformer.grading import core
 from tformer.grading.classroom import runner
 from tformer.grading.classroom.runner import _Subprocess, grade_cells, to_json, worker_env
-from tformer.grading.classroom.worker import dumps, read_frame, write_frame
+from tformer.grading.classroom.worker import read_frame, sendable, write_frame
 from tformer.grading.guards import dotted, resolve
 
 load_exercises()
@@ -95,7 +95,7 @@ EXTRA: list[str] = []
 
 
 def ok(outputs, req, status="ok"):
-    return {"outputs": [dumps((o, (args, kwargs))) for o, (_, args, kwargs, _) in zip(outputs, req["cases"])],
+    return {"outputs": [sendable((o, (args, kwargs))) for o, (_, args, kwargs, _) in zip(outputs, req["cases"])],
             "status": status, "error": "", "ignored_limit": False}
 
 
@@ -123,12 +123,12 @@ def test_a_forged_reply_that_computes_the_answer_passes_so_the_harness_is_sound(
     (lambda req: ok([(o, o) for o in softmax_outputs(req)], req), "not what the exercise returns"),
     (lambda req: ok([{"x": o} for o in softmax_outputs(req)], req), "not what the exercise returns"),
     (lambda req: ok([1.0 for o in softmax_outputs(req)], req), "not what the exercise returns"),
-    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [b"junk"] * len(req["cases"])}, "not plain data"),
+    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [b"junk"] * len(req["cases"])}, "wrong shape"),
     (lambda req: {**ok(softmax_outputs(req), req), "outputs": "x"}, "wrong shape"),
     (lambda req: [1, 2, 3], "wrong shape"),
-    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [dumps(o) for o in softmax_outputs(req)]}, "wrong shape"),
-    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [dumps((o, 5)) for o in softmax_outputs(req)]}, "inputs"),
-    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [dumps((o, ((o, o), {}))) for o in softmax_outputs(req)]},
+    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [sendable(o) for o in softmax_outputs(req)]}, "wrong shape"),
+    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [sendable((o, 5)) for o in softmax_outputs(req)]}, "inputs"),
+    (lambda req: {**ok(softmax_outputs(req), req), "outputs": [sendable((o, ((o, o), {}))) for o in softmax_outputs(req)]},
      "not what the exercise returns"),
 ])
 def test_a_reply_counts_only_when_its_status_counts_and_structure_fit(reply, words):
@@ -402,8 +402,8 @@ def test_run_learner_keeps_each_output_as_its_call_returns():
         return y
     ex = Exercise("t.keep", "t", reference=lambda x: x * 2, edge_cases=list, random_case=None)
     cases = [Case("a", (torch.ones(2),)), Case("b", (torch.ones(2),))]
-    out = core.run_learner(ex, f, cases, keep=lambda got, after: (dumps((got, after)), None))
-    first = torch.load(io.BytesIO(out.outputs[0]), weights_only=True)[0]
+    out = core.run_learner(ex, f, cases, keep=lambda got, after: (sendable((got, after)), None))
+    first = out.outputs[0][0]
     assert torch.equal(first, torch.full((2,), 2.0)) and out.status == "ok"
 
 

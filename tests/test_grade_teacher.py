@@ -329,6 +329,23 @@ def test_a_learner_checks_the_handout_against_its_public_file(secrets, tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == ["mine.ipynb", "w03_double.ipynb", "week3.public.pt"]
 
 
+def _run_autograder(root, ag, cells: list[str]) -> dict:
+    """The zip's run_autograder, as Gradescope runs it (as root, the workers as `nobody` standing for
+    tformer-worker), on a submission of `cells` laid out under `ag`; its results.json."""
+    write(ag / "submission" / "w03_double.ipynb", cells)
+    (ag / "source").symlink_to(root / "source", target_is_directory=True)
+    (ag / "bin").mkdir()
+    (ag / "bin" / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (ag / "bin" / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
+    env.update(PATH=f"{ag / 'bin'}:{env['PATH']}", PYTHONPATH=str(CHECKOUT), TFORMER_AUTOGRADER_ROOT=str(ag),
+               TFORMER_GRADE_WORKER_USER="nobody")
+    proc = subprocess.run([str(ag / "source" / "run_autograder")], cwd=ag, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((ag / "results" / "results.json").read_text(encoding="utf-8"))
+
+
 def test_run_autograder_as_root_runs_the_worker_as_another_user(secrets, tmp_path):
     """As root, run_autograder runs the workers under TFORMER_GRADE_WORKER_USER (here `nobody`, as Gradescope's
     tformer-worker): a cell that reports its uid sees that user's, and the submission's cells cannot read the
@@ -347,18 +364,7 @@ def test_run_autograder_as_root_runs_the_worker_as_another_user(secrets, tmp_pat
              f"s = open({str(ag / 'source' / 'exercises' / 'week3.py')!r}).read()\n"
              "raise RuntimeError('read: ' + s[s.index('line 77'):][:20])",
              f"open({str(ag / 'results' / 'forged.json')!r}, 'w').write('{{}}')"]
-    write(ag / "submission" / "w03_double.ipynb", cells)
-    (ag / "source").symlink_to(root / "source", target_is_directory=True)
-    (ag / "bin").mkdir()
-    (ag / "bin" / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    (ag / "bin" / "python3").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
-    env.update(PATH=f"{ag / 'bin'}:{env['PATH']}", PYTHONPATH=str(CHECKOUT), TFORMER_AUTOGRADER_ROOT=str(ag),
-               TFORMER_GRADE_WORKER_USER="nobody")
-    proc = subprocess.run([str(ag / "source" / "run_autograder")], cwd=ag, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((ag / "results" / "results.json").read_text(encoding="utf-8"))
+    results = _run_autograder(root, ag, cells)
     assert stat.S_IMODE((ag / "results").stat().st_mode) == 0o700
     assert stat.S_IMODE((root / "source").stat().st_mode) == 0o700
     assert not (ag / "results" / "forged.json").exists()
@@ -366,12 +372,26 @@ def test_run_autograder_as_root_runs_the_worker_as_another_user(secrets, tmp_pat
     assert results["tests"][0]["output"].startswith(("passed", "failed")), results
     assert "line 7731" not in results["output"] and "PermissionError" in results["output"], results["output"]
     assert "worker uid" in results["output"], results["output"]
-    sandbox = (CHECKOUT / "tformer" / "grading" / "classroom" / "sandbox.py").read_text(encoding="utf-8")
-    if "TFORMER_GRADE_WORKER_USER" not in sandbox:
-        pytest.skip("sandbox.py does not run workers under TFORMER_GRADE_WORKER_USER yet (H-sandbox's part): the "
-                    "worker ran as root")
     assert f"worker uid {nobody}" in results["output"], results["output"]
     assert "ran as root" not in results["output"], results["output"]
+
+
+def test_run_autograder_gives_a_forged_stub_nothing(secrets, tmp_path):
+    """A forged submission through the zip's run_autograder: the untouched stub, then a cell that makes the worker
+    answer every request "ok" with the right outputs, computed outside the function the check cell names.
+    results.json gives the exercise 0 of its points: the stub earns nothing, whatever the worker sends."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: run_autograder's worker user needs root (Gradescope runs it as root)")
+    root, _ = secrets
+    forge = ("import tformer.grading.core as C\n"
+             "def forged(ex, fn, cases, keep=lambda got, after: (got, after)):\n"
+             "    kept = [keep(c.args[0] * 2, (c.args, c.kwargs)) for c in cases]\n"
+             "    return C.Outcome(outputs=[k[0] for k in kept], inputs_after=[k[1] for k in kept])\n"
+             "C.run_learner = forged\n")
+    results = _run_autograder(root, tmp_path / "ag", [*HANDED, forge])
+    double = next(x for x in results["tests"] if x["name"] == "w03.double")
+    assert double["score"] == 0, double
+    assert results["score"] == 0, results
 
 
 def test_a_grading_worker_never_runs_a_teachers_module(secrets, tmp_path):

@@ -329,21 +329,20 @@ class _Worker:
 
 def _outcome(msg, n_cases: int) -> Outcome:
     """An exercise reply as an Outcome, from checked data only: a dict of the reply's fields, a status from
-    STATUSES whose count of finished cases fits it and the `n_cases` cases sent, each case's bytes loading as
-    plain data to a pair (output, (args, kwargs) afterwards). _Refused (one line) otherwise."""
+    STATUSES whose count of finished cases fits it and the `n_cases` cases sent, each case a pair (output,
+    (args, kwargs) afterwards) of plain data (the frame was loaded with weights_only). _Refused (one line)
+    otherwise."""
     if not isinstance(msg, dict) or not {"outputs", "status"} <= set(msg):
         raise _Refused(_("the notebook's process sent a reply of the wrong shape"))
     status, blobs = msg["status"], msg["outputs"]
     if not isinstance(status, str) or status not in STATUSES:
         raise _Refused(_("the notebook's process sent an unknown status"))
-    if not isinstance(blobs, list) or not all(isinstance(b, bytes) for b in blobs):
+    if not isinstance(blobs, list) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in blobs):
         raise _Refused(_("the notebook's process sent a reply of the wrong shape"))
     problem = _malformed(Outcome(blobs, blobs, status), n_cases)
     if problem is not None:
         raise _Refused(problem)
-    pairs = [_load(b) for b in blobs]
-    if not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
-        raise _Refused(_("the notebook's process sent a reply of the wrong shape"))
+    pairs = blobs
     error = msg.get("error", "")
     error = error.splitlines()[0][:500] if isinstance(error, str) and error else ""
     return Outcome([p[0] for p in pairs], [p[1] for p in pairs], status, error, msg.get("ignored_limit") is True)

@@ -28,9 +28,10 @@ big-endian length followed by a `torch.save` payload.
   "cases": [(name, args, kwargs, seed), ...]}`. The worker builds its Exercise from the request alone (the
   forbidden references resolved by import and getattr, guards.resolve); torch's, Python's and NumPy's global
   generators are seeded with `torch_seed` before the learner's function runs. The reply:
-  `{"outputs": [bytes], "status": s, "error": text, "ignored_limit": bool}`: one bytes per case that finished,
-  its `(output, (args, kwargs))` (the inputs afterwards, to see in-place edits) `torch.save`d as the call
-  returns, so a later call cannot change an output already taken.
+  `{"outputs": [(output, (args, kwargs)), ...], "status": s, "error": text, "ignored_limit": bool}`: one pair
+  per case that finished, its output and its inputs afterwards (to see in-place edits), copied by `sendable` as
+  the call returns (plain CPU tensors, cloned), so a later call cannot change an output already taken. The
+  grader loads the whole reply once, with weights_only.
 The same loop runs in a process forked from the warm process of tformer/grading/classroom/sandbox.py (`serve`).
 """
 from __future__ import annotations
@@ -51,13 +52,6 @@ def write_frame(f, obj) -> None:
     data = buf.getvalue()
     f.write(struct.pack(">Q", len(data)) + data)
     f.flush()
-
-
-def dumps(obj) -> bytes:
-    """`obj` as sendable makes it, `torch.save`d to bytes (what the grader loads with weights_only=True)."""
-    buf = io.BytesIO()
-    torch.save(sendable(obj), buf)
-    return buf.getvalue()
 
 
 def read_frame(f):
@@ -182,7 +176,7 @@ def serve(proto_in, proto_out) -> int:
                            forbidden=resolve(req.get("forbidden", [])))
         cases = [core.Case(name, args, kwargs, seed) for name, args, kwargs, seed in req["cases"]]
         _seed_everything(int(req.get("torch_seed", 0)))
-        out = core.run_learner(ex, fn, cases, keep=lambda got, after: (dumps((got, after)), None))
+        out = core.run_learner(ex, fn, cases, keep=lambda got, after: (sendable((got, after)), None))
         write_frame(proto_out, {"outputs": out.outputs, "status": out.status, "error": out.error,
                                 "ignored_limit": out.ignored_limit})
 
