@@ -234,6 +234,7 @@ def test_a_stalling_notebook_stops_within_its_budget(attacked):
     report = nb.get("report") or nb
     rows = _rows(out, "z_slow")
     assert rows["ch01.attention"]["status"] == "timeout" and not rows["ch01.attention"]["passed"]
+    assert rows["ch01.softmax"]["passed"] and rows["ch01.q_saturation"]["passed"]    # what finished is graded
     assert any(f"{BUDGET}" in r["message"] and "budget" in r["message"] for r in rows.values()), rows
     assert nb.get("seconds", report.get("seconds", 0)) <= BUDGET + 3
     assert wall < 9 * BUDGET, wall                  # nine notebooks, none past its budget (56.7 s for one before)
