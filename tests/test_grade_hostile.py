@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from test_grade_cli import CHECKOUT, book, cells, tformer, write
+from test_grade_teacher import RELEASED, SECRET, hidden_file
 
 MARK = f"tformer-hostile-{uuid.uuid4().hex[:12]}"      # this run's files in /dev/shm: unique, removed afterwards
 SHM = Path("/dev/shm")
@@ -242,10 +243,6 @@ def test_a_stalling_notebook_stops_within_its_budget(attacked):
 
 # --- a teacher's exercise with a hidden case -----------------------------------------------------------------
 
-RELEASED = ["import torch\nfrom tformer.grading import check, load_exercises\nload_exercises('week3.py')",
-            "def my_double(x):\n    raise NotImplementedError",
-            'check("w03.double", my_double)']
-SECRET = 73421.5
 KEEP = ("_kept = []\n"
         "def my_double(x):\n"                        # keeps its first output, writes every later input into it
         "    y = 2 * x\n"
@@ -274,10 +271,7 @@ def teacher(tmp_path_factory):
     work.mkdir()
     assert tformer("exercise", "new", "w03.double", root / "week3.py", cwd=work).returncode == 0
     write(root / "handout" / "w03_double.ipynb", RELEASED)
-    (root / "secret").mkdir()
-    (root / "secret" / "week3_hidden.py").write_text(
-        "import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
-        f"add_hidden_cases('w03.double', lambda: [Case('a big secret', (torch.full((3,), {SECRET}),))])\n")
+    hidden_file(root)
     (root / "week3.toml").write_text('notebooks = ["w03_double"]\nexercises = ["week3.py"]\nreleased = "handout/"\n'
                                      'hidden = ["secret/week3_hidden.py"]\n', encoding="utf-8")
     cls, out = root / "class", root / "out"
@@ -291,7 +285,7 @@ def teacher(tmp_path_factory):
 
 def test_a_hidden_input_never_reaches_out(teacher):
     out, log = teacher
-    secret = ("73421", "7342")                      # the value, or its first digits in a rounded message
+    secret = (str(SECRET)[:5], str(SECRET)[:4])     # the value, or its first digits in a rounded message
     for f in out.rglob("*"):
         if f.is_file():
             text = f.read_bytes().decode("utf-8", errors="replace")

@@ -28,6 +28,16 @@ def notebook(answer: str | None) -> list[str]:
 SECRET = 73421.5                  # a hidden case's value: it must appear in no message
 
 
+def hidden_file(root: Path) -> Path:
+    """root/secret/week3_hidden.py: one hidden case of w03.double, an input of SECRET (outside the class and the
+    folder the grader runs from)."""
+    (root / "secret").mkdir()
+    path = root / "secret" / "week3_hidden.py"
+    path.write_text("import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
+                    f"add_hidden_cases('w03.double', lambda: [Case('a big secret', (torch.full((3,), {SECRET}),))])\n")
+    return path
+
+
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     """week3.py from the template (3 points split over its edge, random and hidden cases), its released notebook
@@ -44,10 +54,7 @@ def course(tmp_path_factory):
     week3.write_text(week3.read_text().replace("    points=1,\n", '    points=3,\n    partial={"edge": 1, "random": 1, '
                                                '"hidden": 1},\n'))
     write(root / "handout" / "w03_double.ipynb", RELEASED)
-    (root / "secret").mkdir()
-    (root / "secret" / "week3_hidden.py").write_text(
-        "import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
-        f"add_hidden_cases('w03.double', lambda: [Case('a big secret', (torch.full((3,), {SECRET}),))])\n")
+    hidden_file(root)
     (root / "week3.toml").write_text('notebooks = ["01_attention", "w03_double"]\nexercises = ["week3.py"]\n'
                                      'released = "handout/"\nhidden = ["secret/week3_hidden.py"]\n', encoding="utf-8")
     cls = root / "class"
@@ -223,10 +230,7 @@ def secrets(tmp_path_factory):
     assert "    return 2 * x\n" in text
     (root / "week3.py").write_text(text.replace("    return 2 * x\n", f"    {REFERENCE_LINE}\n", 1) + QUESTIONS)
     write(root / "released" / "w03_double.ipynb", HANDED)
-    (root / "secret").mkdir()
-    (root / "secret" / "week3_hidden.py").write_text(
-        "import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
-        f"add_hidden_cases('w03.double', lambda: [Case('a big secret', (torch.full((3,), {SECRET}),))])\n")
+    hidden_file(root)
     (root / "week3.toml").write_text('notebooks = ["w03_double"]\nexercises = ["week3.py"]\nreleased = "released/"\n'
                                      'hidden = ["secret/week3_hidden.py"]\n', encoding="utf-8")
     proc = tformer("handout", "--out", root / "handout", "--assignment", root / "week3.toml", cwd=work)
