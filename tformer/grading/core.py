@@ -266,7 +266,7 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case],
     """Call `fn` on every case (fresh copies of the inputs), with the exercise's references disabled and its
     time limit; never raises for anything the learner's code does (KeyboardInterrupt aside). `keep(output,
     (args, kwargs))` -> (what `outputs` keeps, what `inputs_after` keeps), called as each call returns (the
-    grading worker serializes both there, so a later call cannot change an earlier output); default: the
+    grading worker copies both there, so a later call cannot change an earlier output); default: the
     objects themselves."""
     out, i = Outcome(), 0
     keep = keep or (lambda got, after: (got, after))
