@@ -389,7 +389,7 @@ def _partial(ex: Exercise, cases: list[Case], failed: set[int], n_done: int) -> 
     return earned / total
 
 
-def _malformed(outcome: Outcome, n_cases: int) -> str | None:
+def malformed(outcome: Outcome, n_cases: int) -> str | None:
     """Why `outcome` cannot be judged (None: it can): a status outside STATUSES, or counts that do not fit its
     status and the `n_cases` cases sent ("ok": one output and one inputs_after per case; "error", "timeout",
     "reference": one per case before the one that stopped it; "not attempted": none)."""
@@ -421,7 +421,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool =
     failing case (by input size, then order), naming a known mistake where the function behaves like it.
     Hidden cases (group "hidden") are counted, never shown: their names, values and errors stay out of the
     message, and a mistake is named on them only with `show_hidden`."""
-    problem = _malformed(outcome, len(cases))
+    problem = malformed(outcome, len(cases))
     if problem is not None:
         return Result(ex.name, ex.points, False, "error", problem, 0)
     n_done = len(outcome.outputs)

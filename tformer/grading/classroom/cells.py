@@ -76,7 +76,7 @@ class CellNames:
     parsed: bool = True
 
 
-def _python(source: str) -> str:
+def python_of(source: str) -> str:
     """IPython syntax (magics, `!cmd`) as Python; a `%%` cell magic's body as the cell."""
     lines = source.lstrip("\n").splitlines()
     if lines and lines[0].startswith("%%"):
@@ -98,7 +98,7 @@ def cell_names(source: str) -> CellNames:
     """What one cell binds and reads at the notebook's global level."""
     names = CellNames()
     try:
-        code = _python(source)
+        code = python_of(source)
         tree = ast.parse(code)
         table = symtable.symtable(code, "<cell>", "exec")
     except Exception:                    # SyntaxError, ValueError, RecursionError, IPython's transformer: unparsed

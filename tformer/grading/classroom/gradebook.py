@@ -25,9 +25,8 @@ from pathlib import Path
 
 from ..core import REGISTRY, Question
 from . import late
+from .lms import NOT_GRADED, ungraded_chapters
 from .notebooks import chapter_order, course_exercises, exercises_of
-
-NOT_GRADED = "not graded"     # an exercise whose notebook was not graded (sandbox failed, the grader's failure): blank
 from .submissions import ClassError, Submission
 
 
@@ -152,12 +151,6 @@ def class_warnings(grades: dict) -> list[str]:
                 warnings.append(f"{stem} was handed in by {n} of {len(st)} students, and everyone is graded out of "
                                 f"its points: say what was assigned with --assignment FILE")
     return warnings
-
-
-def ungraded_chapters(student: dict) -> set[str]:
-    """The chapters of which some exercise was not graded (its notebook's sandbox failed, the grader failed):
-    their totals are no grade, blank in gradebook.csv and the LMS files."""
-    return {n.split(".")[0] for n, x in student["exercises"].items() if x.get("status") == NOT_GRADED}
 
 
 def gradebook_rows(grades: dict) -> list[list]:

@@ -44,6 +44,15 @@ def match(roster: dict[str, dict], student: str, canvas_id: str = "") -> dict | 
     return None
 
 
+NOT_GRADED = "not graded"   # an exercise whose notebook was not graded (sandbox failed, the grader's failure): blank
+
+
+def ungraded_chapters(student: dict) -> set[str]:
+    """The chapters of which some exercise was not graded (its notebook's sandbox failed, the grader failed):
+    their totals are no grade, blank in gradebook.csv and the LMS files."""
+    return {n.split(".")[0] for n, x in student["exercises"].items() if x.get("status") == NOT_GRADED}
+
+
 def chapters_handed_in(student: dict, notebooks: list[str]) -> set[str]:
     """The chapters ("ch11", a teacher's "w03") of which the student handed in at least one of the assigned
     `notebooks`: the chapters of the exercises those notebooks owe."""
@@ -59,7 +68,6 @@ def canvas_csv(grades: dict, roster: dict[str, dict] | None = None,
     assignment on import; the points after a late penalty), a "Points Possible" row first. A chapter none of whose assigned notebooks the student
     handed in is blank, not 0, so Canvas's missing-submission policy applies; gradebook.csv keeps 0. A chapter
     with an exercise not graded (its notebook's sandbox failed, the grader failed) is blank too, never 0."""
-    from .gradebook import ungraded_chapters
     chapters = sorted({x["chapter"] for x in grades["exercises"]})
     possible = {c: sum(x["points"] for x in grades["exercises"] if x["chapter"] == c) for c in chapters}
     stems = grades["settings"]["notebooks"]
@@ -153,7 +161,6 @@ def moodle_csv(grades: dict, roster: list[dict] | None = None,
     student's id, as "Email address" when every id is one, else "ID number". A chapter none of whose assigned
     notebooks the student handed in is "-" (Moodle's no grade), as canvas.csv leaves it blank; so is a chapter
     with an exercise not graded."""
-    from .gradebook import ungraded_chapters
     chapters = sorted({x["chapter"] for x in grades["exercises"]})
     stems = grades["settings"]["notebooks"]
     students, left = [], []

@@ -145,7 +145,7 @@ def _preload_modules() -> list[str]:
     for cells in cellplan.released_cells().values():
         for src in cells:
             try:
-                tree = ast.parse(cellplan._python(src))
+                tree = ast.parse(cellplan.python_of(src))
             except Exception:
                 continue
             for node in ast.walk(tree):

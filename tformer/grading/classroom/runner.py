@@ -24,7 +24,7 @@ worker sends:
   Each is loaded with weights_only from torch.save's stored zip format only (no record inflates here).
 - Frames come in the order cell i (increasing), collected, ..., ready; anything else ends that run as the
   cell's error. The per-cell limit runs from the cell's "cell" frame and no frame restarts it.
-- A reply counts only with a status from the fixed set and counts that fit it (core._malformed), each output
+- A reply counts only with a status from the fixed set and counts that fit it (core.malformed), each output
   of the reference's structure (core.judge); otherwise the exercise is an "error" with one line.
 - Hidden inputs reach the worker only after every public reply of the notebook is in, in requests of their own,
   and their results are pass/fail only.
@@ -55,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from ..core import (REGISTRY, STATUSES, Outcome, Question, Result, _malformed, exercise_cases, hidden_cases, judge,
+from ..core import (REGISTRY, STATUSES, Outcome, Question, Result, malformed, exercise_cases, hidden_cases, judge,
                     judge_question, load_exercises)
 from ..guards import dotted
 from ..messages import N_, _
@@ -339,7 +339,7 @@ def _outcome(msg, n_cases: int) -> Outcome:
         raise _Refused(_("the notebook's process sent an unknown status"))
     if not isinstance(blobs, list) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in blobs):
         raise _Refused(_("the notebook's process sent a reply of the wrong shape"))
-    problem = _malformed(Outcome(blobs, blobs, status), n_cases)
+    problem = malformed(Outcome(blobs, blobs, status), n_cases)
     if problem is not None:
         raise _Refused(problem)
     pairs = blobs

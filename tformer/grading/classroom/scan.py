@@ -48,8 +48,8 @@ def parse(source: str) -> ast.Module | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         pass
     try:
-        from .cells import _python
-        return ast.parse(_python(source))
+        from .cells import python_of
+        return ast.parse(python_of(source))
     except Exception:                                 # IPython's transformer, or still not Python
         return None
 
