@@ -216,14 +216,21 @@ def test_a_forged_reply_frame_earns_nothing(attacked):
 
 def test_nothing_passes_between_workers_through_dev_shm_and_nothing_is_left(attacked):
     out, root = attacked[0], attacked[5]
+    iso = json.loads((out / "grades.json").read_text())["settings"]["isolation"]
+    if iso["shm"] == "shared":                      # no mount namespace and no Landlock: the run names it
+        assert "a private /dev/shm" in attacked[1], attacked[1][-2000:]
+        pytest.skip("workers share /dev/shm here (no mount namespace, no Landlock); the run said so")
     assert not _rows(out, "e_shm_read")["ch01.softmax"]["passed"]      # the reader never saw the writer's file
     assert not (root / "shm-leftover").exists(), (root / "shm-leftover").read_text()
 
 
 def test_a_fork_storm_is_capped_at_64_processes(attacked):
     out, most = attacked[0], attacked[3]
-    assert not _rows(out, "f_fork")["ch01.softmax"]["passed"]            # it never held more than 64 children
     iso = json.loads((out / "grades.json").read_text())["settings"]["isolation"]
+    if iso["processes"] == "none":                  # no pids cgroup, no RLIMIT_NPROC that binds, no other uid
+        assert "a limit on a notebook's processes" in attacked[1], attacked[1][-2000:]
+        pytest.skip("no process cap can be had here; the run said so")
+    assert not _rows(out, "f_fork")["ch01.softmax"]["passed"]            # it never held more than 64 children
     assert iso["max_processes"] == 64
     expected = "cgroup" if os.getuid() == 0 else "rlimit-userns"
     assert iso["processes"] in (expected, "uid"), iso                   # the limit path this user took
@@ -232,9 +239,11 @@ def test_a_fork_storm_is_capped_at_64_processes(attacked):
 
 def test_a_worker_cannot_read_the_graders_command_line(attacked):
     out = attacked[0]
-    assert not _rows(out, "g_cmdline")["ch01.softmax"]["passed"]
     iso = json.loads((out / "grades.json").read_text())["settings"]["isolation"]
-    assert iso["proc"] == "private", iso
+    if iso["proc"] != "private":                    # a masked /proc (Docker): the run names the guarantee lost
+        assert "a private /proc" in attacked[1], attacked[1][-2000:]
+        pytest.skip("the kernel refuses workers a private /proc here; the run said so")
+    assert not _rows(out, "g_cmdline")["ch01.softmax"]["passed"]
 
 
 def test_a_frame_flood_leaves_the_graders_memory_bounded(attacked):
