@@ -539,7 +539,7 @@ def test_a_notebook_being_graded_reaches_no_network(room):
 
 
 
-# --- what the grader decides from what it reads itself (issue 58) ------------------------------------------
+# --- what the grader decides from what it reads itself --------------------------------------------------------
 
 FORGE = "import tformer.grading.core as C; C.run_learner = lambda ex, fn, cases: C.Outcome()"
 HIDDEN = ("import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"

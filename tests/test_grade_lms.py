@@ -69,9 +69,20 @@ def test_moodle_csv_with_a_matched_and_an_unmatched_student(tmp_path):
 
 # --- Gradescope ---------------------------------------------------------------------------------------------
 
-def autograde(source: Path, root: Path, notebooks: dict[str, list[str] | str]) -> dict:
+def unzip(zip_path: Path, source: Path) -> dict[str, int]:
+    """The autograder zip unzipped into `source` as Gradescope does, its files' modes kept; the modes."""
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(source)
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    for name, mode in modes.items():                  # zipfile drops the modes; Gradescope's unzip keeps them
+        (source / name).chmod(stat.S_IMODE(mode))
+    return modes
+
+
+def autograde(source: Path, root: Path, notebooks: dict[str, list[str] | str], worker_user: str | None = None) -> dict:
     """Lay out Gradescope's ROOT (source/ = the unzipped zip, submission/, results/) and run the zip's
-    run_autograder there with this checkout's Python as `python3`; return results.json."""
+    run_autograder there with this checkout's Python as `python3` (`worker_user`: TFORMER_GRADE_WORKER_USER, the
+    user setup.sh makes, for a run as root); return results.json."""
     for name, content in notebooks.items():
         if isinstance(content, str):
             (root / "submission").mkdir(parents=True, exist_ok=True)
@@ -84,6 +95,8 @@ def autograde(source: Path, root: Path, notebooks: dict[str, list[str] | str]) -
     (root / "bin" / "python3").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
     env.update(PATH=f"{root / 'bin'}:{env['PATH']}", PYTHONPATH=str(CHECKOUT), TFORMER_AUTOGRADER_ROOT=str(root))
+    if worker_user:
+        env["TFORMER_GRADE_WORKER_USER"] = worker_user
     proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -104,11 +117,7 @@ def gradescope(tmp_path_factory):
                    cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     source = root / "source"
-    with zipfile.ZipFile(root / "autograder.zip") as z:
-        z.extractall(source)
-        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
-    for name, mode in modes.items():                  # zipfile drops the modes; Gradescope's unzip keeps them
-        (source / name).chmod(stat.S_IMODE(mode))
+    modes = unzip(root / "autograder.zip", source)
     good, bad = tiny(root / "good"), tiny(root / "bad", NO_SCALE)
     runs = {"good": {"01_attention.ipynb": _cells(good)}, "bad": {"01_attention (1).ipynb": _cells(bad)},
             "crash": {"01_attention.py": "def my_attention(q, k, v):\n    return q\n"}}

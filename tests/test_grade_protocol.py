@@ -1,5 +1,6 @@
 """The grading protocol from the grader's side: every byte a worker sends is the student's, so the grader
-decides from checked data only (issue 58: items 1, 2, 3 and 5's frames and notebook budget).
+decides from checked data only: the reply's shape and counts, no teacher file in the worker, hidden cases last,
+frame caps and the notebook's budget.
 
 Most tests play the worker with a thread on a pair of pipes (`Fake`): it reads the grader's frames and writes
 forged ones. Two run a real worker (`_Subprocess`) on a tiny notebook."""

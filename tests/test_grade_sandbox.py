@@ -165,11 +165,12 @@ def test_a_notebook_cannot_connect_to_a_server_on_this_machine(tmp_path, server,
                  "check('ch01.attention', my_attention)"),
              (3, SOFTMAX)]
     rep, warm = _grade(tmp_path, cells, {"TFORMER_GRADE_NO_NETNS": "1"} if no_netns else None)
-    if warm.network == "none":
+    iso = warm.isolation()
+    if iso["network"] == "none":
         pytest.skip("network isolation is 'none' here: no network namespace, and no Landlock TCP rules (ABI 4+)")
-    assert warm.network == "landlock-tcp" if no_netns else warm.network in REFUSED
-    assert warm.landlock == landlock.landlock_abi()
-    refused = REFUSED[warm.network]
+    assert iso["network"] == "landlock-tcp" if no_netns else iso["network"] in REFUSED
+    assert iso["landlock_abi"] == landlock.landlock_abi()
+    refused = REFUSED[iso["network"]]
     assert len(rep.cell_errors) == 1 and refused in rep.cell_errors[0], rep.cell_errors
     rows = {r.exercise: r for r in rep.rows}
     assert rows["ch01.attention"].status == "error" and refused in rows["ch01.attention"].message, rows
@@ -202,7 +203,7 @@ def test_a_worker_whose_ruleset_fails_runs_no_learner_code(tmp_path, step, doing
     finally:
         warm.close()
     assert not ran.exists()
-    assert (warm.landlock, warm.network) == (None, None)   # no worker ran: nothing to report
+    assert set(warm.isolation().values()) == {None}        # no worker ran: nothing to report
 
 
 # --- nothing outlives a worker, nothing passes between workers, at most 64 processes -----------------------------
@@ -268,8 +269,6 @@ def test_isolation_says_which_path_each_worker_took(warms):
     assert set(got) == set(sandbox.ISOLATION)
     assert got["landlock_abi"] == landlock.landlock_abi() and got["max_processes"] == 64
     assert got["processes"] == _expected_processes(), got
-    assert (warm.landlock, warm.network, warm.namespaced) == (got["landlock_abi"], got["network"],
-                                                              got["pid_namespace"])
     if got["tmp"] == "tmpfs":                         # a mount namespace: everything private
         assert (got["shm"], got["proc"]) in {("private", "private"), ("private", "shared")}, got
     if os.geteuid() == 0 and _nobody():
@@ -492,8 +491,7 @@ def _iso(namespaced=True, abi=7, network="netns", shm="private", tmp="tmpfs", pr
 
 def test_the_grader_records_the_weakest_isolation_any_worker_had():
     """isolation() keeps, for each guarantee, the weakest any worker had, not the last worker's: the lowest ABI,
-    the weakest network (netns > landlock-tcp > none), /dev/shm, TMPDIR, /proc and process cap; .landlock,
-    .network and .namespaced (run.py's) read the same."""
+    the weakest network (netns > landlock-tcp > none), /dev/shm, TMPDIR, /proc and process cap."""
     warm = types.SimpleNamespace(_isolation=dict.fromkeys(sandbox.ISOLATION))
     assert set(warm._isolation) == set(_iso())
     seen = []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tformer.grading import load_exercises
-from tformer.grading.classroom import gradebook, lms, run, scan
+from tformer.grading.classroom import gradebook, lms, scan
 from tformer.grading.classroom.notebooks import exercises_of, released_notebooks
 from test_grade_cli import cells, write
 from tools.notebooks import SRC
@@ -119,14 +119,7 @@ def test_ordinary_cells_are_not_flagged():
 
 def test_not_graded_is_blank_and_a_stub_row_earns_nothing():
     """gradebook.csv and the LMS files: an exercise whose notebook was not graded is blank, its chapter and the
-    total too, never 0; a stub row reads "not attempted" with no points whatever the worker reported."""
-    rep = {"rows": [{"exercise": "ch01.softmax", "points": 1, "passed": True, "status": "passed", "message": "",
-                     "fraction": None, "mistakes": []},
-                    {"exercise": "ch01.attention", "points": 3, "passed": False, "status": "not run", "message": ""}]}
-    rows = run._checked(rep, {"ch01.softmax", "ch01.attention"}, ["code cell 3: x"])["rows"]
-    assert rows[0]["status"] == "not attempted" and rows[0]["passed"] is False and rows[0]["stub"] is True
-    assert "released stub" in rows[0]["message"]
-    assert rows[1]["status"] == "not run" and rows[1]["stub"] is False
+    total too, never 0 (the stub rows: test_apply_reads_a_learners_report_as_a_class_run_does)."""
     grades = {"settings": {"notebooks": ["01_attention"]}, "exercises": [
         {"id": "ch01.softmax", "chapter": "ch01", "points": 1}, {"id": "ch01.attention", "chapter": "ch01", "points": 3}],
         "students": [
@@ -154,14 +147,14 @@ def test_not_graded_is_blank_and_a_stub_row_earns_nothing():
 
 
 def test_apply_reads_a_learners_report_as_a_class_run_does():
-    """scan.apply on a runner.NotebookReport (one learner's `tformer grade PATH`): a forged "passed" stub row
-    earns nothing, the forged cell is in report.flags."""
+    """scan.apply on a runner.NotebookReport (a class run's and one learner's `tformer grade PATH`): a forged
+    "passed" stub row earns nothing, a row never run stays "not run", the forged cell is in report.flags."""
     from tformer.grading.classroom.runner import NotebookReport, Row
     stub = cells("01_attention", False) + [FORGE]
     rep = NotebookReport("01_attention.ipynb", "ch01", rows=[Row("ch01.softmax", 1, True, "passed", "passed all 0 cases"),
                                                              Row("ch01.attention", 3, False, "not run", "")])
     assert scan.apply(rep, stub, "01_attention") is True
     assert (rep.rows[0].passed, rep.rows[0].status) == (False, "not attempted") and rep.earned == 0
-    assert "released stub" in rep.rows[0].message and getattr(rep.rows[0], "stub", True) is True
-    assert rep.rows[1].status == "not run"
+    assert "released stub" in rep.rows[0].message and rep.rows[0].stub is True and rep.rows[0].fraction is None
+    assert rep.rows[1].status == "not run" and rep.rows[1].stub is False
     assert len(rep.flags) == 1 and "run_learner" in rep.flags[0]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from test_grade_cli import CHECKOUT, cells, one_line_error, tformer, write
+from test_grade_lms import autograde, unzip
 
 RELEASED = ["import torch\nfrom tformer.grading import check, load_exercises\nload_exercises('week3.py')",
             "def my_double(x):\n    raise NotImplementedError",
@@ -195,7 +196,7 @@ def test_hidden_cases_on_the_search_path_are_refused(course):
     assert not (root / "o2").exists()
 
 
-# --- the teacher's secrets stay with the teacher (issue 58, items 2 and 7) --------------------------------------
+# --- the teacher's secrets stay with the teacher: the hand-out and the Gradescope zip --------------------------
 
 REFERENCE_LINE = "return torch.mul(x, 2.0)  # the teacher's reference, line 7731"
 ANSWER = 49960                    # a question's answer: a number
@@ -237,13 +238,7 @@ def secrets(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     proc = tformer("grade", "--gradescope-zip", root / "autograder.zip", "--assignment", root / "week3.toml", cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    source = root / "source"
-    with zipfile.ZipFile(root / "autograder.zip") as z:
-        z.extractall(source)
-        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
-    for name, mode in modes.items():                  # zipfile drops the modes; Gradescope's unzip keeps them
-        (source / name).chmod(stat.S_IMODE(mode))
-    return root, modes
+    return root, unzip(root / "autograder.zip", root / "source")
 
 
 def _secrets_in(data: bytes) -> list[str]:
@@ -336,18 +331,7 @@ def test_a_learner_checks_the_handout_against_its_public_file(secrets, tmp_path)
 def _run_autograder(root, ag, cells: list[str]) -> dict:
     """The zip's run_autograder, as Gradescope runs it (as root, the workers as `nobody` standing for
     tformer-worker), on a submission of `cells` laid out under `ag`; its results.json."""
-    write(ag / "submission" / "w03_double.ipynb", cells)
-    (ag / "source").symlink_to(root / "source", target_is_directory=True)
-    (ag / "bin").mkdir()
-    (ag / "bin" / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    (ag / "bin" / "python3").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
-    env.update(PATH=f"{ag / 'bin'}:{env['PATH']}", PYTHONPATH=str(CHECKOUT), TFORMER_AUTOGRADER_ROOT=str(ag),
-               TFORMER_GRADE_WORKER_USER="nobody")
-    proc = subprocess.run([str(ag / "source" / "run_autograder")], cwd=ag, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((ag / "results" / "results.json").read_text(encoding="utf-8"))
+    return autograde(root / "source", ag, {"w03_double.ipynb": cells}, worker_user="nobody")
 
 
 def test_run_autograder_as_root_runs_the_worker_as_another_user(secrets, tmp_path):

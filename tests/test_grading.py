@@ -319,7 +319,7 @@ def test_in_place_edits_do_not_leak_between_reference_learner_and_mistakes():
     r = check("ch05.encoder_layer", vandal)
     assert r.status == "failed"
     case = REGISTRY["ch05.encoder_layer"].edge_cases()[0]
-    args, _ = core._clone_args(case)
+    args, _ = core.clone_args(case)
     args[1]["norm1.weight"].zero_()
     assert not torch.equal(case.args[1]["norm1.weight"], args[1]["norm1.weight"])
 

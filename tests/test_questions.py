@@ -91,7 +91,7 @@ def test_a_choice_by_its_letter_in_either_case(value):
     assert check("test.q_mask", value).passed
 
 
-# --- answers as learners type them: read, not refused (issue 59) -------------------------------------------
+# --- answers as learners type them: read, not refused ------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["(B)", "B.", "B)", "[b]", "Ｂ", "（B）", "B。", "ｂ．", " (B) "])
 def test_a_choice_in_brackets_with_a_stop_or_full_width_is_read(value):

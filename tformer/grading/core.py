@@ -193,7 +193,7 @@ def _clone(x):
     return x
 
 
-def _clone_args(case: Case) -> tuple[tuple, dict]:
+def clone_args(case: Case) -> tuple[tuple, dict]:
     """Fresh copies of a case's inputs, so an in-place edit by one function cannot leak into the next."""
     return tuple(_clone(a) for a in case.args), {k: _clone(v) for k, v in case.kwargs.items()}
 
@@ -273,7 +273,7 @@ def run_learner(ex: Exercise, fn: Callable, cases: list[Case],
     with time_limit(ex.time_limit) as clock:
         try:
             for i, case in enumerate(cases):
-                args, kwargs = _clone_args(case)
+                args, kwargs = clone_args(case)
                 with forbid(ex.forbidden):
                     try:
                         clock.armed = True
@@ -312,7 +312,7 @@ def named_mistakes(ex: Exercise, cases: list[Case], outputs: list) -> list[str]:
     for name, buggy in ex.mistakes.items():
         try:
             for case, got in zip(cases, outputs):
-                args, kwargs = _clone_args(case)
+                args, kwargs = clone_args(case)
                 if _compare(ex, got, buggy(*args, **kwargs), case) is not None:
                     break
             else:
@@ -435,7 +435,7 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool =
     failed: set[int] = set()
     failures: list[tuple[int, int, Case, str]] = []
     for i, (case, got, after) in enumerate(zip(cases, outcome.outputs, outcome.inputs_after)):
-        args, kwargs = _clone_args(case)
+        args, kwargs = clone_args(case)
         with torch.no_grad():
             expected = ex.reference(*args, **kwargs)
         shape = structure_problem(got, expected) or _inputs_problem(case, after)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -83,12 +82,12 @@ def _not(x, what: str):
 
 
 def _exercise_entry(ex) -> dict:
-    from .core import exercise_cases
+    from .core import clone_args, exercise_cases
     cases = exercise_cases(ex)                 # the edge cases and the random ones at the learner's seeds
     entries = []
     for case in cases:
         where = f"{ex.name}, case {case.name!r}"
-        args, kwargs = _inputs(case)
+        args, kwargs = clone_args(case)
         with torch.no_grad():
             expected = ex.reference(*args, **kwargs)
         entries.append({"name": case.name, "group": case.group, "seed": case.seed,
@@ -99,7 +98,7 @@ def _exercise_entry(ex) -> dict:
         try:
             outputs = []
             for case in cases:
-                args, kwargs = _inputs(case)
+                args, kwargs = clone_args(case)
                 outputs.append(_frozen(buggy(*args, **kwargs), ""))
         except Exception:                       # it can never be named on every case: left out
             continue
@@ -155,11 +154,6 @@ def write_public(path: str | Path, names: list[str]) -> Path:
 
 # --- reading -----------------------------------------------------------------------------------------
 
-def _inputs(case) -> tuple[tuple, dict]:
-    """Fresh copies of a case's inputs (a function may change its inputs in place)."""
-    return copy.deepcopy(tuple(case.args)), copy.deepcopy(dict(case.kwargs))
-
-
 def fingerprint(x):
     """A hashable key of `x` equal for equal inputs (a tensor by its dtype, shape and bytes: NaN included)."""
     if isinstance(x, torch.Tensor):
@@ -194,7 +188,7 @@ def _signature(params: list[str]) -> inspect.Signature:
 
 
 def _exercise(entry: dict):
-    from .core import Case, Exercise
+    from .core import Case, Exercise, clone_args
     cases = [Case(c["name"], tuple(c["args"]), dict(c["kwargs"]), c["seed"], c["group"]) for c in entry["cases"]]
     frozen = _Frozen(entry["cases"])
     expected = [c["expected"] for c in entry["cases"]]
@@ -202,7 +196,7 @@ def _exercise(entry: dict):
                 for m in (entry["cases"][0]["mistakes"] if entry["cases"] else {})}
 
     def fresh(case):
-        args, kwargs = _inputs(case)
+        args, kwargs = clone_args(case)
         return dataclasses.replace(case, args=args, kwargs=kwargs)
 
     def reference(*args, **kwargs):

@@ -15,7 +15,7 @@ worker that never holds an answer, the grader judges), with three differences th
 A notebook with the same sha256 graded by the same grader code (`grader_hash`) is not graded again; a changed
 checker regrades. What is written to OUT is gradebook.py's.
 
-The worker and every byte it sends belong to the student (issue 58). So the grader also reads each notebook
+The worker and every byte it sends belong to the student (TEACHING.md's threat model). So the grader also reads each notebook
 itself (scan.py): an exercise whose function is still the released stub earns nothing, whatever the worker
 reported, and cells that reach into the grader are flagged for the teacher (grades.json, the summary). Each
 notebook has a wall budget (`--notebook-timeout`, NOTEBOOK_TIMEOUT), and grades.json's settings record every
@@ -108,7 +108,7 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
             report = NotebookReport(str(path), chapter_of(named))
             report.cell_errors = [_("not a readable notebook: {error}").format(error=e)]
             report.rows = [Row(n, REGISTRY[n].points, False, "not run", not_run(REGISTRY[n])) for n in owed]
-            return {**record, "status": "invalid", "cells": 0, "run": [], "report": _checked(asdict(report), set(), [])}
+            return {**record, "status": "invalid", "cells": 0, "run": [], "report": asdict(report)}
         plan = cellplan.plan(cells, cellplan.released_cells().get(stem) if skip else None)
         fallback = released_checks(stem)
     run = plan.run if cells_run is None else [i for i in cells_run if i < len(cells)]
@@ -117,24 +117,9 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
     report.notebook = str(path)
     status = "errors" if report.cell_errors else "graded"
     with _AST_LOCK:
-        stubs, found = scan.stub_exercises(cells, stem, released_notebooks().get(stem, []))
-        flags = scan.flags(cells)
+        found = scan.apply(report, cells, stem)
     return {**record, "status": status, "cells": len(cells), "run": run, "edited": plan.edited,
-            "stub_rule": "applied" if found else "not applied: no released notebook found",
-            "report": _checked(asdict(report), stubs, flags)}
-
-
-def _checked(report: dict, stubs: set[str], flags: list[str]) -> dict:
-    """A report (asdict(NotebookReport)) with the grader's own reading of the notebook: each row a stub or not
-    (a stub's row earns nothing, whatever the worker sent; a row never run stays "not run"), the flags."""
-    rows = []
-    for row in report.get("rows", []):
-        row = {**row, "stub": bool(row.get("stub", False))}
-        if row["exercise"] in stubs and row.get("status") != "not run":
-            row.update(passed=False, status="not attempted", message=_(scan.STUB_MESSAGE), fraction=None, mistakes=[],
-                       stub=True)
-        rows.append(row)
-    return {**report, "rows": rows, "flags": list(flags), "stopped": report.get("stopped", "")}
+            "stub_rule": "applied" if found else "not applied: no released notebook found", "report": asdict(report)}
 
 
 def _preload_modules() -> list[str]:
@@ -187,17 +172,11 @@ def network_note(network: str | None, allowed: bool) -> str:
             f"or give --allow-network to go on")
 
 
-def isolation_of(warm) -> dict:
-    """The isolation the workers ran under (sandbox.WarmProcess.isolation(): the weakest any worker had; None
-    values before the first worker), landlock_abi and network among its keys."""
-    return dict(warm.isolation())
-
-
 def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, log=print,
                     hidden: bool = False, allow_network: bool = False, notes: list | None = None) -> dict | None:
     """Call one(task, spawn) for every task, `workers` at a time; spawn(folder, own, class_folder) forks a
     worker for a notebook in `folder`, allowed to read only `own` of the class (sandbox.py), from one warm
-    process started only when there is work. Returns the isolation the workers ran under (isolation_of: at
+    process started only when there is work. Returns the isolation the workers ran under (WarmProcess.isolation(): at
     least {"landlock_abi": the lowest Landlock ABI (0: none), "network": the weakest ("netns", "landlock-tcp" or
     "none")}); None: no work.
 
@@ -228,7 +207,7 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
     def spawn(*args, **kwargs):
         worker = warm.spawn(*args, **kwargs)
         try:
-            gate(warm.network)                        # the weakest network any worker had, this one included
+            gate(warm.isolation()["network"])         # the weakest network any worker had, this one included
         except NetworkRefused:
             worker.kill()                             # it ran nothing yet: its cells are sent by the grader
             raise
@@ -246,7 +225,7 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
             pool.shutdown(wait=False, cancel_futures=True)
         raise
     finally:
-        iso = isolation_of(warm)
+        iso = warm.isolation()
         lost = lost_guarantees(iso)
         if lost:
             log("tformer grade: the workers ran without " + "; ".join(lost))

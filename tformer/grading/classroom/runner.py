@@ -55,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from ..core import (REGISTRY, STATUSES, Outcome, Question, Result, malformed, exercise_cases, hidden_cases, judge,
+from ..core import (REGISTRY, Outcome, Question, Result, malformed, exercise_cases, hidden_cases, judge,
                     judge_question, load_exercises)
 from ..guards import dotted
 from ..messages import N_, _
@@ -111,7 +111,7 @@ class NotebookReport:
 
 
 MIB = 1 << 20
-FRAME_CAP = MIB                 # a "cell", "collected" or "ready" frame (worker.MAX_FRAME)
+FRAME_CAP = MIB                 # a "cell", "collected" or "ready" frame
 NOTEBOOK_BYTES = 256 * MIB      # every frame of one notebook, all its workers and reruns together
 REPLY_MARGIN = 10.0             # seconds past an exercise's time limit before the grader stops waiting for its reply
 
@@ -334,15 +334,14 @@ def _outcome(msg, n_cases: int) -> Outcome:
     otherwise."""
     if not isinstance(msg, dict) or not {"outputs", "status"} <= set(msg):
         raise _Refused(_("the notebook's process sent a reply of the wrong shape"))
-    status, blobs = msg["status"], msg["outputs"]
-    if not isinstance(status, str) or status not in STATUSES:
+    status, pairs = msg["status"], msg["outputs"]
+    if not isinstance(status, str):                   # malformed() reads only a string's membership in STATUSES
         raise _Refused(_("the notebook's process sent an unknown status"))
-    if not isinstance(blobs, list) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in blobs):
+    if not isinstance(pairs, list) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
         raise _Refused(_("the notebook's process sent a reply of the wrong shape"))
-    problem = malformed(Outcome(blobs, blobs, status), n_cases)
+    problem = malformed(Outcome(pairs, pairs, status), n_cases)
     if problem is not None:
         raise _Refused(problem)
-    pairs = blobs
     error = msg.get("error", "")
     error = error.splitlines()[0][:500] if isinstance(error, str) and error else ""
     return Outcome([p[0] for p in pairs], [p[1] for p in pairs], status, error, msg.get("ignored_limit") is True)

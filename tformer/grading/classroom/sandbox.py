@@ -260,12 +260,6 @@ class WarmProcess:
                 self._ready = True
         return self
 
-    # what run.py reads (isolation() has it all): did every worker get a PID namespace, the lowest Landlock ABI
-    # (0: none), the weakest network (NETWORK); None before the first worker
-    namespaced = property(lambda self: self._isolation["pid_namespace"])
-    landlock = property(lambda self: self._isolation["landlock_abi"])
-    network = property(lambda self: self._isolation["network"])
-
     def isolation(self) -> dict:
         """The weakest isolation any worker had (None values before the first worker): {"landlock_abi": int,
         "network": NETWORK, "pid_namespace": bool, "shm": SHM, "tmp": TMP, "proc": PROC, "processes": PROCESSES,

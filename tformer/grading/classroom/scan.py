@@ -1,5 +1,5 @@
-"""What the grader reads in a notebook's source itself, whatever its worker says (issue 58: the worker process and
-every byte it sends belong to the student).
+"""What the grader reads in a notebook's source itself, whatever its worker says (the worker process and every
+byte it sends belong to the student: TEACHING.md's threat model).
 
     stub_exercises(cells, stem, released)   the exercises whose graded function is still the released stub
     flags(cells)                            cells that reach into the grader, one line each, for the teacher
@@ -28,7 +28,7 @@ ALLOWED_GRADING = frozenset({"check", "load_exercises"})
 # names of the grader's and the worker's internals: a notebook has no use for them
 INTERNALS = frozenset({"run_learner", "write_frame", "read_frame", "sendable", "judge", "judge_question", "Outcome",
                        "serve", "_seed_everything", "named_mistakes", "exercise_cases", "hidden_cases", "REGISTRY",
-                       "MAX_FRAME", "proto_out", "proto_in"})
+                       "proto_out", "proto_in"})
 NAMED_INTERNALS = INTERNALS - {"judge", "serve", "Outcome"}     # as a bare name (a learner may call a variable judge)
 GC_WALKERS = frozenset({"get_objects", "get_referrers", "get_referents"})
 FRAME_WALKERS = {("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes"),
@@ -265,23 +265,17 @@ STUB_MESSAGE = N_("your function is still the released stub: it earns no points,
 
 
 def apply(report, cells: list[str], stem: str, released: list[Path] | None = None) -> bool:
-    """The grader's own reading applied to a runner.NotebookReport, in place (one learner's `tformer grade PATH`
-    can call it after grade_cells; a class run applies the same to its journal record, run._checked): each row
-    of a released stub "not attempted" with no points (a row never run stays "not run"), `report.flags` the
-    flags. Returns whether a released notebook was found (else only the NotImplementedError rule applied)."""
+    """The grader's own reading applied to a runner.NotebookReport, in place (a class run's and one learner's
+    `tformer grade PATH`, after grade_cells): each row of a released stub "not attempted" with no points and
+    `stub` set (a row never run stays "not run"), `report.flags` the flags. Returns whether a released notebook
+    was found (else only the NotImplementedError rule applied)."""
     import dataclasses
     from ..messages import _
     from .notebooks import released_notebooks
     stubs, found = stub_exercises(cells, stem, released_notebooks().get(stem, []) if released is None else released)
-    rows = []
-    for row in report.rows:
-        if row.exercise in stubs and row.status != "not run":
-            changes = dict(passed=False, status="not attempted", message=_(STUB_MESSAGE), mistakes=[])
-            names = {f.name for f in dataclasses.fields(row)}
-            changes.update({k: v for k, v in (("fraction", None), ("stub", True)) if k in names})
-            row = dataclasses.replace(row, **changes)
-        rows.append(row)
-    report.rows = rows
+    report.rows = [dataclasses.replace(row, passed=False, status="not attempted", message=_(STUB_MESSAGE), mistakes=[],
+                                       fraction=None, stub=True)
+                   if row.exercise in stubs and row.status != "not run" else row for row in report.rows]
     report.flags = flags(cells)
     return found
 

@@ -43,8 +43,6 @@ import sys
 
 import torch
 
-MAX_FRAME = 1 << 20          # the largest frame the grader reads but an exercise's reply (runner.py caps those)
-
 
 def write_frame(f, obj) -> None:
     buf = io.BytesIO()
