@@ -37,6 +37,7 @@ from tformer.grading import REGISTRY  # noqa: E402
 from tformer.grading.classroom import cells as cellplan, gradebook, notebooks, run  # noqa: E402
 from tformer.grading import load_exercises  # noqa: E402
 from tformer.grading.classroom.runner import run_notebook  # noqa: E402
+from tformer.grading.classroom.settings import Run, RunSettings  # noqa: E402
 from tools.notebooks import build  # noqa: E402
 
 load_exercises()                                   # registers every chapter
@@ -71,7 +72,8 @@ def cell_times(sol_dir: Path, root: Path) -> dict[str, dict[int, float]]:
     for nb in sol_dir.glob("*.ipynb"):
         (one / nb.name).write_bytes(nb.read_bytes())
     t0 = time.perf_counter()
-    run.grade_class(one.parent, root / "timing-out", skip=False, progress=False, log=lambda *a: None)
+    run.grade_class(one.parent, root / "timing-out", Run(settings=RunSettings(skip=False)), progress=False,
+                    log=lambda *a: None)
     journal = gradebook.Journal(root / "timing-out" / "journal.jsonl")
     journal.close()
     times = {stem: {int(i): s for i, s in rec["report"]["cell_seconds"].items()} for (_, stem), rec in journal.records.items()}
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
         print(f"built a class of {args.students} students in {time.perf_counter() - t0:.0f} s ({cls})")
         shutil.rmtree(root / "out", ignore_errors=True)          # a fresh run, not a resumed one
         t0 = time.perf_counter()
-        grades = run.grade_class(cls, root / "out", workers=args.workers)
+        grades = run.grade_class(cls, root / "out", Run(settings=RunSettings(workers=args.workers)))
         wall = time.perf_counter() - t0
         per_stem: dict[str, list[float]] = {}
         for s in grades["students"]:

@@ -20,6 +20,7 @@ import pytest
 from tformer.grading import REGISTRY, Question, load_exercises
 from tformer.grading.classroom import cells as cellplan, gradebook, lms, notebooks, run, submissions
 from tformer.grading.classroom.runner import run_notebook
+from tformer.grading.classroom.settings import Run, RunSettings
 from test_grade_cli import NO_SCALE, cells as _cells, replace as _replace, write as _write
 from tools.notebooks import SRC
 
@@ -88,7 +89,7 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("grade_class")
     cls = build_class(root)
     out = root / "out"
-    grades = run.grade_class(cls, out, timeout=8, workers=2, memory=3 << 30, progress=False)
+    grades = run.grade_class(cls, out, Run(settings=RunSettings(timeout=8, workers=2, memory=3 << 30)), progress=False)
     return cls, out, grades
 
 
@@ -182,7 +183,7 @@ def test_resume_after_kill_and_regrade_after_a_checker_change(tmp_path, monkeypa
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "tformer.cli", "grade", str(cls), "--out", str(out), "--workers", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "tformer.cli", "class", "grade", str(cls), "--out", str(out), "--workers", "1"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 120
@@ -194,7 +195,7 @@ def test_resume_after_kill_and_regrade_after_a_checker_change(tmp_path, monkeypa
     assert 2 <= len(before) < 6, len(before)
     with journal.open("a") as f:                                         # a line cut short by the kill
         f.write('{"student": "a", "notebook": "02_self_att')
-    grades = run.grade_class(cls, out, workers=2, progress=False)
+    grades = run.grade_class(cls, out, Run(settings=RunSettings(workers=2)), progress=False)
     after = [json.loads(line) for line in journal.read_text().splitlines()[len(before) + 1:]]
     keys = [(r["student"], r["notebook"]) for r in before + after]
     assert len(keys) == len(set(keys)) == 6                              # nothing graded twice, nothing lost
@@ -202,10 +203,10 @@ def test_resume_after_kill_and_regrade_after_a_checker_change(tmp_path, monkeypa
     rows = list(csv.reader((out / "gradebook.csv").open()))
     assert [r[0] for r in rows[1:]] == ["a", "b", "c"]
     # the same command again grades nothing; a changed checker grades everything again
-    run.grade_class(cls, out, workers=2, progress=False)
+    run.grade_class(cls, out, Run(settings=RunSettings(workers=2)), progress=False)
     assert len(journal.read_text().splitlines()) == 7                    # the six, and the cut line
     monkeypatch.setattr(run, "grader_hash", lambda: "0" * 64)
-    run.grade_class(cls, out, workers=2, progress=False)
+    run.grade_class(cls, out, Run(settings=RunSettings(workers=2)), progress=False)
     assert len(journal.read_text().splitlines()) == 13
 
 
@@ -219,11 +220,11 @@ def test_lms_names_and_class_folder_errors(tmp_path, capsys):
     assert notebooks.notebook_stem("notes.ipynb", known) is None
     _write(tmp_path / "mixed" / "01_attention.ipynb", ["x = 1"])
     _write(tmp_path / "mixed" / "alice" / "01_attention.ipynb", ["x = 1"])
-    assert main(["grade", str(tmp_path / "mixed"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["class", "grade", str(tmp_path / "mixed"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "both chapter notebooks" in err and len(err.splitlines()) == 1, err
     _write(tmp_path / "cls" / "alice" / "01_attention.ipynb", ["x = 1"])
-    assert main(["grade", str(tmp_path / "cls")]) == 2                   # a class needs --out
+    assert main(["class", "grade", str(tmp_path / "cls")]) == 2                   # a class needs --out
     assert "--out" in capsys.readouterr().err
 
 
@@ -320,7 +321,7 @@ def test_canvas_download_roster_and_gradebook_import(tmp_path):
     roster = tmp_path / "canvas-export.csv"
     roster.write_text(CANVAS_EXPORT)
     assert sorted(lms.read_roster(roster)) == ["4101", "4102"]
-    grades = run.grade_class(cls, tmp_path / "out", progress=False, lms="canvas", roster=roster)
+    grades = run.grade_class(cls, tmp_path / "out", Run(settings=RunSettings(lms="canvas", roster=roster)), progress=False)
     assert [(s["student"], s["canvas_id"], s["total"]) for s in grades["students"]] == [
         ("lovelaceada_4101", "4101", 7), ("turingalan_4102", "4102", 0)]
     rows = list(csv.reader((tmp_path / "out" / "canvas.csv").open()))
@@ -366,7 +367,7 @@ def test_verify_reproduces_the_verdicts_and_names_a_changed_notebook(graded, tmp
     assert any(g.startswith("blank/") for g in res["gone"])
     nb = copy / "mistakes" / "01_attention.ipynb"
     nb.write_text(nb.read_text().replace("float('-inf')", "float('-1e9')"))
-    assert main(["grade", "--verify", str(out / "grades.json"), str(copy), "--timeout", "8"]) == 1
+    assert main(["class", "verify", str(out / "grades.json"), str(copy), "--timeout", "8"]) == 1
 
 
 def test_weights_and_overrides(graded, tmp_path):

@@ -133,7 +133,7 @@ def room(tmp_path_factory):
                                         "bob,ch01.attention,2,the scale is in the next cell\n", encoding="utf-8")
     (root / "roster.csv").write_text(ROSTER, encoding="utf-8")
     out = root / "out"
-    proc = tformer("grade", cls, "--out", out, "--workers", 2, "--timeout", 60, "--memory", "3G",
+    proc = tformer("class", "grade", cls, "--out", out, "--workers", 2, "--timeout", 60, "--memory", "3G",
                    "--notebook-timeout", 900, "--weights", root / "weights.txt", "--overrides", root / "overrides.csv",
                    "--lms", "canvas", "--roster", root / "roster.csv", cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -276,7 +276,7 @@ def test_only_regrades_one_exercise(room, tmp_path):
     again = tmp_path / "again"
     shutil.copytree(out, again)
     before = json.loads((out / "grades.json").read_text(encoding="utf-8"))
-    proc = tformer("grade", cls, "--out", again, "--only", "ch01.attention", "--weights", root / "weights.txt",
+    proc = tformer("class", "grade", cls, "--out", again, "--only", "ch01.attention", "--weights", root / "weights.txt",
                    "--overrides", root / "overrides.csv", "--workers", 2, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     after = json.loads((again / "grades.json").read_text(encoding="utf-8"))
@@ -296,20 +296,20 @@ def test_verify_with_the_recorded_settings(room, tmp_path):
     exit 0 when every verdict is reproduced; exit 1 and the notebook named once one changed or is gone;
     exit 2 in one line when another grader version wrote grades.json."""
     root, cls, out, _ = room
-    proc = tformer("grade", "--verify", out / "grades.json", cls, "--workers", 2, cwd=tmp_path)
+    proc = tformer("class", "verify", out / "grades.json", cls, "--workers", 2, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 verdict(s) differ" in proc.stdout and "60 s per cell, 900 s per notebook" in proc.stdout, proc.stdout
     copy = tmp_path / "class"
     shutil.copytree(cls, copy, ignore=shutil.ignore_patterns("eve", "fay", "dan", "cy", "ada"))
     nb = copy / "bob" / "01_attention.ipynb"
     nb.write_text(nb.read_text(encoding="utf-8").replace("float('-inf')", "float('-1e9')"), encoding="utf-8")
-    proc = tformer("grade", "--verify", out / "grades.json", copy, "--timeout", 90, "--memory", "3G", cwd=tmp_path)
+    proc = tformer("class", "verify", out / "grades.json", copy, "--timeout", 90, "--memory", "3G", cwd=tmp_path)
     assert proc.returncode == 1 and "bob/01_attention: changed" in proc.stdout, proc.stdout[-3000:]
     assert "ada/01_attention: gone" in proc.stdout and "90 s per cell" in proc.stdout
     other = grades_of(out)
     other["grader"] = "0" * 64
     (tmp_path / "other.json").write_text(json.dumps(other), encoding="utf-8")
-    one_line_error(tformer("grade", "--verify", tmp_path / "other.json", cls, cwd=tmp_path), "other grader code")
+    one_line_error(tformer("class", "verify", tmp_path / "other.json", cls, cwd=tmp_path), "other grader code")
 
 
 def test_shards_merge_to_the_single_run(room, tmp_path):
@@ -320,12 +320,12 @@ def test_shards_merge_to_the_single_run(room, tmp_path):
         part = tmp_path / f"out_{k}"
         part.mkdir()
         shutil.copy(out / "journal.jsonl", part / "journal.jsonl")
-        proc = tformer("grade", cls, "--out", part, "--shard", f"{k}/2", "--weights", root / "weights.txt",
+        proc = tformer("class", "grade", cls, "--out", part, "--shard", f"{k}/2", "--weights", root / "weights.txt",
                        "--overrides", root / "overrides.csv", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         parts.append(part)
     merged = tmp_path / "merged"
-    proc = tformer("grade", "--merge", *parts, "--out", merged, "--lms", "canvas", "--roster", root / "roster.csv",
+    proc = tformer("class", "merge", *parts, "--out", merged, "--lms", "canvas", "--roster", root / "roster.csv",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert book(merged) == book(out)
@@ -337,7 +337,7 @@ def test_every_cell_and_full_mode(room, tmp_path):
     root, cls, out, _ = room
     one = tmp_path / "one"
     shutil.copytree(cls / "cy", one / "cy")
-    proc = tformer("grade", one, "--out", tmp_path / "o", "--every-cell", "--full", "--workers", 1, cwd=tmp_path)
+    proc = tformer("class", "grade", one, "--out", tmp_path / "o", "--every-cell", "--full", "--workers", 1, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     grades = json.loads((tmp_path / "o" / "grades.json").read_text(encoding="utf-8"))
     assert grades["settings"]["skip_released_cells"] is False and grades["settings"]["small"] is False
@@ -407,32 +407,37 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     write(mixed / "lovelaceada_4101_99001_01_attention.ipynb", ["x = 1"])
     write(mixed / "01_attention.ipynb", ["x = 1"])
     cases = [
-        (("grade", cls, "--out", out, "--only", "ch01.atention"), ("--only", "ch01.atention")),
-        (("grade", cls, "--out", out, "--weights", tmp_path / "w.txt"), ("ch01.atention",)),
-        (("grade", cls, "--out", out, "--overrides", tmp_path / "o.csv"), ("whole number",)),
-        (("grade", cls, "--out", out, "--memory", "1K"), ("--memory",)),
-        (("grade", cls, "--out", out, "--roster", tmp_path / "none.csv"), ("--roster",)),
-        (("grade", cls, "--out", out, "--require-all"), ("--require-all",)),
-        (("grade", cls, "--shard", "1/2"), ("--shard", "--out")),
-        (("grade", cls, "--out", out, "--shard", "3/2"), ("K/N",)),
-        (("grade", "--merge", out), ("--merge", "--out")),
-        (("grade", "--verify", tmp_path / "none.json", cls), ("--verify",)),
-        (("grade", cls, "--out", out, "--lms", "blackboard"), ("--lms",)),
-        (("grade", cls, "--out", out, "--timeout", 0), ("--timeout",)),
-        (("grade", cls, "--out", out, "--notebook-timeout", 0), ("--notebook-timeout", "> 0")),
-        (("grade", cls, "--out", out, "--notebook-timeout", -1), ("--notebook-timeout",)),
-        (("grade", cls, "--out", out, "--notebook-timeout", "abc"), ("--notebook-timeout", "abc")),
-        (("grade", cls, "--out", out, "--workers", 0), ("--workers",)),
+        (("class", "grade", cls, "--out", out, "--only", "ch01.atention"), ("--only", "ch01.atention")),
+        (("class", "grade", cls, "--out", out, "--weights", tmp_path / "w.txt"), ("ch01.atention",)),
+        (("class", "grade", cls, "--out", out, "--overrides", tmp_path / "o.csv"), ("whole number",)),
+        (("class", "grade", cls, "--out", out, "--memory", "1K"), ("--memory",)),
+        (("class", "grade", cls, "--out", out, "--roster", tmp_path / "none.csv"), ("--roster",)),
+        (("class", "grade", cls, "--out", out, "--require-all"), ("--require-all",)),
+        (("class", "grade", cls, "--shard", "1/2"), ("--out", "required")),
+        (("class", "grade", cls, "--out", out, "--roster", tmp_path / "w.txt", "--lms", "moodle"), ("--roster",)),
+        (("class", "grade", cls, "--out", out, "--shard", "3/2"), ("K/N",)),
+        (("class", "merge", out), ("class merge", "--out")),
+        (("class", "verify", tmp_path / "none.json", cls), ("class verify", "none.json")),
+        (("class", "verify", tmp_path / "none.json"), ("CLASS",)),
+        (("grade", cls, "--out", out), ("tformer class grade CLASS --out OUT",)),
+        (("grade", "--merge", out, "--out", out), ("tformer class merge",)),
+        (("class",), ("grade,verify,merge,gradescope",)),
+        (("class", "grade", cls, "--out", out, "--lms", "blackboard"), ("--lms",)),
+        (("class", "grade", cls, "--out", out, "--timeout", 0), ("--timeout",)),
+        (("class", "grade", cls, "--out", out, "--notebook-timeout", 0), ("--notebook-timeout", "> 0")),
+        (("class", "grade", cls, "--out", out, "--notebook-timeout", -1), ("--notebook-timeout",)),
+        (("class", "grade", cls, "--out", out, "--notebook-timeout", "abc"), ("--notebook-timeout", "abc")),
+        (("class", "grade", cls, "--out", out, "--workers", 0), ("--workers",)),
         (("grade", cls / "ada" / "01_attention.ipynb", "--json", tmp_path / "no" / "r.json"), ("--json",)),
-        (("grade", cls, "--lang", "fr"), ("--lang",)),
-        (("grade", cls, "--out", tmp_path / "file"), ("--out", "not a folder")),
-        (("grade", cls, "--out", out, "--assignment", tmp_path / "a.toml", "--weights", tmp_path / "w.txt"),
+        (("class", "grade", cls, "--lang", "fr"), ("--lang",)),
+        (("class", "grade", cls, "--out", tmp_path / "file"), ("--out", "not a folder")),
+        (("class", "grade", cls, "--out", out, "--assignment", tmp_path / "a.toml", "--weights", tmp_path / "w.txt"),
          ("--assignment", "--weights")),
-        (("grade", cls, "--out", out, "--assignment", tmp_path / "typo.toml"), ("unknown key 'notebook'",)),
-        (("grade", cls, "--out", out, "--assignment", tmp_path / "pts.toml"), ("whole number",)),
-        (("grade", cls, "--out", out, "--assignment", tmp_path / "nb.toml"), ("01_atention",)),
-        (("grade", cls, "--out", out, "--assignment", tmp_path / "none.toml"), ("none.toml",)),
-        (("grade", mixed, "--out", out), ("lovelaceada_4101_99001_01_attention.ipynb", "01_attention.ipynb")),
+        (("class", "grade", cls, "--out", out, "--assignment", tmp_path / "typo.toml"), ("unknown key 'notebook'",)),
+        (("class", "grade", cls, "--out", out, "--assignment", tmp_path / "pts.toml"), ("whole number",)),
+        (("class", "grade", cls, "--out", out, "--assignment", tmp_path / "nb.toml"), ("01_atention",)),
+        (("class", "grade", cls, "--out", out, "--assignment", tmp_path / "none.toml"), ("none.toml",)),
+        (("class", "grade", mixed, "--out", out), ("lovelaceada_4101_99001_01_attention.ipynb", "01_attention.ipynb")),
         (("handout", "--out", tmp_path / "file"), ("--out",)),
         (("handout", "--out", tmp_path / "h", "--assignment", tmp_path / "nb.toml"), ("01_atention",)),
     ]
@@ -464,7 +469,7 @@ def test_an_assignment_sets_what_is_graded(room, tmp_path):
     again = tmp_path / "out"
     again.mkdir()
     shutil.copy(out / "journal.jsonl", again / "journal.jsonl")
-    proc = tformer("grade", cls, "--out", again, "--assignment", tmp_path / "week1.toml", "--lms", "canvas",
+    proc = tformer("class", "grade", cls, "--out", again, "--assignment", tmp_path / "week1.toml", "--lms", "canvas",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     b = book(again)
@@ -492,7 +497,7 @@ def test_a_canvas_download_with_names_outside_ascii(tmp_path):
     shutil.copy(bad, dl / "张伟_124_457_01_attention.ipynb")
     shutil.copy(good, dl / "张伟_124_999_01_attention-1.ipynb")                  # his later upload
     shutil.copy(bad, dl / "anon_Xq3Zp_460_01_attention.ipynb")
-    proc = tformer("grade", dl, "--out", tmp_path / "out", "--workers", 2, cwd=tmp_path)
+    proc = tformer("class", "grade", dl, "--out", tmp_path / "out", "--workers", 2, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     grades = grades_of(tmp_path / "out")
     totals = {s["student"]: (s["canvas_id"], s["total"]) for s in grades["students"]}
@@ -546,12 +551,16 @@ HIDDEN = ("import torch\nfrom tformer.grading import Case, add_hidden_cases\n\n"
           "add_hidden_cases('ch01.softmax', lambda: [Case('large logits', (torch.full((2, 3), 1000.0),))])\n")
 
 
-def test_notebook_timeout_is_in_the_help_with_its_default(tmp_path):
-    proc = tformer("grade", "--help", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    text = " ".join(proc.stdout.split())
-    assert "--notebook-timeout S" in text and "(default: 600)" in text.split("--notebook-timeout S", 2)[2], text
-    assert "--allow-network" in text
+def test_each_command_has_its_own_flags_in_its_help(tmp_path):
+    """`tformer class grade --help` names the notebook budget with its default; a learner's `tformer grade --help`
+    shows no class flag, and `tformer class verify --help` no flag that sets what is graded."""
+    helps = tformer_all([("class", "grade", "--help"), ("grade", "--help"), ("class", "verify", "--help")], tmp_path)
+    assert all(p.returncode == 0 for p in helps), [p.stderr for p in helps]
+    klass, learner, verify = (" ".join(p.stdout.split()) for p in helps)
+    assert "--notebook-timeout S" in klass and "(default: 600;" in klass.split("--notebook-timeout S", 2)[2], klass
+    assert "--allow-network" in klass and "--shard" in klass and "--lms" in klass
+    assert not any(f in learner for f in ("--out", "--shard", "--lms", "--merge", "--verify", "--gradescope-zip"))
+    assert "--assignment" not in verify and "--weights" not in verify and "--allow-network" in verify
 
 
 def test_a_forged_stub_earns_nothing_and_a_notebook_not_graded_is_blank(tmp_path):
@@ -565,7 +574,7 @@ def test_a_forged_stub_earns_nothing_and_a_notebook_not_graded_is_blank(tmp_path
     forged = write(cls / "forger" / "01_attention.ipynb", stub + [FORGE])
     tiny(cls / "honest")
     out = tmp_path / "out"
-    proc = tformer("grade", cls, "--out", out, "--workers", 2, "--timeout", 60, cwd=tmp_path)
+    proc = tformer("class", "grade", cls, "--out", out, "--workers", 2, "--timeout", 60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     b = book(out)
     assert b["forger"]["total"] == "0" and b["forger"]["ch01.attention"] == "0", b["forger"]
@@ -589,7 +598,7 @@ def test_a_forged_stub_earns_nothing_and_a_notebook_not_graded_is_blank(tmp_path
     if not landlock_abi():
         pytest.skip("no Landlock on this kernel: the sandbox's build cannot fail here")
     broken = tmp_path / "broken"
-    proc = tformer("grade", cls, "--out", broken, "--workers", 2, "--lms", "canvas", cwd=tmp_path,
+    proc = tformer("class", "grade", cls, "--out", broken, "--workers", 2, "--lms", "canvas", cwd=tmp_path,
                    env={"TFORMER_GRADE_BREAK_LANDLOCK": "build"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     head, *body = rows(broken / "gradebook.csv")
@@ -626,15 +635,15 @@ def test_hidden_cases_and_a_worker_network_need_allow_network(tmp_path):
     tiny(cls / "ada")
     no_netns = {"TFORMER_GRADE_NO_NETNS": "1"}
     out = work / "out"
-    refused = tformer("grade", cls, "--out", out, "--assignment", secret / "week1.toml", cwd=work, env=no_netns)
+    refused = tformer("class", "grade", cls, "--out", out, "--assignment", secret / "week1.toml", cwd=work, env=no_netns)
     one_line_error(refused, "hidden cases", "--allow-network", "landlock-tcp")
     assert not (out / "gradebook.csv").exists()
-    proc = tformer("grade", cls, "--out", out, "--assignment", secret / "week1.toml", "--allow-network", cwd=work,
+    proc = tformer("class", "grade", cls, "--out", out, "--assignment", secret / "week1.toml", "--allow-network", cwd=work,
                    env=no_netns)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     warned = [i for i, line in enumerate(lines) if "no network namespace (network landlock-tcp" in line]
-    assert len(warned) == 2 and lines[warned[0]].startswith("tformer grade: warning:"), proc.stdout[-3000:]
+    assert len(warned) == 2 and lines[warned[0]].startswith("tformer class: warning:"), proc.stdout[-3000:]
     assert warned[0] < next(i for i, line in enumerate(lines) if line.startswith("wrote "))   # at the start
     s = grades_of(out)["settings"]
     assert s["allow_network"] is True and s["network"] == "landlock-tcp" and "UDP" in s["network_warning"]

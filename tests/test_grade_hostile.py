@@ -152,7 +152,7 @@ def attacked(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("TFORMER_LANG", "PYTHONPATH")}
     env["PYTHONPATH"] = str(CHECKOUT)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "tformer", "grade", str(cls), "--out", str(out), "--workers", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "tformer", "class", "grade", str(cls), "--out", str(out), "--workers", "1",
                              "--timeout", str(CELL), "--notebook-timeout", str(BUDGET)],
                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop, peak, most = threading.Event(), [0], [0]
@@ -303,7 +303,7 @@ def teacher(tmp_path_factory):
     write(cls / "ok" / "w03_double.ipynb", [RELEASED[0], "def my_double(x):\n    return 2 * x", RELEASED[2]])
     write(cls / "keep" / "w03_double.ipynb", [RELEASED[0], KEEP, RELEASED[2]])
     write(cls / "ref" / "w03_double.ipynb", RELEASED + [REFERENCE])
-    proc = tformer("grade", cls, "--out", out, "--assignment", root / "week3.toml", "--allow-network", cwd=work)
+    proc = tformer("class", "grade", cls, "--out", out, "--assignment", root / "week3.toml", "--allow-network", cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc.stdout + proc.stderr
 

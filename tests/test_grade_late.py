@@ -33,7 +33,7 @@ def late_class(tmp_path_factory):
     (root / "submitted.csv").write_text("student,submitted\ncat,2026-12-05T00:00:00+00:00\n")
     (root / "extensions.csv").write_text("student,due\ndan,2026-12-04T00:00:00+00:00\n")
     out = root / "out"
-    proc = tformer("grade", cls, "--out", out, "--assignment", root / "week1.toml", "--submitted",
+    proc = tformer("class", "grade", cls, "--out", out, "--assignment", root / "week1.toml", "--submitted",
                    root / "submitted.csv", "--extensions", root / "extensions.csv", "--lms", "canvas",
                    "--workers", 2, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -72,7 +72,7 @@ def test_canvas_late_mark_counts_its_days(tmp_path):
     shutil.copy(good, dl / "müllerjürgen_LATE_123_456_01_attention.ipynb")
     shutil.copy(good, dl / "张伟_124_457_01_attention.ipynb")
     (tmp_path / "week1.toml").write_text(RULE, encoding="utf-8")
-    proc = tformer("grade", dl, "--out", tmp_path / "out", "--assignment", tmp_path / "week1.toml", "--workers", 2,
+    proc = tformer("class", "grade", dl, "--out", tmp_path / "out", "--assignment", tmp_path / "week1.toml", "--workers", 2,
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, b = book(tmp_path / "out")
@@ -87,7 +87,7 @@ def test_without_a_due_date_the_gradebook_is_unchanged(late_class, tmp_path):
     again.mkdir()
     shutil.copy(out / "journal.jsonl", again / "journal.jsonl")
     (tmp_path / "plain.toml").write_text('notebooks = ["01_attention"]\n', encoding="utf-8")
-    proc = tformer("grade", cls, "--out", again, "--assignment", tmp_path / "plain.toml", cwd=tmp_path)
+    proc = tformer("class", "grade", cls, "--out", again, "--assignment", tmp_path / "plain.toml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     head, b = book(again)
     assert head[-2:] == ["total", "possible"] and b["eve"]["total"] == "7"
@@ -102,12 +102,12 @@ def test_late_rule_errors(late_class, tmp_path):
     (tmp_path / "plain.toml").write_text('notebooks = ["01_attention"]\n')
     (tmp_path / "when.csv").write_text("student,submitted\nann,yesterday\n")
     out = tmp_path / "o"
-    one_line_error(tformer("grade", cls, "--out", out, "--assignment", tmp_path / "naive.toml", cwd=tmp_path), "offset")
-    one_line_error(tformer("grade", cls, "--out", out, "--assignment", tmp_path / "nodue.toml", cwd=tmp_path), "due")
-    one_line_error(tformer("grade", cls, "--out", out, "--assignment", tmp_path / "bad.toml", cwd=tmp_path), "per_day")
-    one_line_error(tformer("grade", cls, "--out", out, "--assignment", tmp_path / "plain.toml", "--submitted",
+    one_line_error(tformer("class", "grade", cls, "--out", out, "--assignment", tmp_path / "naive.toml", cwd=tmp_path), "offset")
+    one_line_error(tformer("class", "grade", cls, "--out", out, "--assignment", tmp_path / "nodue.toml", cwd=tmp_path), "due")
+    one_line_error(tformer("class", "grade", cls, "--out", out, "--assignment", tmp_path / "bad.toml", cwd=tmp_path), "per_day")
+    one_line_error(tformer("class", "grade", cls, "--out", out, "--assignment", tmp_path / "plain.toml", "--submitted",
                            root / "submitted.csv", cwd=tmp_path), "--submitted", "due date")
-    one_line_error(tformer("grade", cls, "--out", out, "--assignment", root / "week1.toml", "--submitted",
+    one_line_error(tformer("class", "grade", cls, "--out", out, "--assignment", root / "week1.toml", "--submitted",
                            tmp_path / "when.csv", cwd=tmp_path), "ISO time", "yesterday")
     assert not out.exists()
 
@@ -132,6 +132,6 @@ def test_an_ambiguous_or_unknown_zone_is_refused_in_one_line(late_class, tmp_pat
     shutil.copytree(cls / "ann", one / "ann")
     (one / "ann" / "timestamp.txt").write_text(f"2026-12-03 10:00:00 {zone}\n")
     out = tmp_path / "o"
-    one_line_error(tformer("grade", one, "--out", out, "--assignment", root / "week1.toml", cwd=tmp_path),
+    one_line_error(tformer("class", "grade", one, "--out", out, "--assignment", root / "week1.toml", cwd=tmp_path),
                    "timestamp.txt", "--submitted", *words)
     assert not out.exists()

@@ -50,9 +50,9 @@ def test_moodle_csv_with_a_matched_and_an_unmatched_student(tmp_path):
     (tmp_path / "moodle.csv").write_text(MOODLE_EXPORT, encoding="utf-8")
     (tmp_path / "canvas.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section\n", encoding="utf-8")
     with ThreadPoolExecutor(2) as pool:
-        bad = pool.submit(tformer, "grade", cls, "--out", tmp_path / "bad", "--lms", "moodle", "--roster",
+        bad = pool.submit(tformer, "class", "grade", cls, "--out", tmp_path / "bad", "--lms", "moodle", "--roster",
                           tmp_path / "canvas.csv", cwd=tmp_path)
-        proc = tformer("grade", cls, "--out", tmp_path / "out", "--assignment", tmp_path / "week1.toml",
+        proc = tformer("class", "grade", cls, "--out", tmp_path / "out", "--assignment", tmp_path / "week1.toml",
                        "--lms", "moodle", "--roster", tmp_path / "moodle.csv", "--workers", 2, cwd=tmp_path)
     one_line_error(bad.result(), "--roster", "canvas.csv", "Email address", "ID number")
     assert not (tmp_path / "bad").exists()
@@ -113,7 +113,7 @@ def gradescope(tmp_path_factory):
     (root / "secret" / "week1_hidden.py").write_text(HIDDEN, encoding="utf-8")
     (root / "week1.toml").write_text('notebooks = ["01_attention"]\nhidden = ["secret/week1_hidden.py"]\n\n'
                                      '[points]\n"ch01.attention" = 3\n', encoding="utf-8")
-    proc = tformer("grade", "--gradescope-zip", root / "autograder.zip", "--assignment", root / "week1.toml",
+    proc = tformer("class", "gradescope", root / "autograder.zip", "--assignment", root / "week1.toml",
                    cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     source = root / "source"
@@ -184,10 +184,10 @@ def test_gradescope_zip_errors_are_one_line_before_anything_is_built(tmp_path):
     (tmp_path / "a.toml").write_text('notebooks = ["01_attention"]\n')
     (tmp_path / "class").mkdir()
     cases = [
-        (("grade", "--gradescope-zip", tmp_path / "ag.zip"), ("--gradescope-zip", "--assignment")),
-        (("grade", tmp_path / "class", "--out", tmp_path / "out", "--gradescope-zip", tmp_path / "ag.zip",
-          "--assignment", tmp_path / "a.toml"), ("--gradescope-zip", "leave out CLASS")),
-        (("grade", "--gradescope-zip", tmp_path / "ag.tar", "--assignment", tmp_path / "a.toml"), (".zip",)),
+        (("class", "gradescope", tmp_path / "ag.zip"), ("class gradescope", "--assignment")),
+        (("grade", "--gradescope-zip", tmp_path / "ag.zip", "--assignment", tmp_path / "a.toml"),
+         ("tformer class gradescope ZIP",)),
+        (("class", "gradescope", tmp_path / "ag.tar", "--assignment", tmp_path / "a.toml"), (".zip",)),
     ]
     for proc, (_, words) in zip(tformer_all([c for c, _ in cases], tmp_path), cases):
         one_line_error(proc, *words)

@@ -17,6 +17,7 @@ import pytest
 
 from tformer.grading.classroom import landlock, run, sandbox
 from tformer.grading.classroom.runner import grade_cells
+from tformer.grading.classroom.settings import Run, RunSettings
 
 needs_landlock = pytest.mark.skipif(landlock.landlock_abi() == 0,
                               reason="this kernel has no Landlock (Linux 5.13+ with Landlock enabled)")
@@ -96,7 +97,8 @@ def test_a_notebook_cannot_read_another_student_or_write_outside_its_temporary_f
            f"open({str(cls / 'planted.txt')!r}, 'w').write('x')",
            "import tempfile\nwith tempfile.NamedTemporaryFile() as f:\n    f.write(b'fine')"]
     _write(cls / "eve" / "01_attention.ipynb", sol[:1] + spy + sol[1:])
-    grades = run.grade_class(cls, tmp_path / "out", timeout=30, workers=2, progress=False, log=lambda *a: None)
+    grades = run.grade_class(cls, tmp_path / "out", Run(settings=RunSettings(timeout=30, workers=2)), progress=False,
+                            log=lambda *a: None)
     assert grades["settings"]["landlock_abi"] == landlock.landlock_abi()
     st = {s["student"]: s for s in grades["students"]}
     errors = st["eve"]["notebooks"][0]["cell_errors"]

@@ -68,7 +68,7 @@ def course(tmp_path_factory):
     peek = f"print(open({str(root / 'secret' / 'week3_hidden.py')!r}).read())"
     write(cls / "dee" / "w03_double.ipynb", notebook("2 * x if x.abs().max() < 1000 else x") + [peek])
     out = root / "out"
-    proc = tformer("grade", cls, "--out", out, "--assignment", root / "week3.toml", "--lms", "canvas",
+    proc = tformer("class", "grade", cls, "--out", out, "--assignment", root / "week3.toml", "--lms", "canvas",
                    "--workers", 2, cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root, cls, out
@@ -102,7 +102,7 @@ def test_an_edit_to_the_teachers_file_regrades_and_verify_refuses_the_old_record
     text = week3.read_text()
     try:
         week3.write_text(text + "\n# a clearer hint next year\n")
-        proc = tformer("grade", cls, "--out", out, "--assignment", root / "week3.toml", "--workers", 2,
+        proc = tformer("class", "grade", cls, "--out", out, "--assignment", root / "week3.toml", "--workers", 2,
                        cwd=root / "work")
         assert proc.returncode == 0, proc.stderr[-3000:]
         new = json.loads((out / "grades.json").read_text(encoding="utf-8"))
@@ -110,7 +110,7 @@ def test_an_edit_to_the_teachers_file_regrades_and_verify_refuses_the_old_record
         assert new["settings"]["exercises_hash"] != old["settings"]["exercises_hash"]
         assert len((out / "journal.jsonl").read_text().splitlines()) == lines + 5      # every notebook again
         (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
-        one_line_error(tformer("grade", "--verify", tmp_path / "old.json", cls, cwd=root / "work"),
+        one_line_error(tformer("class", "verify", tmp_path / "old.json", cls, cwd=root / "work"),
                        "other exercise files")
     finally:
         week3.write_text(text)
@@ -191,7 +191,7 @@ def test_hidden_cases_on_the_search_path_are_refused(course):
     """Run from secret/ itself: that folder is then on Python's search path, which the workers read, so the
     grader refuses in one line before grading."""
     root, cls, _ = course
-    one_line_error(tformer("grade", cls, "--out", root / "o2", "--assignment", root / "week3.toml",
+    one_line_error(tformer("class", "grade", cls, "--out", root / "o2", "--assignment", root / "week3.toml",
                            cwd=root / "secret"), "week3_hidden.py", "grading workers can read")
     assert not (root / "o2").exists()
 
@@ -236,7 +236,7 @@ def secrets(tmp_path_factory):
                                      'hidden = ["secret/week3_hidden.py"]\n', encoding="utf-8")
     proc = tformer("handout", "--out", root / "handout", "--assignment", root / "week3.toml", cwd=work)
     assert proc.returncode == 0, proc.stderr
-    proc = tformer("grade", "--gradescope-zip", root / "autograder.zip", "--assignment", root / "week3.toml", cwd=work)
+    proc = tformer("class", "gradescope", root / "autograder.zip", "--assignment", root / "week3.toml", cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root, unzip(root / "autograder.zip", root / "source")
 

@@ -364,7 +364,7 @@ def quiz_class(tmp_path_factory):
     (root / "overrides.csv").write_text("student,exercise,points,reason\ndee,w01.q_cost,1,explained it in class\n",
                                         encoding="utf-8")
     out = root / "out"
-    proc = tformer("grade", cls, "--out", out, "--assignment", root / "quiz.toml", "--overrides", root / "overrides.csv",
+    proc = tformer("class", "grade", cls, "--out", out, "--assignment", root / "quiz.toml", "--overrides", root / "overrides.csv",
                    "--workers", 2, cwd=root / "work")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not pwned.exists()
@@ -410,7 +410,7 @@ def test_only_regrades_a_question(quiz_class, tmp_path):
     root, cls, out = quiz_class
     again = tmp_path / "again"
     shutil.copytree(out, again)
-    proc = tformer("grade", cls, "--out", again, "--only", "w01.q_scale", "--assignment", root / "quiz.toml",
+    proc = tformer("class", "grade", cls, "--out", again, "--only", "w01.q_scale", "--assignment", root / "quiz.toml",
                    "--overrides", root / "overrides.csv", "--workers", 2, cwd=root / "work")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (again / "gradebook.csv").read_text() == (out / "gradebook.csv").read_text()
@@ -441,13 +441,13 @@ def test_a_question_refuses_hidden_cases_partial_credit_and_unknown_names(quiz_c
     (tmp_path / "partial.py").write_text(QUIZ.replace('notebook="w01_quiz",\n', 'notebook="w01_quiz", partial={"edge": 1},\n', 1),
                                          encoding="utf-8")
     (tmp_path / "weights.txt").write_text("w01.q_scale = 3\nw01.q_nope = 1\n", encoding="utf-8")
-    one_line_error(tformer("grade", cls, "--out", tmp_path / "o", "--assignment", tmp_path / "h.toml", cwd=tmp_path),
+    one_line_error(tformer("class", "grade", cls, "--out", tmp_path / "o", "--assignment", tmp_path / "h.toml", cwd=tmp_path),
                    "w01.q_scale", "question", "hidden cases")
-    one_line_error(tformer("grade", cls, "--out", tmp_path / "o", "--exercises", tmp_path / "partial.py", cwd=tmp_path),
+    one_line_error(tformer("class", "grade", cls, "--out", tmp_path / "o", "--exercises", tmp_path / "partial.py", cwd=tmp_path),
                    "partial.py", "all or nothing")
-    one_line_error(tformer("grade", cls, "--out", tmp_path / "o", "--exercises", root / "quiz.py", "--weights",
+    one_line_error(tformer("class", "grade", cls, "--out", tmp_path / "o", "--exercises", root / "quiz.py", "--weights",
                            tmp_path / "weights.txt", cwd=tmp_path), "weights.txt:2", "w01.q_nope")
-    one_line_error(tformer("grade", cls, "--out", tmp_path / "o", "--exercises", root / "quiz.py", "--only", "w01.q_nope",
+    one_line_error(tformer("class", "grade", cls, "--out", tmp_path / "o", "--exercises", root / "quiz.py", "--only", "w01.q_nope",
                            cwd=tmp_path), "--only", "w01.q_nope")
 
 

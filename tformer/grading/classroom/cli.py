@@ -1,15 +1,20 @@
-"""`tformer grade PATH`: run notebooks headless and score their exercises, out of the learner's reach.
+"""The teacher's and the learner's commands: one subcommand per thing a teacher does (otter's assign/check/grade
+split, nbgrader's app per command), each with only the flags it uses.
 
-    tformer grade notebooks/                  # every NN_*.ipynb in the folder, in order
+    tformer grade notebooks/                          # a learner's own notebooks: every NN_*.ipynb, in order
     tformer grade notebooks/01_attention.ipynb --json report.json
-    tformer grade CLASS --out OUT             # a class: tformer/grading/classroom/run.py
-    tformer grade CLASS --out OUT_2 --shard 2/8     # one part of a class; then:
-    tformer grade --merge OUT_1 ... OUT_8 --out OUT
-    tformer grade --verify OUT/grades.json CLASS    # the same verdicts again, with the recorded seeds
-    tformer grade --gradescope-zip autograder.zip --assignment week1.toml   # Gradescope's autograder
+    tformer class grade CLASS --out OUT [--assignment FILE] ...     # a class (run.py)
+    tformer class grade CLASS --out OUT_2 --shard 2/8                # one part of a class; then:
+    tformer class merge OUT_1 ... OUT_8 --out OUT
+    tformer class verify OUT/grades.json CLASS        # the same verdicts again, with the recorded seeds
+    tformer class gradescope autograder.zip --assignment week1.toml  # Gradescope's autograder
+    tformer handout --out DIR --assignment FILE       # what students get
+    tformer exercise new w03.double week3.py          # a teacher's own exercise
 
-How one notebook is graded is tformer/grading/classroom/runner.py. Prints one table per notebook (exercise, points,
-passed) with a total, and writes the same as JSON.
+A class command turns what was typed into one settings.Run (the assignment with --exercises and --weights
+applied, and RunSettings); grades.json records it, and `class verify` and `class merge` read it back. Every
+input is checked before a notebook runs: bad input is one line on stderr and exit 2 (tformer/cli.py). Nothing
+here imports torch before the arguments are parsed.
 """
 from __future__ import annotations
 
@@ -18,81 +23,42 @@ import os
 import sys
 from pathlib import Path
 
-from .runner import grade
+from .settings import CLASS_TIMEOUT, NOTEBOOK_TIMEOUT, Run, RunSettings
+
+MOVED = {"merge": "tformer class merge OUT_1 ... OUT_N --out OUT",        # `tformer grade`'s old class flags
+         "verify": "tformer class verify OUT/grades.json CLASS",
+         "gradescope_zip": "tformer class gradescope ZIP --assignment FILE", "out": "tformer class grade CLASS --out OUT"}
 
 
-def _main(args: argparse.Namespace) -> int:
-    """Errors follow tformer/cli.py: bad input is one line on stderr and exit 2, checked before any
-    notebook runs; --require-all with points missing is exit 1."""
+def _user_error(e, prefix: str = ""):
     from ...utils.errors import UserError
-    from ..core import REGISTRY
-    from . import gradebook, run, submissions
+    return UserError(f"{prefix}{e}")
+
+
+def _learner(args: argparse.Namespace) -> int:
+    """`tformer grade PATH`: one learner's notebooks; --require-all with points missing is exit 1."""
+    from . import submissions
     from .submissions import ClassError
-    try:                              # the names --only, --weights, --overrides and --assignment give are checked
-        from .assignment import use_teacher_files
-        use_teacher_files([str(f) for f in args.exercises or []])
-    except ClassError as e:
-        raise UserError(f"--exercises: {e}") from None
-    if args.lang:
-        os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
-    if args.gradescope_zip is not None:               # Gradescope's autograder, instead of any grading
-        return _gradescope_zip(args, UserError)
-    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UserError(f"--out {args.out}: not a folder (a file of that name exists); give the folder the class's "
-                        f"grades go into")
-    memory = None
-    if args.memory is not None:
-        from .sandbox import parse_size
-        try:
-            memory = parse_size(args.memory)
-        except ValueError as e:
-            raise UserError(f"--memory {e}") from None
-    if args.verify is not None:
-        if args.path is None or not Path(args.verify).is_file():
-            raise UserError("--verify OUT/grades.json CLASS: give the grades.json of a class run and the class folder")
-        try:
-            res = run.verify(Path(args.verify), Path(args.path), timeout=args.timeout, workers=args.workers,
-                             memory=memory, notebook_timeout=args.notebook_timeout,
-                             allow_network=True if args.allow_network else None)
-        except (ClassError, ValueError, KeyError) as e:
-            raise UserError(f"--verify: {e}") from None
-        return 1 if res["differ"] or res["changed"] or res["gone"] else 0
-    if args.roster is not None and not Path(args.roster).is_file():
-        raise UserError(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
-    if args.roster is not None and args.lms == "moodle":
-        from .lms import read_moodle_roster
-        try:
-            read_moodle_roster(args.roster)
-        except ValueError as e:
-            raise UserError(f"--roster {e}") from None
-    if args.merge:
-        if args.out is None or args.path is not None:
-            raise UserError("--merge OUT1 OUT2 ... combines shards into --out OUT: give --out and no CLASS")
-        try:
-            gradebook.merge(args.merge, Path(args.out), lms=args.lms, roster=args.roster)
-        except ClassError as e:
-            raise UserError(str(e)) from None
-        return 0
+    moved = next((MOVED[k] for k in MOVED if getattr(args, k, None) is not None), None)
+    if moved:
+        raise _user_error(f"a class is graded with `{moved}` now (see `tformer class --help`)")
     if args.path is None:
-        raise UserError("give a notebook, a folder of notebooks or a class (see `tformer grade --help`)")
-    if args.shard is not None and args.out is None:
-        raise UserError("--shard K/N grades part of a class: give --out OUT too")
-    if args.out is not None:
-        return _grade_class(args, memory, UserError, REGISTRY)
-    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
-        raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
-                        f"give another report path")
+        raise _user_error("give a notebook or a folder of notebooks (a class: `tformer class grade CLASS --out OUT`)")
+    _teacher_files(args.exercises)
+    _language(args)
+    if not Path(args.json).resolve().parent.is_dir():
+        raise _user_error(f"--json {args.json}: the folder {Path(args.json).parent} does not exist; create it or "
+                          f"give another report path")
     path = Path(args.path)
     try:
         submissions.learner_notebooks(path)
     except ClassError as e:
         if path.is_dir() and submissions.has_student_folders(path):
-            raise UserError(f"{path} holds student folders: grade a class with `tformer grade {path} --out OUT`") from None
-        raise UserError(str(e)) from None
-    import inspect
-    more = ({"notebook_timeout": args.notebook_timeout}             # one learner: no budget unless given
-            if args.notebook_timeout and "notebook_timeout" in inspect.signature(grade).parameters else {})
-    data = grade(path, args.json, args.timeout or 600, small=not args.full, **more)
+            raise _user_error(f"{path} holds student folders: grade a class with `tformer class grade {path} --out "
+                              f"OUT`") from None
+        raise _user_error(e) from None
+    from .runner import grade
+    data = grade(path, args.json, args.timeout or 600, small=not args.full, notebook_timeout=args.notebook_timeout)
     t = data["total"]
     if args.require_all and t["earned"] < t["possible"]:
         print(f"tformer grade: not every exercise passed ({t['earned']} of {t['possible']} points)", file=sys.stderr)
@@ -100,152 +66,301 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gradescope_zip(args: argparse.Namespace, UserError) -> int:
-    """`tformer grade --gradescope-zip ZIP --assignment FILE`: write Gradescope's autograder (gradescope.py)
-    and grade nothing."""
+def _language(args) -> None:
+    if getattr(args, "lang", None):
+        os.environ["TFORMER_LANG"] = args.lang        # the grader's messages, and its workers' (they inherit it)
+
+
+def _teacher_files(files) -> None:
+    """Load --exercises FILE... now, so the names --only, --weights and --overrides give can be checked."""
+    from .assignment import use_teacher_files
+    from .submissions import ClassError
+    try:
+        use_teacher_files([str(f) for f in files or []])
+    except ClassError as e:
+        raise _user_error(e, "--exercises: ") from None
+
+
+def _memory(args) -> int | None:
+    if getattr(args, "memory", None) is None:
+        return None
+    from .sandbox import parse_size
+    try:
+        return parse_size(args.memory)
+    except ValueError as e:
+        raise _user_error(e, "--memory ") from None
+
+
+def _roster(args) -> None:
+    """--roster FILE must be there, and a Moodle roster must have a column that identifies students."""
+    if args.roster is None:
+        return
+    if not Path(args.roster).is_file():
+        raise _user_error(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
+    if args.lms == "moodle":
+        from .lms import read_moodle_roster
+        try:
+            read_moodle_roster(args.roster)
+        except ValueError as e:
+            raise _user_error(e, "--roster ") from None
+
+
+def _out_folder(out: Path) -> None:
+    if Path(out).exists() and not Path(out).is_dir():
+        raise _user_error(f"--out {out}: not a folder (a file of that name exists); give the folder the class's "
+                          f"grades go into")
+
+
+def class_run(args: argparse.Namespace) -> Run:
+    """What `tformer class grade` was told, as one Run; every file read and every name checked (UserError)."""
+    from ..core import REGISTRY
+    from . import gradebook
+    from .assignment import read_assignment
+    from .late import read_times
+    from .submissions import ClassError
+    if args.assignment is not None and args.weights is not None:
+        raise _user_error("--assignment and --weights both set points: put the points in the assignment's [points]")
+    try:
+        assignment = read_assignment(args.assignment) if args.assignment is not None else None
+        weights = gradebook.read_weights(args.weights) if args.weights else None
+        overrides = gradebook.read_overrides(args.overrides) if args.overrides else None
+        submitted = read_times(args.submitted, "submitted") if args.submitted else None
+        extensions = read_times(args.extensions, "due") if args.extensions else None
+    except (OSError, ClassError) as e:
+        raise _user_error(e) from None
+    if (args.submitted or args.extensions) and not (assignment is not None and assignment.due):
+        raise _user_error("--submitted and --extensions apply a late rule: give an --assignment with a due date "
+                          "(due = 2026-12-01T23:59:00+01:00)")
+    if args.only is not None and args.only not in REGISTRY:
+        raise _user_error(f"--only {args.only}: no such exercise or question (e.g. ch01.attention)")
+    settings = RunSettings(timeout=args.timeout or CLASS_TIMEOUT,
+                           notebook_timeout=args.notebook_timeout or NOTEBOOK_TIMEOUT, workers=args.workers,
+                           memory=_memory(args), small=not args.full, skip=not args.every_cell,
+                           allow_network=args.allow_network, shard=args.shard, only=args.only, lms=args.lms,
+                           roster=args.roster)
+    return Run.of(assignment, args.exercises or [], weights, settings, overrides=overrides, submitted=submitted,
+                  extensions=extensions)
+
+
+def _class_grade(args: argparse.Namespace) -> int:
+    """`tformer class grade CLASS --out OUT ...`"""
+    from . import run, submissions
+    from .submissions import ClassError
+    _out_folder(args.out)
+    _roster(args)
+    _teacher_files(args.exercises)
+    _language(args)
+    try:
+        submissions.read_class(Path(args.path))
+    except (OSError, ClassError) as e:
+        raise _user_error(e) from None
+    plan = class_run(args)
+    try:
+        run.grade_class(Path(args.path), Path(args.out), plan)
+    except ClassError as e:                           # an override naming a student not in the class, ...
+        raise _user_error(e) from None
+    return 0
+
+
+def _class_verify(args: argparse.Namespace) -> int:
+    """`tformer class verify OUT/grades.json CLASS`: exit 1 when a verdict differs or a notebook changed."""
+    from . import run
+    from .submissions import ClassError
+    if not Path(args.grades).is_file():
+        raise _user_error(f"{args.grades}: no such file (give the grades.json a class run wrote)")
+    _language(args)
+    try:
+        res = run.verify(Path(args.grades), Path(args.path), timeout=args.timeout, workers=args.workers,
+                         memory=_memory(args), notebook_timeout=args.notebook_timeout,
+                         allow_network=True if args.allow_network else None)
+    except (ClassError, ValueError, KeyError) as e:
+        raise _user_error(e, "class verify: ") from None
+    return 1 if res["differ"] or res["changed"] or res["gone"] else 0
+
+
+def _class_merge(args: argparse.Namespace) -> int:
+    """`tformer class merge OUT_1 ... OUT_N --out OUT`"""
+    from . import gradebook
+    from .submissions import ClassError
+    _out_folder(args.out)
+    _roster(args)
+    _language(args)
+    try:
+        gradebook.merge(args.parts, Path(args.out), lms=args.lms, roster=args.roster)
+    except ClassError as e:
+        raise _user_error(e) from None
+    return 0
+
+
+def _class_gradescope(args: argparse.Namespace) -> int:
+    """`tformer class gradescope ZIP --assignment FILE`: write Gradescope's autograder (gradescope.py), grade
+    nothing."""
     from .gradescope import build_zip
     from .submissions import ClassError
-    if args.assignment is None:
-        raise UserError("--gradescope-zip ZIP needs --assignment FILE: the notebooks and points the autograder grades")
-    if args.path is not None or args.out is not None or args.merge or args.verify is not None:
-        raise UserError("--gradescope-zip writes Gradescope's autograder and grades nothing: leave out CLASS, --out, "
-                        "--merge and --verify")
-    zip_path = Path(args.gradescope_zip)
+    zip_path = Path(args.zip)
     if zip_path.suffix.lower() != ".zip" or zip_path.is_dir():
-        raise UserError(f"--gradescope-zip {zip_path}: give the .zip file to write (Gradescope uploads a zip)")
+        raise _user_error(f"{zip_path}: give the .zip file to write (Gradescope uploads a zip)")
     if not zip_path.resolve().parent.is_dir():
-        raise UserError(f"--gradescope-zip {zip_path}: the folder {zip_path.parent} does not exist")
+        raise _user_error(f"{zip_path}: the folder {zip_path.parent} does not exist")
+    _teacher_files(args.exercises)
     try:
         names = build_zip(zip_path, Path(args.assignment), [str(f) for f in args.exercises or []])
     except ClassError as e:
-        raise UserError(f"--gradescope-zip: {e}") from None
+        raise _user_error(e, "class gradescope: ") from None
     parts = [n for n in names if "/" not in n] + sorted({n.split("/")[0] + "/" for n in names if "/" in n})
     print(f"wrote {zip_path} ({len(names)} files: {', '.join(parts)}): upload it in Gradescope (Configure "
           f"Autograder > Zip file upload); each submission is graded there as a class of one")
     return 0
 
 
-def _grade_class(args: argparse.Namespace, memory: int | None, UserError, REGISTRY) -> int:
-    """`tformer grade CLASS --out OUT ...`: every input checked before a notebook runs."""
-    from . import gradebook, run, submissions
-    from .assignment import read_assignment
-    from .submissions import ClassError
-    if args.require_all:
-        raise UserError("--require-all grades one learner; a class's scores are in OUT/gradebook.csv")
-    if args.assignment is not None and args.weights is not None:
-        raise UserError("--assignment and --weights both set points: put the points in the assignment's [points]")
-    from .late import read_times
+def _shard(text: str) -> tuple[int, int]:
+    from .run import parse_shard
     try:
-        submissions.read_class(Path(args.path))
-        assignment = read_assignment(args.assignment) if args.assignment is not None else None
-        weights = gradebook.read_weights(args.weights) if args.weights else None
-        overrides = gradebook.read_overrides(args.overrides) if args.overrides else None
-        times = {flag: read_times(getattr(args, flag), column) if getattr(args, flag) else None
-                 for flag, column in (("submitted", "submitted"), ("extensions", "due"))}
-    except (OSError, ClassError) as e:
-        raise UserError(str(e)) from None
-    if (args.submitted or args.extensions) and not (assignment is not None and assignment.due):
-        raise UserError("--submitted and --extensions apply a late rule: give an --assignment with a due date "
-                        "(due = 2026-12-01T23:59:00+01:00)")
-    if args.only is not None and args.only not in REGISTRY:
-        raise UserError(f"--only {args.only}: no such exercise or question (e.g. ch01.attention)")
-    try:
-        run.grade_class(Path(args.path), Path(args.out), timeout=args.timeout or run.CLASS_TIMEOUT,
-                        weights=weights, overrides=overrides, only=args.only, assignment=assignment,
-                        exercise_files=[str(f) for f in args.exercises or []],
-                        submitted=times["submitted"], extensions=times["extensions"],
-                        workers=args.workers, memory=memory, small=not args.full, skip=not args.every_cell,
-                        lms=args.lms, roster=args.roster, shard=args.shard,
-                        notebook_timeout=args.notebook_timeout or run.NOTEBOOK_TIMEOUT,
-                        allow_network=args.allow_network)
-    except ClassError as e:                           # an override naming a student not in the class, ...
-        raise UserError(str(e)) from None
-    return 0
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+FLAGS = {   # the class flags: (option, add_argument's keywords); the same help wherever they appear
+    "timeout": ("--timeout", dict(kind="int", default=None, help=(
+        f"seconds allowed per cell (default: {CLASS_TIMEOUT}; class verify: the recorded one)"))),
+    "notebook_timeout": ("--notebook-timeout", dict(kind="float", default=None, metavar="S", help=(
+        f"seconds allowed per notebook, its cells and exercises together (default: {NOTEBOOK_TIMEOUT}; class "
+        f"verify: the recorded one); past it the notebook is stopped and graded from what it finished"))),
+    "workers": ("--workers", dict(kind="int", default=None, help="notebooks graded at once (default: the number of "
+                                                                "cores)")),
+    "memory": ("--memory", dict(default=None, metavar="SIZE", help=(
+        "address space per worker, e.g. 4G (default: the machine's memory shared among the workers); files a "
+        "worker writes are limited to 1G or less"))),
+    "allow_network": ("--allow-network", dict(action="store_true", help=(
+        "grade an assignment with hidden cases even where workers keep some network (no network namespace: "
+        "Landlock's TCP rules leave UDP open), which the run then states; without it such a run stops before any "
+        "notebook runs"))),
+    "lms": ("--lms", dict(choices=("canvas", "moodle"), default=None, help=(
+        "also write OUT/canvas.csv for Canvas's gradebook import, or OUT/moodle.csv for Moodle's CSV grade import "
+        "(one column per chapter)"))),
+    "roster": ("--roster", dict(type=Path, default=None, help=(
+        "with --lms canvas: Canvas's gradebook export (Grades > Export); canvas.csv takes each student's ID, SIS ids "
+        "and section from it, matched by Canvas id (a Canvas download) or by the student folder's name as SIS Login "
+        "ID, SIS User ID, ID or name. With --lms moodle: Moodle's grades export or participants CSV; moodle.csv "
+        "identifies each student by the row's email (or ID number), matched by the folder's name as email, ID "
+        "number, username or name. Unmatched students are listed"))),
+    "exercises": ("--exercises", dict(type=Path, action="append", default=None, metavar="FILE", help=(
+        "a teacher's own exercises: a module of register(Exercise(...)) calls (repeat for more; an assignment file "
+        "names them as `exercises = [...]`)"))),
+    "lang": ("--lang", dict(choices=("en", "zh"), help=(
+        "the language of reports and feedback (default: TFORMER_LANG, else en; zh: Chinese labels and messages, the "
+        "JSON's keys and statuses stay English)"))),
+}
+
+
+def _flags(p, *names: str) -> None:
+    from ...cli import positive_float, positive_int
+    for n in names:
+        option, kw = FLAGS[n]
+        kw = dict(kw)
+        kind = kw.pop("kind", None)
+        if kind:
+            kw["type"] = positive_int if kind == "int" else positive_float
+        p.add_argument(option, **kw)
 
 
 def add_cli(sub) -> None:
     from ...cli import add_debug, positive_float, positive_int
-    from .run import CLASS_TIMEOUT, NOTEBOOK_TIMEOUT, parse_shard
-
-    def shard(text: str) -> tuple[int, int]:
-        try:
-            return parse_shard(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    p = sub.add_parser("grade", help="run notebooks headless and score their exercises (one learner or a class)",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("path", type=Path, nargs="?", help="a notebook, a folder of NN_name.ipynb notebooks, or with --out "
-                   "a class: a folder with one subfolder of notebooks per student")
+    p = sub.add_parser("grade", help="run a learner's notebooks headless and score their exercises (a class: "
+                       "`tformer class grade`)", description="Run one learner's notebooks headless, out of their "
+                       "reach, and score the exercises: a table per notebook and a JSON report.")
+    p.add_argument("path", type=Path, nargs="?", help="a notebook, or a folder of NN_name.ipynb notebooks")
     p.add_argument("--json", type=Path, default=Path("grade-report.json"),
-                   help="one learner: where to write the JSON report (default: grade-report.json)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="grade a class into this folder: gradebook.csv, grades.json and journal.jsonl (an "
-                        "interrupted run continues where it stopped)")
-    p.add_argument("--timeout", type=positive_int, default=None,
-                   help=f"seconds allowed per cell (default: 600 for one learner, {CLASS_TIMEOUT} for a class)")
+                   help="where to write the JSON report (default: grade-report.json)")
+    p.add_argument("--timeout", type=positive_int, default=None, help="seconds allowed per cell (default: 600)")
     p.add_argument("--notebook-timeout", type=positive_float, default=None, metavar="S",
-                   help=f"a class: seconds allowed per notebook, its cells and exercises together (default: "
-                        f"{NOTEBOOK_TIMEOUT}); past it the notebook is stopped and graded from what it finished")
-    p.add_argument("--allow-network", action="store_true",
-                   help="a class: grade an assignment with hidden cases even where workers keep some network (no "
-                        "network namespace: Landlock's TCP rules leave UDP open), which the run then states; "
-                        "without it such a run stops before any notebook runs")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="a class: notebooks graded at once (default: the number of cores)")
-    p.add_argument("--memory", default=None, metavar="SIZE",
-                   help="a class: address space per worker, e.g. 4G (default: the machine's memory shared among "
-                        "the workers); files a worker writes are limited to 1G or less")
-    p.add_argument("--lms", choices=("canvas", "moodle"), default=None,
-                   help="a class: also write OUT/canvas.csv for Canvas's gradebook import, or OUT/moodle.csv for "
-                        "Moodle's CSV grade import (one column per chapter)")
-    p.add_argument("--roster", type=Path, default=None,
-                   help="a class: Canvas's gradebook export (Grades > Export); canvas.csv takes each student's ID, SIS "
-                        "ids and section from it, matched by Canvas id (a Canvas download) or by the student folder's "
-                        "name as SIS Login ID, SIS User ID, ID or name. With --lms moodle: Moodle's grades export or "
-                        "participants CSV; moodle.csv identifies each student by the row's email (or ID number), "
-                        "matched by the folder's name as email, ID number, username or name. Unmatched students "
-                        "are listed")
-    p.add_argument("--shard", type=shard, default=None, metavar="K/N",
-                   help="a class: grade only shard K of N (students split by a hash of their id), e.g. one task "
-                        "of a SLURM array or a Kubernetes indexed Job; combine the parts with --merge")
-    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="OUT_K",
-                   help="combine the OUT folders of --shard runs into --out OUT, as one run over the class")
-    p.add_argument("--assignment", type=Path, default=None, metavar="FILE",
-                   help="a class: what was assigned, a TOML file (notebooks = [...] in gradebook order, [points], "
-                        "[lms]); possible, 'not handed in' and the Canvas columns follow it (see TEACHING.md)")
-    p.add_argument("--exercises", type=Path, action="append", default=None, metavar="FILE",
-                   help="a teacher's own exercises: a module of register(Exercise(...)) calls (repeat for more; "
-                        "an assignment file names them as `exercises = [...]`)")
-    p.add_argument("--submitted", type=Path, default=None, metavar="CSV",
-                   help="a class: submission times, columns student,submitted (ISO times), for the assignment's late "
-                        "rule (else nbgrader's timestamp.txt in each student's folder, else Canvas's LATE mark)")
-    p.add_argument("--extensions", type=Path, default=None, metavar="CSV",
-                   help="a class: per-student due dates, columns student,due (ISO times)")
-    p.add_argument("--weights", type=Path, default=None, metavar="FILE",
-                   help="a class: points per exercise, one `ch01.attention = 5` per line (default: the course's)")
-    p.add_argument("--overrides", type=Path, default=None, metavar="CSV",
-                   help="a class: manual grades, columns student, exercise, points, reason; they win over the "
-                        "autograde and show in the student's feedback")
-    p.add_argument("--only", default=None, metavar="EXERCISE",
-                   help="a class: grade this exercise again (e.g. ch01.attention after fixing its checker), keeping "
-                        "every other verdict of OUT's journal")
-    p.add_argument("--verify", type=Path, default=None, metavar="GRADES_JSON",
-                   help="grade CLASS again as OUT/grades.json recorded it (its seeds, cells, timeout and memory "
-                        "unless given); report every notebook whose sha256 changed or that is gone and every verdict "
-                        "that differs (exit 1 if any; exit 2 if another grader version wrote it)")
-    p.add_argument("--gradescope-zip", type=Path, default=None, metavar="ZIP",
-                   help="with --assignment FILE: write Gradescope's autograder zip (a wheel of this checkout, the "
-                        "released notebooks, the assignment and your files, setup.sh, run_autograder) and grade "
-                        "nothing; each submission is then graded as a class of one")
-    p.add_argument("--every-cell", action="store_true",
-                   help="a class: run every cell (default: skip the released cells the exercises do not need)")
+                   help="seconds allowed per notebook, its cells and exercises together (default: none)")
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
     p.add_argument("--require-all", action="store_true", help="exit 1 unless every exercise passed")
-    p.add_argument("--lang", choices=("en", "zh"), help="the report's language (default: TFORMER_LANG, else en; "
-                   "zh: Chinese labels and messages, the JSON's keys and statuses stay English)")
+    _flags(p, "exercises", "lang")
+    for flag in ("--out", "--merge", "--verify", "--gradescope-zip"):          # moved to `tformer class`: a hint
+        p.add_argument(flag, nargs="*", default=None, help=argparse.SUPPRESS)
     add_debug(p)
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_learner)
+    add_class_cli(sub)
+    add_handout_cli(sub)
+    add_exercise_cli(sub)
 
+
+def add_class_cli(sub) -> None:
+    """`tformer class grade | verify | merge | gradescope`."""
+    from ...cli import add_debug
+    c = sub.add_parser("class", help="grade a class: grade, verify, merge shards, Gradescope's autograder",
+                       description="A teacher's commands for a class (TEACHING.md).")
+    actions = c.add_subparsers(dest="action", required=True, metavar="{grade,verify,merge,gradescope}")
+    g = actions.add_parser("grade", help="grade every student's notebooks into OUT (resumable)",
+                           description="Grade every student's notebooks into OUT: gradebook.csv, grades.json, "
+                                       "feedback pages, report.html; an interrupted run continues where it stopped.")
+    g.add_argument("path", type=Path, metavar="CLASS", help="a folder with one subfolder of notebooks per student, "
+                   "or an LMS's download (Canvas, Moodle)")
+    g.add_argument("--out", type=Path, required=True, help="the folder the grades go into")
+    g.add_argument("--assignment", type=Path, default=None, metavar="FILE",
+                   help="what was assigned, a TOML file (notebooks = [...] in gradebook order, [points], [lms], a due "
+                        "date); possible, 'not handed in' and the LMS columns follow it (see TEACHING.md)")
+    _flags(g, "exercises")
+    g.add_argument("--weights", type=Path, default=None, metavar="FILE",
+                   help="points per exercise, one `ch01.attention = 5` per line (default: the course's)")
+    g.add_argument("--overrides", type=Path, default=None, metavar="CSV",
+                   help="manual grades, columns student, exercise, points, reason; they win over the autograde and "
+                        "show in the student's feedback")
+    g.add_argument("--submitted", type=Path, default=None, metavar="CSV",
+                   help="submission times, columns student,submitted (ISO times), for the assignment's late rule "
+                        "(else nbgrader's timestamp.txt in each student's folder, else Canvas's LATE mark)")
+    g.add_argument("--extensions", type=Path, default=None, metavar="CSV",
+                   help="per-student due dates, columns student,due (ISO times)")
+    g.add_argument("--only", default=None, metavar="EXERCISE",
+                   help="grade this exercise again (e.g. after fixing its checker) in the notebooks that owe it, "
+                        "keeping every other verdict of OUT's journal")
+    g.add_argument("--shard", type=_shard, default=None, metavar="K/N",
+                   help="grade only shard K of N (students split by a hash of their id), e.g. one task of a SLURM "
+                        "array or a Kubernetes indexed Job; combine the parts with `tformer class merge`")
+    _flags(g, "lms", "roster", "timeout", "notebook_timeout", "workers", "memory", "allow_network")
+    g.add_argument("--every-cell", action="store_true",
+                   help="run every cell (default: skip the released cells the exercises do not need)")
+    g.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
+    _flags(g, "lang")
+    g.set_defaults(func=_class_grade)
+
+    v = actions.add_parser("verify", help="grade a class again as its grades.json recorded it",
+                           description="Grade CLASS again as OUT/grades.json recorded it: its assignment and teacher's "
+                                       "files (refused if they changed), seeds, cells and limits unless given. Reports "
+                                       "every notebook whose sha256 changed or that is gone and every verdict that "
+                                       "differs (exit 1 if any; exit 2 if another grader version wrote it).")
+    v.add_argument("grades", type=Path, metavar="GRADES_JSON", help="the grades.json of a class run")
+    v.add_argument("path", type=Path, metavar="CLASS", help="the class folder it graded")
+    _flags(v, "timeout", "notebook_timeout", "workers", "memory", "allow_network", "lang")
+    v.set_defaults(func=_class_verify)
+
+    m = actions.add_parser("merge", help="combine the OUT folders of `class grade --shard` runs",
+                           description="Combine the OUT folders of `tformer class grade --shard K/N` runs into OUT, "
+                                       "as one run over the class. Every shard must have recorded the same assignment, "
+                                       "teacher's files, points and limits; they are read from the shards.")
+    m.add_argument("parts", type=Path, nargs="+", metavar="OUT_K", help="the shards' OUT folders")
+    m.add_argument("--out", type=Path, required=True, help="the folder the combined grades go into")
+    _flags(m, "lms", "roster", "lang")
+    m.set_defaults(func=_class_merge)
+
+    z = actions.add_parser("gradescope", help="write Gradescope's autograder zip (grades nothing)",
+                           description="Write Gradescope's autograder: a wheel of this checkout, the released notebooks, "
+                                       "the assignment and your files, setup.sh, run_autograder. Each submission is "
+                                       "then graded there as a class of one.")
+    z.add_argument("zip", type=Path, metavar="ZIP", help="the .zip file to write")
+    z.add_argument("--assignment", type=Path, required=True, metavar="FILE",
+                   help="the notebooks and points the autograder grades (TOML)")
+    _flags(z, "exercises")
+    z.set_defaults(func=_class_gradescope)
+    for q in (c, g, v, m, z):
+        add_debug(q)
+
+
+def add_handout_cli(sub) -> None:
+    from ...cli import add_debug
     h = sub.add_parser("handout", help="write what students get: the learner notebooks of the assigned chapters, "
                        "without notebooks/src/ (which holds the solutions)",
                        description="Copy the released learner notebooks (each exercise a stub) of the assignment's "
@@ -256,7 +371,6 @@ def add_cli(sub) -> None:
     h.add_argument("--lang", choices=("en", "zh"), default="en", help="the edition (default: en; zh: Chinese)")
     add_debug(h)
     h.set_defaults(func=_handout)
-    add_exercise_cli(sub)
 
 
 def _handout(args: argparse.Namespace) -> int:

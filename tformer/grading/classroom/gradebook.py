@@ -57,6 +57,13 @@ class Journal:
               and rec.get("exercises_hash", "") == exercises)
         return rec if ok else None
 
+    def graded(self, student: str, stem: str, sha256: str, grader: str, lang: str = "en") -> dict | None:
+        """The record of a notebook graded with this sha256, grader hash and language, whatever the teacher's
+        files were (--only keeps its other verdicts), else None."""
+        rec = self.records.get((student, stem))
+        ok = rec and rec.get("sha256") == sha256 and rec.get("grader") == grader and rec.get("lang", "en") == lang
+        return rec if ok else None
+
     def add(self, rec: dict) -> None:
         with self.lock:
             self.records[(rec["student"], rec["notebook"])] = rec
@@ -393,15 +400,20 @@ def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roste
 
 
 def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | None = None, log=print) -> dict:
-    """Combine the grades.json of shards (`--shard K/N` runs) into OUT, as one run over the whole class."""
+    """Combine the grades.json of shards (`class grade --shard K/N` runs) into OUT, as one run over the whole
+    class. The run each shard recorded (settings.Run.recorded: the assignment, the teacher's files, loaded again
+    and checked against their hash, the points, the late rule, the limits that change a verdict) must be the
+    same; a difference is a ClassError naming it."""
+    from .settings import Run
     parts = []
     for o in outs:
         f = Path(o) / "grades.json"
         if not f.is_file():
-            raise ClassError(f"{o} holds no grades.json (a folder written by tformer grade CLASS --out)")
+            raise ClassError(f"{o} holds no grades.json (a folder written by tformer class grade CLASS --out)")
         parts.append((Path(o), json.loads(f.read_text(encoding="utf-8"))))
     first = parts[0][1]
     seen: dict[str, Path] = {}
+    run = None
     for o, g in parts:
         if g["grader"] != first["grader"]:
             raise ClassError(f"{o} was graded by other grader code than {parts[0][0]}: grade every shard with "
@@ -409,20 +421,21 @@ def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | No
         if g["settings"].get("exercises_hash", "") != first["settings"].get("exercises_hash", ""):
             raise ClassError(f"{o} was graded with other exercise files than {parts[0][0]}: grade every shard "
                              "with the same files")
+        this = Run.recorded(g["settings"], g.get("overrides", []), where=str(Path(o) / "grades.json"))
+        differ = run.differences(this) if run is not None else []
+        if differ:
+            raise ClassError(f"{o} was graded with another {', '.join(differ)} than {parts[0][0]}: grade every shard "
+                             f"with the same assignment, files and settings")
+        run = run or this
         for s in g["students"]:
             if s["student"] in seen:
                 raise ClassError(f"student {s['student']!r} is in both {seen[s['student']]} and {o}")
             seen[s["student"]] = o
-    assigned = first["settings"].get("assignment")
-    for o, g in parts:
-        if g["settings"].get("assignment") != assigned:
-            raise ClassError(f"{o} was graded with another --assignment than {parts[0][0]}: grade every shard with "
-                             "the same assignment file")
-    if assigned is not None:
-        stems = list(assigned["notebooks"])
+    if run.assignment is not None:
+        stems = list(run.assignment.notebooks)
     else:
         stems = sorted({n for _, g in parts for n in g["settings"]["notebooks"]}, key=chapter_order)
-    exercises = course_exercises(stems, ordered=assigned is not None)   # the whole class's, as one run's
+    exercises = course_exercises(stems, ordered=run.assignment is not None)   # the whole class's, as one run's
     students = sorted((s for _, g in parts for s in g["students"]), key=lambda s: s["student"])
     for st in students:                                        # a shard may lack a notebook the class has
         st["exercises"] = {n: st["exercises"].get(n, {"earned": 0, "status": "missing"}) for n in exercises}
@@ -433,7 +446,7 @@ def merge(outs: list[Path], out: Path, lms: str | None = None, roster: Path | No
               "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     Path(out).mkdir(parents=True, exist_ok=True)
     overrides = [o for _, g in parts for o in g.get("overrides", [])]
-    finish(Path(out), grades, {}, lms, roster, log, first["settings"].get("weights"), overrides)
+    finish(Path(out), grades, {}, lms, roster, log, run.points, overrides)
     log(summary(grades))
     return grades
 

@@ -230,9 +230,10 @@ def _cores() -> int:
 
 def _grade(root: Path, assignment, timeout: float) -> dict:
     """grades.json's content for ROOT/submission graded as a class of one with the zip's assignment, by the
-    class grader `tformer grade CLASS --out OUT --assignment FILE` runs (run.grade_class), in this process: a
+    class grader `tformer class grade CLASS --out OUT --assignment FILE` runs (run.grade_class), in this process: a
     second Python holding torch would take a quarter of Gradescope's 768 MB. GradingFailed when it cannot."""
     from .run import grade_class
+    from .settings import Run, RunSettings
     if hasattr(os, "sched_setaffinity"):              # the worker's torch threads follow the CPUs it may use
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:_cores()]))
 
@@ -249,7 +250,8 @@ def _grade(root: Path, assignment, timeout: float) -> dict:
         old = signal.signal(signal.SIGALRM, stop)
         signal.alarm(max(1, int(timeout)))
         try:
-            return grade_class(cls, work / "out", assignment=assignment, workers=1, progress=False)
+            return grade_class(cls, work / "out", Run.of(assignment, settings=RunSettings(workers=1)),
+                               progress=False)
         except ClassError as e:                       # e.g. no notebook in the submission
             raise GradingFailed(str(e).replace(str(cls / STUDENT), STUDENT).replace(str(cls), STUDENT)) from None
         finally:

@@ -43,11 +43,10 @@ from . import cells as cellplan, scan
 from .gradebook import Journal, build_grades, finish, reload_journal, summary
 from .notebooks import chapter_of, chapter_order, exercises_of, read_cells, released_checks, released_notebooks
 from .runner import NotebookReport, Row, grade_cells, not_run, worker_env
+from .settings import CLASS_TIMEOUT, NOTEBOOK_TIMEOUT, Run
 from .submissions import ClassError, read_class
 
-CLASS_TIMEOUT = 120           # seconds per cell for a class (a learner's own folder: 600); small mode's slowest cell, one
-                              # thread on a busy 2-core machine: 52 s (chapter 10)
-NOTEBOOK_TIMEOUT = 600        # seconds per notebook for a class, cells and exercises together (--notebook-timeout)
+
 
 
 # Python 3.11's ast module is not safe in two threads at once ("SystemError: AST constructor recursion depth
@@ -200,7 +199,7 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
         with told:
             if not said:
                 said.append(note)
-                log(f"tformer grade: warning: {note}")
+                log(f"tformer class: warning: {note}")
                 if notes is not None:
                     notes.append(note)
 
@@ -228,81 +227,116 @@ def in_warm_workers(tasks: list, one, workers: int, limits, small: bool = True, 
         iso = warm.isolation()
         lost = lost_guarantees(iso)
         if lost:
-            log("tformer grade: the workers ran without " + "; ".join(lost))
+            log("tformer class: the workers ran without " + "; ".join(lost))
         warm.close()
     pool.shutdown()
     return iso
 
 
-def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: int | None = None,
-                memory: int | None = None, small: bool = True, skip: bool = True, progress: bool = True,
-                log=print, lms: str | None = None, roster: Path | None = None,
-                shard: tuple[int, int] | None = None, weights: dict | None = None,
-                overrides: list | None = None, only: str | None = None, assignment=None,
-                exercise_files: list[str] | None = None, submitted: dict | None = None,
-                extensions: dict | None = None, notebook_timeout: float | None = NOTEBOOK_TIMEOUT,
-                allow_network: bool = False) -> dict:
-    """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl); return grades.
-    `assignment` (assignment.Assignment): the notebooks graded and their order, the points, the LMS columns, a
-    teacher's exercises and notebooks; without it, whatever the class handed in. `exercise_files`: a teacher's
-    exercise modules given apart (--exercises). `submitted`, `extensions`: {student: ISO time} from
-    --submitted and --extensions, for the assignment's late rule (late.py). `notebook_timeout`: each notebook's
-    wall budget, cells and exercises together (None: none). `allow_network`: grade an assignment with hidden
-    cases even where workers keep some network (else NetworkRefused before any notebook runs)."""
+def _graded(sub, stem: str, nb: Path, spawn, cls: Path, run: Run, log, failures: dict, sandbox_failures: list,
+            **how) -> dict | None:
+    """One notebook of a class graded (grade_notebook, `how` its options), or None when it could not be: the
+    reason is kept in `failures` (not journaled, so the next run tries again). NetworkRefused stops the run."""
+    from .sandbox import SandboxFailed
+    try:
+        own = sub.own()
+        return grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, cls), run.settings.timeout,
+                              run.settings.skip, show_hidden=run.show_hidden,
+                              notebook_timeout=run.settings.notebook_timeout, **how)
+    except NetworkRefused:                            # the whole run stops: no hidden case leaves the grader
+        raise
+    except SandboxFailed as e:                        # no learner code ran
+        reason = str(e).splitlines()[0][:300]
+        sandbox_failures.append(reason)
+        failures[(sub.student, stem)] = ("sandbox failed", _(
+            "the sandbox could not be built ({reason}): none of this notebook ran, and the next run tries "
+            "again").format(reason=reason))
+        log(f"tformer class: {sub.student}/{nb.name} was not graded: the sandbox could not be built ({reason})")
+    except Exception as e:                            # the grader's own failure
+        failures[(sub.student, stem)] = ("not graded", f"{type(e).__name__}: {e}".splitlines()[0][:300])
+        log(f"tformer class: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)][1]}")
+    return None
+
+
+def _plan(subs, stems: list[str], journal: Journal, grader: str, lang: str, teacher: str, only: str | None):
+    """The notebooks to grade: [(submission, stem, file, old record or None)], and the line that says what
+    --only kept. Without --only, a notebook is graded unless the journal holds it with this sha256, grader,
+    language and teacher's files. With --only X, only X is graded again, in the notebooks that owe it, and
+    every other verdict is kept, even one recorded before the teacher's files changed (the line says how many);
+    a notebook the journal lacks, or that another grader or another version of the file graded, is graded in
+    full: a verdict of other grader code is no verdict."""
+    tasks, kept, before = [], 0, 0
+    for sub in subs:
+        for stem, nb in sub.notebooks.items():
+            if stem not in stems:
+                continue                                        # outside the assignment: listed, not graded
+            sha = _sha256(nb)
+            if only is None:
+                if journal.done(sub.student, stem, sha, grader, lang, teacher) is None:
+                    tasks.append((sub, stem, nb, None))
+                continue
+            old = journal.graded(sub.student, stem, sha, grader, lang)
+            if old is None:
+                tasks.append((sub, stem, nb, None))
+            elif only in exercises_of(Path(stem + ".ipynb")):
+                tasks.append((sub, stem, nb, old))
+            else:
+                kept += 1
+                before += old.get("exercises_hash", "") != teacher
+    line = None
+    if only is not None:
+        again = sum(1 for t in tasks if t[3] is not None)
+        full = len(tasks) - again
+        line = (f"--only {only}: graded again in {again} notebook(s); {kept} other notebook(s) kept as the journal "
+                f"holds them" + (f" ({before} of them graded before the teacher's files changed: a run without "
+                                 f"--only grades them again)" if before else "")
+                + (f"; {full} notebook(s) graded in full (not in the journal, changed, or graded by other grader "
+                   f"code)" if full else ""))
+    return tasks, line
+
+
+def grade_class(path: Path, out: Path, run: Run | None = None, progress: bool = True, log=print) -> dict:
+    """Grade every student's notebooks under `path` into `out` (resuming from out/journal.jsonl) as `run` says
+    (settings.Run: the assignment, the teacher's files, points, overrides, late times, and how: limits,
+    workers, shard, --only, the LMS); return grades. Without an assignment, whatever the class handed in is
+    graded. Hidden cases stop the run before any notebook runs where workers keep some network, unless
+    `run.settings.allow_network`."""
+    run = run or Run()
+    s = run.settings
     load_exercises()                                          # the grader's modules, before any learner code runs
-    from .sandbox import SandboxFailed, available_cores, machine_limits
+    from .sandbox import available_cores, machine_limits
     t0 = time.perf_counter()
     subs = read_class(path)
     from .late import nbgrader_timestamp
     for sub in subs:
         sub.submitted = None if sub.flat else nbgrader_timestamp(sub.folder)
-    from .assignment import exercises_hash, use_teacher_files
-    files = sorted({str(Path(f).resolve()) for f in (exercise_files or [])}
-                   | set(assignment.exercise_files if assignment is not None else []))
-    released = assignment.released if assignment is not None else ""
-    hidden = assignment.hidden if assignment is not None else []
-    show_hidden = assignment.show_hidden_mistakes if assignment is not None else False
-    use_teacher_files(files, released, hidden)
-    _hidden_out_of_reach(hidden, path)
-    teacher = exercises_hash(files, released, hidden)
-    if shard is not None:                                      # K/N: the students of shard K, by id
-        subs = [s for s in subs if shard_of(s.student, shard[1]) == shard[0] - 1]
-        overrides = [o for o in overrides or [] if o["student"] in {s.student for s in subs}]
+    teacher = run.load()
+    _hidden_out_of_reach(run.hidden, path)
+    overrides = run.overrides
+    if s.shard is not None:                                    # K/N: the students of shard K, by id
+        subs = [x for x in subs if shard_of(x.student, s.shard[1]) == s.shard[0] - 1]
+        overrides = [o for o in overrides if o["student"] in {x.student for x in subs}]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    workers = workers or available_cores()
-    limits = machine_limits(workers, memory)
+    workers = s.workers or available_cores()
+    limits = machine_limits(workers, s.memory)
     grader = grader_hash()
-    if assignment is not None:
-        stems = list(assignment.notebooks)
-        weights = {**assignment.points, **(weights or {})}
-    else:
-        stems = sorted({s for sub in subs for s in sub.notebooks}, key=chapter_order)
-    settings = {"timeout": timeout, "notebook_timeout": notebook_timeout, "allow_network": allow_network,
-                "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
-                "threads_per_worker": limits.threads, "limits": limits_record(limits, timeout, notebook_timeout),
-                "stub_rule": stub_rule(stems),
-                "small": small, "skip_released_cells": skip, "notebooks": stems,
-                "shard": f"{shard[0]}/{shard[1]}" if shard else None,
-                "assignment": assignment.record() if assignment is not None else None,
-                "exercise_files": files, "exercises_hash": teacher,
-                "late": ({"due": assignment.due, "rule": assignment.late, "submitted": submitted or {},
-                          "extensions": extensions or {}} if assignment is not None and assignment.due else None)}
-    if skip and not cellplan.released_cells():
-        log("tformer grade: no released notebooks found next to the package (notebooks/): every cell runs")
+    stems = (list(run.assignment.notebooks) if run.assignment is not None
+             else sorted({x for sub in subs for x in sub.notebooks}, key=chapter_order))
+    settings = {**run.record(teacher), "workers": workers, "memory": limits.memory, "file_size": limits.file_size,
+                "threads_per_worker": limits.threads, "limits": limits_record(limits, s.timeout, s.notebook_timeout),
+                "stub_rule": stub_rule(stems), "notebooks": stems}
+    if s.skip and not cellplan.released_cells():
+        log("tformer class: no released notebooks found next to the package (notebooks/): every cell runs")
     journal = Journal(out / "journal.jsonl")
     lang = "zh" if (os.environ.get("TFORMER_LANG") or "").lower().startswith("zh") else "en"
-    tasks, left = [], {}
-    for sub in subs:
-        left[sub.student] = 0
-        for stem, nb in sub.notebooks.items():
-            if stem not in stems:
-                continue                                        # outside the assignment: listed, not graded
-            sha = _sha256(nb)
-            redo = only is not None and only in exercises_of(Path(stem + ".ipynb"))
-            if redo or journal.done(sub.student, stem, sha, grader, lang, teacher) is None:
-                tasks.append((sub, stem, nb))
-                left[sub.student] += 1
+    if s.only is not None and journal.records and not any(r.get("grader") == grader for r in journal.records.values()):
+        log(f"tformer class: --only {s.only}: OUT was graded by other grader code (another grader hash), so every "
+            f"notebook is graded again")
+    tasks, only_line = _plan(subs, stems, journal, grader, lang, teacher, s.only)
+    left = {sub.student: 0 for sub in subs}
+    for t in tasks:
+        left[t[0].student] += 1
     bar = None
     if progress:
         from tqdm import tqdm
@@ -310,46 +344,29 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
         bar.update(sum(1 for sub in subs if left[sub.student] == 0))
     lock = threading.Lock()
     failures: dict[tuple[str, str], tuple[str, str]] = {}     # (student, stem) -> (status, why): not journaled
+    sandbox_failures: list[str] = []
 
     def one(task, spawn):
-        sub, stem, nb = task
-        old = journal.done(sub.student, stem, _sha256(nb), grader, lang, teacher) if only else None
-        try:
-            own = sub.own()
-            rec = grade_notebook(nb, stem, lambda: spawn(nb.parent.resolve(), own, path), timeout, skip,
-                                 only=only if old else None, show_hidden=show_hidden,
-                                 notebook_timeout=notebook_timeout)
-            if rec is not None and old is not None:             # --only: this exercise's row replaces its old one
-                new = {r["exercise"]: r for r in rec["report"]["rows"]}
-                rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
-                rec = {**old, "report": {**old["report"], "rows": rows}}
-        except NetworkRefused:                        # the whole run stops: no hidden case leaves the grader
-            raise
-        except SandboxFailed as e:                    # no learner code ran: not journaled, so a rerun retries
-            reason = str(e).splitlines()[0][:300]
-            sandbox_failures.append(reason)
-            failures[(sub.student, stem)] = ("sandbox failed", _(
-                "the sandbox could not be built ({reason}): none of this notebook ran, and the next run tries "
-                "again").format(reason=reason))
-            log(f"tformer grade: {sub.student}/{nb.name} was not graded: the sandbox could not be built ({reason})")
-            rec = None
-        except Exception as e:                        # the grader's own failure: not journaled, so a rerun retries
-            failures[(sub.student, stem)] = ("not graded", f"{type(e).__name__}: {e}".splitlines()[0][:300])
-            log(f"tformer grade: {sub.student}/{nb.name} was not graded: {failures[(sub.student, stem)][1]}")
-            rec = None
+        sub, stem, nb, old = task
+        rec = _graded(sub, stem, nb, spawn, path, run, log, failures, sandbox_failures,
+                      only=s.only if old else None)
+        if rec is not None and old is not None:                 # --only: this exercise's row replaces its old one
+            new = {r["exercise"]: r for r in rec["report"]["rows"]}
+            rows = [new.get(r["exercise"], r) for r in old["report"]["rows"]]
+            rec = {**old, "report": {**old["report"], "rows": rows}}
         if rec is not None:
             journal.add({"student": sub.student, "notebook": stem, "grader": grader, "lang": lang,
-                         "exercises_hash": teacher, **rec})
+                         "exercises_hash": old["exercises_hash"] if old is not None else teacher,
+                         **{k: v for k, v in rec.items() if k != "exercises_hash"}})
         with lock:
             left[sub.student] -= 1
             if left[sub.student] == 0 and bar is not None:
                 bar.update(1)
 
     notes: list[str] = []
-    sandbox_failures: list[str] = []
     try:
-        isolation = in_warm_workers(tasks, one, workers, limits, small, log, hidden=bool(hidden),
-                                    allow_network=allow_network, notes=notes)
+        isolation = in_warm_workers(tasks, one, workers, limits, s.small, log, hidden=bool(run.hidden),
+                                    allow_network=s.allow_network, notes=notes)
     finally:
         journal.close()
         if bar is not None:
@@ -361,7 +378,9 @@ def grade_class(path: Path, out: Path, timeout: float = CLASS_TIMEOUT, workers: 
     settings["sandbox_failure"] = sandbox_failures[0] if sandbox_failures else None
     grades = build_grades(subs, reload_journal(out / "journal.jsonl"), settings, grader, failures)
     from . import similarity
-    finish(out, grades, similarity.answers_of(subs), lms, roster, log, weights, overrides)
+    finish(out, grades, similarity.answers_of(subs), s.lms, s.roster, log, run.points, overrides)
+    if only_line:
+        log(only_line)
     log(summary(grades, time.perf_counter() - t0))
     return grades
 
@@ -394,34 +413,24 @@ def stub_rule(stems: list[str]) -> dict:
             **({"why": "no released notebook found"} if missing else {})}
 
 
-def verify(grades_path: Path, path: Path, timeout: float | None = None, workers: int | None = None,
-           memory: int | None = None, log=print, notebook_timeout: float | None = None,
-           allow_network: bool | None = None) -> dict:
-    """Grade CLASS again as grades.json recorded it: the same cells of each notebook, the same seeds, its
-    per-cell timeout, notebook budget, memory and --allow-network (unless given). Reports every notebook whose sha256 changed or that is gone,
-    and every exercise whose status or named mistakes differ. Another grader hash is a ClassError: the
-    verdicts could differ for that reason alone. A learner can show their own work so."""
+def verify(grades_path: Path, path: Path, log=print, **given) -> dict:
+    """Grade CLASS again as grades.json recorded it (settings.Run.recorded: its assignment and teacher's files,
+    refused if they changed): the same cells of each notebook, the same seeds, its limits unless `given`
+    (RunSettings fields: timeout, notebook_timeout, workers, memory, allow_network). Reports every notebook
+    whose sha256 changed or that is gone, and every exercise whose status or named mistakes differ. Another
+    grader hash is a ClassError: the verdicts could differ for that reason alone. A learner can show their own
+    work so."""
     from .sandbox import available_cores, machine_limits
     grades = json.loads(Path(grades_path).read_text(encoding="utf-8"))
     grader = grader_hash()
     if grades.get("grader") != grader:
         raise ClassError(f"{grades_path} was written by other grader code ({str(grades.get('grader'))[:12]}, this "
                          f"is {grader[:12]}): verify with the version that graded (`tformer --version`)")
-    recorded = grades.get("settings", {})
-    from .assignment import exercises_hash, use_teacher_files
-    assigned = recorded.get("assignment") or {}
-    use_teacher_files(recorded.get("exercise_files", []), assigned.get("released", ""), assigned.get("hidden", []))
-    if recorded.get("exercises_hash", "") != exercises_hash(recorded.get("exercise_files", []),
-                                                            assigned.get("released", ""), assigned.get("hidden", [])):
-        raise ClassError(f"{grades_path} was graded with other exercise files than those at "
-                         f"{', '.join(recorded.get('exercise_files', []))}: verify with the files that graded")
-    timeout = timeout or recorded.get("timeout") or CLASS_TIMEOUT
-    memory = memory or recorded.get("memory")
-    notebook_timeout = notebook_timeout or recorded.get("notebook_timeout")   # absent: graded without a budget
-    allow_network = recorded.get("allow_network", False) if allow_network is None else allow_network
-    subs = {s.student: s for s in read_class(path)}
-    result = {"changed": [], "gone": [], "differ": [], "checked": 0, "timeout": timeout, "memory": memory,
-              "notebook_timeout": notebook_timeout}
+    run = Run.recorded(grades.get("settings", {}), where=str(grades_path)).with_settings(**given)
+    s = run.settings
+    subs = {x.student: x for x in read_class(path)}
+    result = {"changed": [], "gone": [], "differ": [], "checked": 0, "timeout": s.timeout, "memory": s.memory,
+              "notebook_timeout": s.notebook_timeout}
     tasks = []
     for st in grades["students"]:
         for nb in st["notebooks"]:
@@ -434,35 +443,33 @@ def verify(grades_path: Path, path: Path, timeout: float | None = None, workers:
             elif _sha256(file) != nb["sha256"]:
                 result["changed"].append(where)
             else:
-                tasks.append((st["student"], where, nb, file))
-    workers = workers or available_cores()
+                tasks.append((subs[st["student"]], where, nb, file))
+    workers = s.workers or available_cores()
     lock = threading.Lock()
+    failures: dict = {}
 
     def one(task, spawn):
-        student, where, nb, file = task
+        sub, where, nb, file = task
         seeds = {x["exercise"]: {"cases": x["seeds"], "torch_seed": x["torch_seed"]} for x in nb["exercises"]
                  if x.get("torch_seed") is not None}
-        own = subs[student].own()
-        rec = grade_notebook(file, nb["notebook"], lambda: spawn(file.parent.resolve(), own, path), timeout,
-                             recorded.get("skip_released_cells", True), seeds, cells_run=nb.get("cells_run"),
-                             show_hidden=assigned.get("show_hidden_mistakes", False),
-                             notebook_timeout=notebook_timeout)
-        again = {r["exercise"]: r for r in rec["report"]["rows"]}
+        rec = _graded(sub, nb["notebook"], file, spawn, path, run, log, failures, [], seeds=seeds,
+                      cells_run=nb.get("cells_run"))
+        again = {r["exercise"]: r for r in rec["report"]["rows"]} if rec is not None else {}
         with lock:
             result["checked"] += 1
             for x in nb["exercises"]:
-                y = again.get(x["exercise"], {})
+                y = again.get(x["exercise"], {"status": "not graded"})
                 if (x["status"], x.get("mistakes", [])) != (y.get("status"), y.get("mistakes", [])):
                     result["differ"].append({"notebook": where, "exercise": x["exercise"], "recorded": x["status"],
                                              "now": y.get("status"), "mistakes": [x.get("mistakes", []),
                                                                                   y.get("mistakes", [])]})
 
-    in_warm_workers(tasks, one, workers, machine_limits(workers, memory), recorded.get("small", True), log,
-                    hidden=bool(assigned.get("hidden")), allow_network=allow_network)
-    budget = f", {notebook_timeout:g} s per notebook" if notebook_timeout else ""
-    log(f"tformer grade --verify: {result['checked']} notebook(s) graded again with the recorded seeds, cells, "
-        f"{timeout:g} s per cell{budget}; {len(result['differ'])} verdict(s) differ; {len(result['changed'])} notebook(s) "
-        f"changed since, {len(result['gone'])} gone")
+    in_warm_workers(tasks, one, workers, machine_limits(workers, s.memory), s.small, log,
+                    hidden=bool(run.hidden), allow_network=s.allow_network)
+    budget = f", {s.notebook_timeout:g} s per notebook" if s.notebook_timeout else ""
+    log(f"tformer class verify: {result['checked']} notebook(s) graded again with the recorded seeds, cells, "
+        f"{s.timeout:g} s per cell{budget}; {len(result['differ'])} verdict(s) differ; {len(result['changed'])} "
+        f"notebook(s) changed since, {len(result['gone'])} gone")
     for d in result["differ"]:
         log(f"  {d['notebook']} {d['exercise']}: recorded {d['recorded']}, now {d['now']}")
     for w in result["changed"]:
