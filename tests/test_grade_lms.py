@@ -1,6 +1,7 @@
-"""Grades where the course is run: `tformer grade CLASS --out OUT --lms moodle` (Moodle's CSV grade import) and
-`tformer grade --gradescope-zip ZIP --assignment FILE` (Gradescope's autograder), each through the command as
-typed (a subprocess started in a folder outside the checkout), checked by the files it wrote and its exit code.
+"""Grades where the course is run: `tformer grade CLASS --out OUT --lms moodle` (Moodle's CSV grade import), the
+LMS files of runs into one OUT (only the last run's stays), and `tformer grade --gradescope-zip ZIP --assignment
+FILE` (Gradescope's autograder), each through the command as typed (a subprocess started in a folder outside the
+checkout), checked by the files it wrote and its exit code.
 
 The autograder's layout and results.json follow Gradescope's specification (github.com/gradescope/
 autograder_samples, docs/specs.md: ROOT/source holds the unzipped zip, ROOT/submission the submission,
@@ -13,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -105,14 +107,14 @@ def autograde(source: Path, root: Path, notebooks: dict[str, list[str] | str], w
 
 @pytest.fixture(scope="module")
 def gradescope(tmp_path_factory):
-    """The autograder zip of an assignment of chapter 1 (attention worth 3 points) with a hidden case for
-    ch01.softmax, built once with `tformer grade --gradescope-zip`, unzipped as Gradescope does; then three
+    """The autograder zip of an assignment of chapter 1 (attention worth 2 points, the course's 3) with a hidden
+    case for ch01.softmax, built once with `tformer grade --gradescope-zip`, unzipped as Gradescope does; then three
     submissions run through it at once: a right one, one without the attention scale, and one with no notebook."""
     root = tmp_path_factory.mktemp("gradescope")
     (root / "secret").mkdir()
     (root / "secret" / "week1_hidden.py").write_text(HIDDEN, encoding="utf-8")
     (root / "week1.toml").write_text('notebooks = ["01_attention"]\nhidden = ["secret/week1_hidden.py"]\n\n'
-                                     '[points]\n"ch01.attention" = 3\n', encoding="utf-8")
+                                     '[points]\n"ch01.attention" = 2\n', encoding="utf-8")
     proc = tformer("class", "gradescope", root / "autograder.zip", "--assignment", root / "week1.toml",
                    cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -148,7 +150,7 @@ def test_the_autograder_zip_holds_what_gradescope_runs(gradescope):
     assert cpu < wheel, setup
     assigned = (root / "source" / "assignment.toml").read_text()
     assert 'hidden = ["hidden/week1_hidden.py"]' in assigned and 'released = "released"' in assigned, assigned
-    assert '"ch01.attention" = 3' in assigned and str(root) not in assigned, assigned
+    assert '"ch01.attention" = 2' in assigned and str(root) not in assigned, assigned
     assert "autograder.zip" in proc.stdout and "student(s) graded" not in proc.stdout, proc.stdout   # grades nothing
 
 
@@ -161,8 +163,9 @@ def test_run_autograder_scores_a_right_and_a_wrong_submission(gradescope):
     for r in (good, bad):
         assert [t["name"] for t in r["tests"]] == ["ch01.softmax", "ch01.attention", "ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation"], r
         assert all(set(t) == {"name", "score", "max_score", "output", "visibility"} for t in r["tests"]), r
-        assert [(t["max_score"], t["visibility"]) for t in r["tests"]] == [(1, "after_published"), (3, "visible")] + [(1, "visible")] * 3
-    assert good["score"] == 7 and [t["score"] for t in good["tests"]] == [1, 3, 1, 1, 1], good
+        assert [(t["max_score"], t["visibility"]) for t in r["tests"]] == [(1, "after_published"), (2, "visible")] + [
+            (1, "visible")] * 3
+    assert good["score"] == 6 and [t["score"] for t in good["tests"]] == [1, 2, 1, 1, 1], good
     assert all(t["output"].startswith("passed") for t in good["tests"]), good
     assert bad["score"] == 4 and [t["score"] for t in bad["tests"]] == [1, 0, 1, 1, 1], bad
     assert "1/sqrt(d_k)" in bad["tests"][1]["output"] and "01_attention (1).ipynb" in bad["output"], bad
@@ -176,7 +179,7 @@ def test_run_autograder_writes_results_when_grading_fails(gradescope):
     assert crash["score"] == 0 and crash["output"].startswith("The autograder could not grade"), crash
     assert "no student folders with notebooks" in crash["output"] and "tformer-gradescope" not in crash["output"]
     assert [(t["name"], t["score"], t["max_score"]) for t in crash["tests"]] == [("ch01.softmax", 0, 1),
-                                                                                  ("ch01.attention", 0, 3)] + [
+                                                                                  ("ch01.attention", 0, 2)] + [
         (q, 0, 1) for q in ("ch01.q_sharper_query", "ch01.q_score_variance", "ch01.q_saturation")], crash
 
 
@@ -192,3 +195,95 @@ def test_gradescope_zip_errors_are_one_line_before_anything_is_built(tmp_path):
     for proc, (_, words) in zip(tformer_all([c for c, _ in cases], tmp_path), cases):
         one_line_error(proc, *words)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.toml", "class"]
+
+
+def test_gradescope_output_states_the_assignments_points(gradescope):
+    """The assignment makes attention worth 2 points, the course 3: the test's max_score and the points its output
+    states are 2, not 3."""
+    *_, results = gradescope
+    attention = next(t for t in results["good"]["tests"] if t["name"] == "ch01.attention")
+    assert attention["max_score"] == 2 and attention["output"].endswith(" 2 point(s)."), attention
+    assert not any("3 point(s)" in t["output"] for t in results["good"]["tests"]), results["good"]
+
+
+# --- every LMS export into one OUT -----------------------------------------------------------------------------
+
+NOBODY = "First name,Last name,ID number,Email address\nZed,Zorn,S-999,zed@uni.edu\n"
+
+
+def _csv_files(out: Path) -> list[str]:
+    return sorted(p.name for p in out.glob("*.csv"))
+
+
+@pytest.fixture(scope="module")
+def one_out(tmp_path_factory):
+    """A class of two (S-001 right, S-002 without the attention scale), an assignment of chapter 1 with attention
+    worth 2 points, graded into one OUT with --lms moodle --roster, then --lms canvas, then no --lms (the later
+    runs reuse the journal: nothing is graded again); and a copy of the first OUT graded again with a Moodle
+    roster that matches nobody. Each run's process and the CSV files OUT held after it."""
+    root = tmp_path_factory.mktemp("one_out")
+    cls, out, nobody = root / "class", root / "out", root / "nobody"
+    tiny(cls / "S-001")
+    tiny(cls / "S-002", NO_SCALE)
+    (root / "week1.toml").write_text('notebooks = ["01_attention"]\n\n[points]\n"ch01.attention" = 2\n',
+                                     encoding="utf-8")
+    (root / "moodle.csv").write_text(MOODLE_EXPORT, encoding="utf-8")
+    (root / "nobody.csv").write_text(NOBODY, encoding="utf-8")
+    grade = ("class", "grade", cls, "--assignment", root / "week1.toml", "--workers", 2, "--out")
+    runs = {"moodle": tformer(*grade, out, "--lms", "moodle", "--roster", root / "moodle.csv", cwd=root)}
+    files = {"moodle": _csv_files(out)}
+    shutil.copytree(out, nobody)
+    with ThreadPoolExecutor(2) as pool:
+        none = pool.submit(tformer, *grade, nobody, "--lms", "moodle", "--roster", root / "nobody.csv", cwd=root)
+        runs["canvas"] = tformer(*grade, out, "--lms", "canvas", cwd=root)
+        files["canvas"] = _csv_files(out)
+        runs["plain"] = tformer(*grade, out, cwd=root)
+        files["plain"] = _csv_files(out)
+        runs["nobody"] = none.result()
+    files["nobody"] = _csv_files(nobody)
+    for name, proc in runs.items():
+        assert proc.returncode == 0, (name, proc.stderr[-3000:])
+    return out, runs, files
+
+
+def _lines(proc: subprocess.CompletedProcess, *words: str) -> list[str]:
+    return [line for line in proc.stdout.splitlines() if all(w in line for w in words)]
+
+
+def test_each_run_leaves_only_its_own_lms_file(one_out):
+    """Moodle, then Canvas, then no LMS into one OUT: after each run OUT holds that run's LMS file alone, and the
+    run says in one line which file of an earlier run it removed."""
+    out, runs, files = one_out
+    assert files["moodle"] == ["gradebook.csv", "moodle.csv"], files
+    assert files["canvas"] == ["canvas.csv", "gradebook.csv"], files
+    assert files["plain"] == ["gradebook.csv"], files
+    assert not _lines(runs["moodle"], "removed"), runs["moodle"].stdout[-3000:]
+    assert len(_lines(runs["canvas"], "removed", "moodle.csv")) == 1, runs["canvas"].stdout[-3000:]
+    assert not _lines(runs["canvas"], "removed", "canvas.csv")
+    assert len(_lines(runs["plain"], "removed", "canvas.csv")) == 1, runs["plain"].stdout[-3000:]
+    assert not _lines(runs["plain"], "removed", "moodle.csv")
+    assert [line for line in runs["plain"].stdout.splitlines() if line.startswith("wrote")] == [
+        f"wrote gradebook.csv, grades.json, report.html, feedback/ in {out}"], runs["plain"].stdout[-3000:]
+
+
+def test_a_roster_that_matches_nobody_writes_no_moodle_file(one_out):
+    """A Moodle roster that matches none of the class: no moodle.csv (the earlier run's is removed), one line says
+    why and no line per student. The exit is 0: the grades are written, and the line says the Moodle file is not."""
+    _, runs, files = one_out
+    proc = runs["nobody"]
+    assert files["nobody"] == ["gradebook.csv"], files
+    said = _lines(proc, "moodle.csv", "not written")
+    assert len(said) == 1 and "none of the 2 student(s)" in said[0], proc.stdout[-3000:]
+    assert not _lines(proc, "left out of moodle.csv"), proc.stdout[-3000:]
+    assert len(_lines(proc, "removed", "moodle.csv")) == 1, proc.stdout[-3000:]
+    assert not [line for line in proc.stdout.splitlines() if line.startswith("wrote") and "moodle.csv" in line]
+
+
+def test_feedback_states_the_assignments_points(one_out):
+    """The assignment makes attention worth 2 points, the course 3: S-001's page shows 2/2 and "2 point(s)" for
+    it, and no message states 3."""
+    out, *_ = one_out
+    page = (out / "feedback" / "S-001.html").read_text(encoding="utf-8")
+    row = next(r for r in page.split("<tr>") if r.startswith("<td>ch01.attention"))
+    assert "<td>2/2</td>" in row and "2 point(s).</pre>" in row, row
+    assert "3 point(s)" not in page, page

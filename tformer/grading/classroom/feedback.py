@@ -1,4 +1,4 @@
-"""What a class's grading writes for people: each student's feedback page, the teacher's report, an LMS file.
+"""What a class's grading writes for people: each student's feedback page and the teacher's report.
 
     OUT/feedback/<student>.html   one page per student: each exercise's verdict and the checker's message
                                   (the smallest failing case, the named mistake; a question's title, the
@@ -8,16 +8,19 @@
 
 The pages are self-contained (no script, no font, no image file, no network) and read offline. Their labels
 are in the class's language (`--lang zh`: Chinese, from the checker's catalog); the checker's messages are in
-the language they were graded in. Everything is built from grades.json's content (tformer/grading/classroom/run.py).
+the language they were graded in, with the assignment's points where they state an exercise's (message_of: the
+worker knows only the course's). Everything is built from grades.json's content (tformer/grading/classroom/run.py).
 """
 from __future__ import annotations
 
+import functools
+import gettext
 import html
 import re
 from collections import Counter
 from pathlib import Path
 
-from ..messages import _, language
+from ..messages import LOCALE_DIR, _, language
 
 _CSS = """body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
 table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem}
@@ -27,6 +30,9 @@ pre{white-space:pre-wrap;margin:0;font:13px/1.4 ui-monospace,monospace}
 .bar{background:#4a7bd0;height:.8rem}.muted{color:#666}"""
 _SAFE = re.compile(r"[^\w.\-]+")
 _UNGRADED = ("invalid", "not graded", "sandbox failed")
+# the checker's messages that state the points (core.py: an exercise passed; questions.py: a right answer). The
+# worker knows the course's points only; the assignment's ([points], --weights) are grades.json's.
+POINTS_MESSAGES = ("passed all {total} cases. {points} point(s).", "right ({answer}). {points} point(s).")
 
 
 def _tag(tag: str, text: str, cls: str = "") -> str:
@@ -58,10 +64,36 @@ def feedback_name(student: str) -> str:
     return (_SAFE.sub("_", student).strip("._") or "student") + ".html"
 
 
+@functools.lru_cache(maxsize=1)
+def _points_patterns() -> tuple[re.Pattern, ...]:
+    """POINTS_MESSAGES in English and in Chinese (the catalog), each ending the text, the points their group."""
+    zh = gettext.translation("tformer", localedir=str(LOCALE_DIR), languages=["zh_CN"], fallback=True)
+    patterns = []
+    for template in dict.fromkeys(t for m in POINTS_MESSAGES for t in (m, zh.gettext(m))):
+        parts = re.split(r"\{(\w+)\}", template)          # text, name, text, name, ..., text
+        regex = "".join(re.escape(p) if i % 2 == 0 else r"(?P<points>-?\d+(?:\.\d+)?)" if p == "points" else ".*"
+                        for i, p in enumerate(parts))
+        patterns.append(re.compile(regex + r"\Z", re.S))
+    return tuple(patterns)
+
+
+def message_of(x: dict, points: int | float) -> str:
+    """An exercise row's message, with `points` (the assignment's) where a passed one states the course's."""
+    message = x.get("message") or ""
+    if x.get("status") != "passed":
+        return message
+    for pattern in _points_patterns():
+        m = pattern.search(message)
+        if m:
+            shown = int(points) if float(points).is_integer() else points
+            return message[:m.start("points")] + str(shown) + message[m.end("points"):]
+    return message
+
+
 def _exercise_row(x: dict, points: int, title: str = "") -> list[str]:
     status = _tag("span", _(x["status"]), x["status"].replace(" ", "-"))
     name = html.escape(x["exercise"]) + (f"<br>{_tag('span', _(title), 'muted')}" if title else "")
-    return [name, f"{x['earned']}/{points}", status, _tag("pre", x["message"])]
+    return [name, f"{x['earned']}/{points}", status, _tag("pre", message_of(x, points))]
 
 
 def feedback_page(student: dict, exercises: list[dict]) -> str:

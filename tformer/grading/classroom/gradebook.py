@@ -368,7 +368,7 @@ def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roste
            log=print, weights: dict | None = None, overrides: list | None = None) -> None:
     """Add each student's answer records and the class's similar answers (a report; no grade changes) to
     `grades`, apply the teacher's weights and overrides, then write OUT: grades.json, gradebook.csv, the
-    feedback pages, report.html, canvas.csv."""
+    feedback pages, report.html and the LMS file `lms` names (lms.write_export: no other LMS file stays)."""
     from . import feedback, lms as lms_files, similarity
     score(grades, weights, overrides)
     for s in grades["students"]:
@@ -377,25 +377,8 @@ def finish(out: Path, grades: dict, answers: dict, lms: str | None = None, roste
     grades["warnings"] = class_warnings(grades)
     write_outputs(out, grades)
     feedback.write_pages(out, grades)
-    written = ["gradebook.csv", "grades.json", "report.html", "feedback/"]
-    if lms == "canvas":
-        assigned = grades["settings"].get("assignment") or {}
-        text, unmatched = lms_files.canvas_csv(grades, lms_files.read_roster(roster) if roster else None,
-                                               assigned.get("canvas_column", "tformer {chapter}"))
-        _write_atomic(out / "canvas.csv", text)
-        written.append("canvas.csv")
-        for student in unmatched:
-            log(f"tformer grade: {student} matches no row of {roster} (by SIS Login ID, SIS User ID, Canvas ID "
-                f"or name): Canvas will not import that row")
-    if lms == "moodle":                               # Moodle's grade import (lms.moodle_csv)
-        assigned = grades["settings"].get("assignment") or {}
-        text, left = lms_files.moodle_csv(grades, lms_files.read_moodle_roster(roster) if roster else None,
-                                          assigned.get("moodle_column", "tformer {chapter}"))
-        _write_atomic(out / "moodle.csv", text)
-        written.append("moodle.csv")
-        for student, why in left:
-            log(f"tformer grade: {student} {why}: left out of moodle.csv (Moodle refuses a whole file with a row "
-                f"it cannot match)")
+    lms_file = lms_files.write_export(out, grades, lms, roster, log)
+    written = ["gradebook.csv", "grades.json", "report.html", "feedback/"] + ([lms_file] if lms_file else [])
     log(f"wrote {', '.join(written)} in {out}")
 
 

@@ -14,8 +14,9 @@ uploads (Configure Autograder > Zip file upload), and Gradescope runs its `run_a
 Gradescope's layout and results format (gradescope/autograder_samples, docs/specs.md): the zip's files in
 ROOT/source, the submission in ROOT/submission, the results in ROOT/results/results.json with `score` (it
 overrides the tests' sum), `output`, and `tests`, each with `name`, `score`, `max_score`, `output` and
-`visibility`, the fields gradescope-utils' JSONTestRunner writes. A test per exercise; an exercise with hidden
-cases is "after_published" (shown once the teacher publishes the grades), the others "visible". What the grader
+`visibility`, the fields gradescope-utils' JSONTestRunner writes. A test per exercise, its `max_score` and the
+points its output states the assignment's; an exercise with hidden cases is "after_published" (shown once the
+teacher publishes the grades), the others "visible". What the grader
 prints goes to ROOT/results/stdout, which only the teacher sees.
 
 Gradescope runs the autograder as root, in a container that may lack Landlock and user namespaces. So the
@@ -297,6 +298,7 @@ def _visibility(name: str) -> str:
 
 def results(grades: dict) -> dict:
     """Gradescope's results.json from a class of one's grades.json: one test per exercise, the total."""
+    from .feedback import message_of
     from .notebooks import exercises_of
     s = grades["students"][0]
     rows = {x["exercise"]: x for nb in s["notebooks"] for x in nb["exercises"]}
@@ -306,7 +308,7 @@ def results(grades: dict) -> dict:
         n = e["id"]
         if n in rows:
             x = rows[n]
-            output = x["status"] + (f": {x['message']}" if x.get("message") else "")
+            output = x["status"] + (f": {message_of(x, e['points'])}" if x.get("message") else "")
         else:
             output = f"not handed in: {owner.get(n, n)}.ipynb"
         tests.append({"name": n, "score": s["exercises"][n]["earned"], "max_score": e["points"], "output": output,

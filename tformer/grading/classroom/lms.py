@@ -1,16 +1,21 @@
-"""Grades into a learning-management system: Canvas's gradebook import (`--lms canvas`) with Canvas's
-gradebook export read as a roster, and Moodle's grade import (`--lms moodle`) with a Moodle grades export or
-participants CSV read as a roster (`--roster`).
+"""Grades into a learning-management system: one `Export` class per LMS, in EXPORTS by the name `--lms` takes.
 
-    OUT/canvas.csv    one row per student (Student, ID, SIS User ID, SIS Login ID, Section), one column per
-                      chapter, a "Points Possible" row first
-    OUT/moodle.csv    one row per student: an identifier column (Email address or ID number), one column per
-                      chapter (a grade item)
+    Canvas        OUT/canvas.csv, Canvas's gradebook import: one row per student (Student, ID, SIS User ID, SIS
+                  Login ID, Section), one column per chapter, a "Points Possible" row first; its roster is
+                  Canvas's gradebook export (read_roster, match, canvas_csv)
+    Moodle        OUT/moodle.csv, Moodle's grade import: an identifier column (Email address or ID number), one
+                  column per chapter (a grade item); its roster is a Moodle grades export or participants CSV
+                  (read_moodle_roster, match_moodle, moodle_csv)
+    write_export  the chosen export into OUT, and no other LMS file: one an earlier run left there is removed, and
+                  an export with no row the LMS can import is not written; one line says each
+
+A new LMS is one Export subclass in EXPORTS and its test.
 """
 from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from pathlib import Path
 
@@ -189,3 +194,89 @@ def moodle_csv(grades: dict, roster: list[dict] | None = None,
         handed = chapters_handed_in(s, stems) - ungraded_chapters(s)
         w.writerow([ident] + [s.get("chapters_final", s["chapters"])[c] if c in handed else "-" for c in chapters])
     return buf.getvalue(), left
+
+
+# --- one interface ---------------------------------------------------------------------------------------------
+
+class Export:
+    """One LMS's grade import: `--lms name` writes OUT/`file`, its columns named by the assignment's [lms]
+    `column_key`, its students matched to the rows of `--roster`. A subclass sets the names and gives
+    read_roster and csv."""
+    name = title = file = column_key = ""
+    left_out = ""                                     # what the LMS does with a student the file cannot match
+
+    def __init__(self, roster: Path | None = None):
+        self.path = roster
+        self.roster = self.read_roster(roster) if roster else None
+
+    def read_roster(self, path: Path):
+        """The --roster file as this LMS's rows; ValueError (one line) when it cannot be one."""
+        raise NotImplementedError
+
+    def csv(self, grades: dict, column: str) -> tuple[str, list[tuple[str, str]]]:
+        """(the file's text, [(student, why) the LMS will not import])."""
+        raise NotImplementedError
+
+
+class Canvas(Export):
+    name, title, file, column_key = "canvas", "Canvas", "canvas.csv", "canvas_column"
+    left_out = "Canvas will not import that row"
+
+    def read_roster(self, path: Path) -> dict[str, dict]:
+        return read_roster(path)
+
+    def csv(self, grades: dict, column: str) -> tuple[str, list[tuple[str, str]]]:
+        text, unmatched = canvas_csv(grades, self.roster, column)
+        why = f"matches no row of {self.path} (by SIS Login ID, SIS User ID, Canvas ID or name)"
+        return text, [(student, why) for student in unmatched]
+
+
+class Moodle(Export):
+    name, title, file, column_key = "moodle", "Moodle", "moodle.csv", "moodle_column"
+    left_out = "left out of moodle.csv (Moodle refuses a whole file with a row it cannot match)"
+
+    def read_roster(self, path: Path) -> list[dict]:
+        return read_moodle_roster(path)
+
+    def csv(self, grades: dict, column: str) -> tuple[str, list[tuple[str, str]]]:
+        return moodle_csv(grades, self.roster, column)
+
+
+EXPORTS: dict[str, type[Export]] = {"canvas": Canvas, "moodle": Moodle}
+
+
+def write_export(out: Path, grades: dict, name: str | None, roster: Path | None = None, log=print) -> str | None:
+    """Write the export `name` (None: none) into OUT; return its file name, None when none was written. Every
+    other LMS file in OUT is removed, and so is this one's when it is not written (no student row the LMS can
+    import): OUT holds only what this run computed. One line for each file removed or not written."""
+    text, file = None, None
+    if name is not None:
+        export = EXPORTS[name](roster)
+        text = _build(export, grades, log)
+        file = export.file if text is not None else None
+    for other in EXPORTS.values():
+        stale = Path(out) / other.file
+        if other.file != file and stale.exists():
+            stale.unlink()
+            log(f"tformer class: removed {stale}: an earlier run wrote it, and this run's grades are not in it")
+    if file is not None:
+        tmp = Path(out) / (file + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, Path(out) / file)
+    return file
+
+
+def _build(export: Export, grades: dict, log) -> str | None:
+    """The export's text, each student it leaves out named in one line; None (said in one line) when it has no
+    student row the LMS can import."""
+    column = (grades["settings"].get("assignment") or {}).get(export.column_key, "tformer {chapter}")
+    text, left = export.csv(grades, column)
+    n = len(grades["students"])
+    if len(left) < n:
+        for student, why in left:
+            log(f"tformer class: {student} {why}: {export.left_out}")
+        return text
+    example = f"; e.g. {left[0][0]} {left[0][1]}" if left else ""
+    log(f"tformer class: {export.file} not written: none of the {n} student(s) has a row {export.title} can "
+        f"import{example}")
+    return None
