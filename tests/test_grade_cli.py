@@ -415,6 +415,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         (("class", "grade", cls, "--out", out, "--require-all"), ("--require-all",)),
         (("class", "grade", cls, "--shard", "1/2"), ("--out", "required")),
         (("class", "grade", cls, "--out", out, "--roster", tmp_path / "w.txt", "--lms", "moodle"), ("--roster",)),
+        (("class", "grade", cls, "--out", out, "--roster", tmp_path / "w.txt"), ("--roster", "--lms")),
         (("class", "grade", cls, "--out", out, "--shard", "3/2"), ("K/N",)),
         (("class", "merge", out), ("class merge", "--out")),
         (("class", "verify", tmp_path / "none.json", cls), ("class verify", "none.json")),

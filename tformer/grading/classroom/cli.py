@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from .lms import EXPORTS
 from .settings import CLASS_TIMEOUT, NOTEBOOK_TIMEOUT, Run, RunSettings
 
 MOVED = {"merge": "tformer class merge OUT_1 ... OUT_N --out OUT",        # `tformer grade`'s old class flags
@@ -92,17 +93,17 @@ def _memory(args) -> int | None:
 
 
 def _roster(args) -> None:
-    """--roster FILE must be there, and a Moodle roster must have a column that identifies students."""
+    """--roster FILE must be there and readable as the chosen LMS's roster (lms.EXPORTS)."""
     if args.roster is None:
         return
     if not Path(args.roster).is_file():
         raise _user_error(f"--roster {args.roster}: no such file (Canvas: Grades > Export gives one)")
-    if args.lms == "moodle":
-        from .lms import read_moodle_roster
-        try:
-            read_moodle_roster(args.roster)
-        except ValueError as e:
-            raise _user_error(e, "--roster ") from None
+    if args.lms is None:
+        raise _user_error(f"--roster {args.roster} is read for an LMS's import: give --lms ({', '.join(EXPORTS)})")
+    try:
+        EXPORTS[args.lms](args.roster)
+    except ValueError as e:
+        raise _user_error(e, "--roster ") from None
 
 
 def _out_folder(out: Path) -> None:
@@ -236,9 +237,9 @@ FLAGS = {   # the class flags: (option, add_argument's keywords); the same help 
         "grade an assignment with hidden cases even where workers keep some network (no network namespace: "
         "Landlock's TCP rules leave UDP open), which the run then states; without it such a run stops before any "
         "notebook runs"))),
-    "lms": ("--lms", dict(choices=("canvas", "moodle"), default=None, help=(
+    "lms": ("--lms", dict(choices=tuple(EXPORTS), default=None, help=(
         "also write OUT/canvas.csv for Canvas's gradebook import, or OUT/moodle.csv for Moodle's CSV grade import "
-        "(one column per chapter)"))),
+        "(one column per chapter); an LMS file in OUT this run did not write is removed"))),
     "roster": ("--roster", dict(type=Path, default=None, help=(
         "with --lms canvas: Canvas's gradebook export (Grades > Export); canvas.csv takes each student's ID, SIS ids "
         "and section from it, matched by Canvas id (a Canvas download) or by the student folder's name as SIS Login "
