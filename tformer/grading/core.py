@@ -102,6 +102,19 @@ class Exercise:
     partial: dict[str, float] = field(default_factory=dict)   # points per group of cases ("edge", "random",
                                                 # "hidden", or a case's name); {} = all or nothing
 
+    # What an exercise and a question (questions.Question) both answer, so the class run never asks which it holds
+    takes_cases = True                          # judged on cases the grader sends (a question: on its value)
+    NOT_RUN = N_("check(...) never ran for this exercise")
+
+    def entry(self) -> dict:
+        """grades.json's entry: its id, chapter and points."""
+        return {"id": self.name, "chapter": self.name.split(".")[0], "points": self.points}
+
+    def code(self) -> tuple:
+        """The functions whose modules the grader's hash covers."""
+        return tuple(f for f in (self.reference, self.edge_cases, self.random_case, self.compare,
+                                 *self.mistakes.values()) if f is not None)
+
 
 REGISTRY: dict[str, Exercise | Question] = {}
 

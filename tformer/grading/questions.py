@@ -59,6 +59,20 @@ class Question:
     hint: str = ""                              # shown on a wrong answer with no named misconception
     partial: dict = field(default_factory=dict)  # always {}: a question is all or nothing
 
+    # What a question and an exercise (core.Exercise) both answer
+    takes_cases = False                         # judged on the value its check(...) got, never called
+    NOT_RUN = N_("check(...) never ran for this question (its cell deleted, or the notebook stopped before it): "
+                 "a question is graded from its check cell only")
+
+    def entry(self) -> dict:
+        """grades.json's entry: its id, chapter and points, and that it is a question, with its title."""
+        return {"id": self.name, "chapter": self.name.split(".")[0], "points": self.points, "kind": "question",
+                "title": self.title}
+
+    def code(self) -> tuple:
+        """None: a question is data (in chNN.py, which the grader's hash covers, or a teacher's file)."""
+        return ()
+
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"question {self.name}: kind must be one of {KINDS}, got {self.kind!r}")

@@ -1,7 +1,10 @@
-"""The teacher's half of grading: `tformer grade`, for one learner's notebooks or a whole class. A notebook's
-`from tformer.grading import check` loads none of it.
+"""The teacher's half of grading: `tformer grade` for one learner's notebooks, `tformer class grade | verify |
+merge | gradescope` for a class. A notebook's `from tformer.grading import check` loads none of it.
 
-    cli.py          `tformer grade`: the command line, its checks, one line and exit 2 on bad input
+    cli.py          the commands: `tformer grade`, `tformer class ...`, `tformer handout`, `tformer exercise new`;
+                    what was typed becomes one settings.Run; one line and exit 2 on bad input
+    settings.py     what a class run is: the Assignment with the run's flags applied, and RunSettings; grades.json
+                    records it, verify and merge read it back
     notebooks.py    the one reader of notebook files and the one rule for which chapter's notebook a file is
     submissions.py  a class's hand-ins: student folders, a Canvas bulk download, two files for one notebook
     assignment.py   the assignment a teacher declares (--assignment FILE, TOML): notebooks, points, LMS columns,
@@ -20,10 +23,11 @@
     cells.py        the cell plan: which cells of a class's notebook must run
     scan.py         the grader's own reading of a notebook: the released stub by syntax tree, the cells that
                     reach into the grader (flagged for the teacher)
-    run.py          the class run: grade every notebook (resumable), verify a recorded run, shards
+    run.py          the class run: grade every notebook (resumable), --only, verify a recorded run, shards
     gradebook.py    the journal, grades.json, gradebook.csv, the teacher's weights and overrides, totals, merge
     feedback.py     each student's feedback page and the class report (HTML, offline)
-    lms.py          Canvas's and Moodle's grade imports, and their rosters
-    gradescope.py   Gradescope's autograder: the zip (--gradescope-zip) and the run of one submission
+    lms.py          the LMS exports, one Export class per LMS (Canvas, Moodle), and their rosters; an LMS file
+                    this run did not write is removed from OUT
+    gradescope.py   Gradescope's autograder: the zip (`tformer class gradescope`) and the run of one submission
     similarity.py   answers that look alike (a report for the teacher, never a change of grade)
 """

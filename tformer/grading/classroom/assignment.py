@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import REGISTRY, Question, load_exercises, load_hidden
+from ..core import REGISTRY, load_exercises, load_hidden
 from .late import read_rule
 from .notebooks import known_stems
 from .submissions import ClassError
@@ -116,11 +116,11 @@ def use_teacher_files(exercise_files: list[str], released: str = "", hidden: lis
             raise ClassError(f"{f}: {type(e).__name__}: {e}".splitlines()[0]) from None
     from ..core import HIDDEN
     for name in HIDDEN:
-        if isinstance(REGISTRY.get(name), Question):
+        if name in REGISTRY and not REGISTRY[name].takes_cases:
             raise ClassError(f"hidden cases for {name}: it is a question, answered by one value; hidden cases "
                              f"and partial credit apply to exercises only")
     for name, ex in REGISTRY.items():
-        if isinstance(ex, Question) and ex.partial:
+        if not ex.takes_cases and ex.partial:
             raise ClassError(f"{name}: a question is all or nothing; partial credit applies to exercises only")
 
 

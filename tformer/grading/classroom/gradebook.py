@@ -23,7 +23,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..core import REGISTRY, Question
+from ..core import REGISTRY
 from . import late
 from .lms import NOT_GRADED, ungraded_chapters
 from .notebooks import chapter_order, course_exercises, exercises_of
@@ -137,13 +137,8 @@ def build_grades(subs: list[Submission], journal: Journal, settings: dict, grade
 
 
 def exercise_entry(name: str) -> dict:
-    """grades.json's entry for an exercise: its id, chapter and points; a question's also says so, with its
-    title (the feedback pages show it)."""
-    ex = REGISTRY[name]
-    entry = {"id": name, "chapter": name.split(".")[0], "points": ex.points}
-    if isinstance(ex, Question):
-        entry.update(kind="question", title=ex.title)
-    return entry
+    """grades.json's entry for an exercise or a question (its `entry()`)."""
+    return REGISTRY[name].entry()
 
 
 def class_warnings(grades: dict) -> list[str]:

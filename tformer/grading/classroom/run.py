@@ -37,7 +37,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..core import REGISTRY, Question, load_exercises
+from ..core import REGISTRY, load_exercises
 from ..messages import _
 from . import cells as cellplan, scan
 from .gradebook import Journal, build_grades, finish, reload_journal, summary
@@ -69,11 +69,9 @@ def grader_hash(folder: Path | None = None) -> str:
     pages = grading / "classroom" / "feedback.py"
     files = {f for f in grading.rglob("*.py") if f != pages}
     for ex in REGISTRY.values():
-        if isinstance(ex, Question):                # data only, in chNN.py (hashed above) or a teacher's file
-            continue
-        for fn in (ex.reference, ex.edge_cases, ex.random_case, ex.compare, *ex.mistakes.values()):
+        for fn in ex.code():
             try:
-                f = inspect.getsourcefile(fn) if fn is not None else None
+                f = inspect.getsourcefile(fn)
             except TypeError:
                 f = None
             package = Path(__file__).resolve().parents[2]           # tformer/: a teacher's files are apart

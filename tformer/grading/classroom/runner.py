@@ -55,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from ..core import (REGISTRY, Outcome, Question, Result, malformed, exercise_cases, hidden_cases, judge,
+from ..core import (REGISTRY, Outcome, Result, malformed, exercise_cases, hidden_cases, judge,
                     judge_question, load_exercises)
 from ..guards import dotted
 from ..messages import N_, _
@@ -359,14 +359,9 @@ def _request(worker: _Worker, ex, cases: list, torch_seed: int) -> Outcome:
 
 
 MAX_STOPPED_CELLS = 3      # cells left out after they ended or stalled the notebook; after that, the rest is not run
-NOT_RUN = N_("check(...) never ran for this exercise")
-NOT_RUN_QUESTION = N_("check(...) never ran for this question (its cell deleted, or the notebook stopped before it): "
-                      "a question is graded from its check cell only")
-
-
 def not_run(ex) -> str:
     """The message of an exercise or question whose check(...) never ran."""
-    return _(NOT_RUN_QUESTION) if isinstance(ex, Question) else _(NOT_RUN)
+    return _(ex.NOT_RUN)
 
 
 def worker_env(small: bool = True) -> dict[str, str]:
@@ -403,8 +398,8 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
     report = NotebookReport(str(nb_path), chapter_of(nb_path))
     owed = exercises_of(nb_path) if owed is None else list(owed)
     # a question's deleted check cell is not graded from a variable: every question's cell rebinds `answer`
-    fallback = {n: f for n, f in (fallback or {}).items() if not isinstance(REGISTRY.get(n), Question)}
-    questions = [n for n in owed if isinstance(REGISTRY.get(n), Question)]
+    fallback = {n: f for n, f in (fallback or {}).items() if n in REGISTRY and REGISTRY[n].takes_cases}
+    questions = [n for n in owed if n in REGISTRY and not REGISTRY[n].takes_cases]
     budget = _Budget(notebook_timeout)
     t0 = time.perf_counter()
     recs: dict[str, dict] = {}     # name -> {"value"} (a question) or {"cases", "hidden", "seeds", "outcome", "stop"}
@@ -489,7 +484,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
         ex = REGISTRY[name]
         if name not in w.ready:
             recs[name] = {"missing": True}
-        elif isinstance(ex, Question):                # its value came with "ready": nothing to call
+        elif not ex.takes_cases:                      # its value came with "ready": nothing to call
             recs[name] = {"value": w.values.get(name)}
         else:
             s = (seeds or {}).get(name) or fresh_seeds(ex)
@@ -525,7 +520,7 @@ def grade_cells(nb_path: Path, cells: list[tuple[int, str]], launch, timeout: fl
             status, message = st["halt"] if rec is None and st["halt"] else ("not run", None)
             report.rows.append(Row(name, ex.points, False, status, message or not_run(ex)))
             continue
-        if isinstance(ex, Question):                  # judged here, like an exercise; the value is checked first
+        if not ex.takes_cases:                        # judged here, like an exercise; the value is checked first
             res = judge_question(ex, rec["value"])
             report.rows.append(Row(name, ex.points, res.passed, res.status, res.message, mistakes=res.mistakes))
             continue

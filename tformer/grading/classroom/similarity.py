@@ -20,7 +20,7 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
-from ..core import REGISTRY, Question
+from ..core import REGISTRY
 from .notebooks import ROOT, check_calls, parse_cells, read_cells, released_notebooks
 
 MIN_NODES = 30          # an answer shorter than this many AST nodes is not distinctive
@@ -85,7 +85,7 @@ def graded_functions(sources: list[str]) -> dict[str, ast.FunctionDef]:
     trees = parse_cells(sources)                      # each cell parsed once, only those with `def ` or `check(`
     out = {}
     for ex, (at, name) in check_calls(sources, trees).items():
-        if isinstance(REGISTRY.get(ex), Question):
+        if ex in REGISTRY and not REGISTRY[ex].takes_cases:
             continue                                  # a question's answer is a value, not a program
         for tree in reversed(trees[:at + 1]):
             defs = [n for n in (tree.body if tree else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
