@@ -95,7 +95,10 @@ def test_a_teachers_exercise_is_graded_like_the_courses(course):
 def test_an_edit_to_the_teachers_file_regrades_and_verify_refuses_the_old_record(course, tmp_path):
     """The journal's key holds the teacher's files' hash: an edit regrades the notebooks (the grader's own hash
     is unchanged), and `--verify` refuses grades.json made with the old files."""
-    root, cls, out = course
+    import shutil
+    root, cls, graded = course
+    out = tmp_path / "out"                                 # a copy: the class's own OUT stays as graded
+    shutil.copytree(graded, out)
     old = json.loads((out / "grades.json").read_text(encoding="utf-8"))
     lines = len((out / "journal.jsonl").read_text().splitlines())
     week3 = root / "week3.py"
@@ -434,3 +437,49 @@ def test_an_exercise_the_public_file_cannot_hold_is_one_line_and_nothing_is_writ
     one_line_error(tformer("handout", "--out", tmp_path / "h", "--assignment", tmp_path / "a.toml", cwd=tmp_path),
                    "w04.odd", "a single zero", "set")
     assert not (tmp_path / "h").exists()
+
+
+def test_only_after_an_edit_then_shards_merged_with_a_teachers_exercise(course, tmp_path):
+    """After an edit of week3.py, `--only w03.double` grades that exercise again in the four notebooks that owe it,
+    keeps ada's chapter-1 verdicts, and says so. Two shards of the class, with an override of the teacher's
+    exercise, merge into the one run's gradebook: merge loads the files the shards recorded. A shard graded
+    with other files is refused in one line."""
+    import shutil
+    root, cls, out = course
+    work, toml = root / "work", root / "week3.toml"
+    week3 = root / "week3.py"
+    text = week3.read_text()
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    lines = len((again / "journal.jsonl").read_text().splitlines())
+    try:
+        week3.write_text(text + "\n# a clearer hint next year\n")
+        proc = tformer("class", "grade", cls, "--out", again, "--assignment", toml, "--only", "w03.double",
+                       "--workers", 2, cwd=work)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        said = [line for line in proc.stdout.splitlines() if line.startswith("--only w03.double:")]
+        assert said and "graded again in 4 notebook(s); 1 other notebook(s) kept" in said[0], proc.stdout[-3000:]
+        assert "1 of them graded before the teacher's files changed" in said[0], said
+        assert len((again / "journal.jsonl").read_text().splitlines()) == lines + 4
+        assert (again / "gradebook.csv").read_text() == (out / "gradebook.csv").read_text()
+        refused = tformer("class", "merge", out, again, "--out", tmp_path / "mixed", cwd=work)
+        one_line_error(refused, "other exercise files")
+    finally:
+        week3.write_text(text)
+    (tmp_path / "overrides.csv").write_text("student,exercise,points,reason\nbob,w03.double,1,right on paper\n")
+    parts = []
+    for k in (1, 2):
+        part = tmp_path / f"part{k}"
+        part.mkdir()
+        shutil.copy(out / "journal.jsonl", part / "journal.jsonl")       # graded already: nothing runs again
+        parts.append(part)
+    procs = [tformer("class", "grade", cls, "--out", part, "--shard", f"{k}/2", "--assignment", toml, "--overrides",
+                     tmp_path / "overrides.csv", "--workers", 1, cwd=work) for k, part in enumerate(parts, 1)]
+    assert all(p.returncode == 0 for p in procs), [p.stderr[-2000:] for p in procs]
+    merged = tformer("class", "merge", *parts, "--out", tmp_path / "all", cwd=work)
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    book = {r[0]: r for r in csv.reader((tmp_path / "all" / "gradebook.csv").open(encoding="utf-8"))}
+    single = {r[0]: r for r in csv.reader((out / "gradebook.csv").open(encoding="utf-8"))}
+    head = book["student"]
+    assert head == single["student"] and book["bob"][head.index("w03.double")] == "1"
+    assert all(book[s] == single[s] for s in ("ada", "cy", "dee"))

@@ -130,8 +130,8 @@ class Run:
             raise ClassError(f"{where}: the teacher's files it was graded with cannot be loaded now: {e}") from None
         if now != settings.get("exercises_hash", ""):
             files = [*run.exercise_files, *run.hidden] + ([run.released] if run.released else [])
-            raise ClassError(f"{where} was graded with other versions of the teacher's files ({', '.join(files)}) "
-                             f"than those there now: use the files that graded it")
+            raise ClassError(f"{where} was graded with other exercise files than those there now "
+                             f"({', '.join(files)}): use the files that graded it")
         return run
 
     def differences(self, other: "Run") -> list[str]:
