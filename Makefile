@@ -22,7 +22,7 @@ PYVER           = $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export TFORMER_SMALL ?= 1
 
-.PHONY: lab test install torch browser book notebooks solutions grade handout bench clean constraints
+.PHONY: lab test install torch browser book notebooks solutions grade handout bench term clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -133,6 +133,10 @@ handout: install
 
 bench: install
 	$(PY) benchmarks/bench_core.py
+
+# A teacher's term replayed through the commands as typed (tools/term.py): a few minutes; not part of `make test`.
+term: install
+	$(PY) -m tools.term
 
 # Move to newer versions: upgrade within pyproject.toml's ranges, record them, run every test on them.
 constraints: torch
