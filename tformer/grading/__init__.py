@@ -10,8 +10,18 @@ and their Chinese translation), inputs.py (shared seeded inputs), public.py (a t
 registered by `load_exercises()`), classroom/ (`tformer grade`: one learner's notebooks or a whole class,
 graded in workers out of the learner's reach; its docstring is its map).
 """
-from .core import (REGISTRY, Case, Exercise, Question, Result, add_hidden_cases, check, compare, get_mode,
-                   load_exercises, register, set_mode)
-
 __all__ = ["check", "Case", "Exercise", "Result", "REGISTRY", "register", "compare", "set_mode", "get_mode",
            "load_exercises", "add_hidden_cases", "Question"]
+
+
+def __getattr__(name: str):
+    """The checker's names load core.py (and torch) on first use: `tformer class ...` parses its arguments
+    without either."""
+    if name in __all__:
+        from . import core
+        return getattr(core, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

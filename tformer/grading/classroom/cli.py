@@ -74,6 +74,8 @@ def _language(args) -> None:
 
 def _teacher_files(files) -> None:
     """Load --exercises FILE... now, so the names --only, --weights and --overrides give can be checked."""
+    if not files:
+        return
     from .assignment import use_teacher_files
     from .submissions import ClassError
     try:
@@ -149,12 +151,13 @@ def _class_grade(args: argparse.Namespace) -> int:
     from .submissions import ClassError
     _out_folder(args.out)
     _roster(args)
-    _teacher_files(args.exercises)
+    _memory(args)
     _language(args)
     try:
         submissions.read_class(Path(args.path))
     except (OSError, ClassError) as e:
         raise _user_error(e) from None
+    _teacher_files(args.exercises)
     plan = class_run(args)
     try:
         run.grade_class(Path(args.path), Path(args.out), plan)
