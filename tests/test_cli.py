@@ -423,3 +423,113 @@ def test_a_missing_extra_is_one_line_naming_it(capsys, monkeypatch, tmp_path):
     code, _, err = run_cli(capsys, "serve", "--demo")
     line = one_line_error(err, "uvicorn", '.[serve]')
     assert code == 2 and "bug" not in line, line
+
+
+# -- the command answers --help and a usage error before torch loads ---------------------------------------------
+GRADING_CLI = "tformer.grading.classroom.cli"      # `tformer grade` (and `tformer class`): its rewrite is torch-free
+
+# run in a fresh interpreter: build the parser, then `tformer ARGV` for each ARGV given, and report whether torch
+# (or numpy, which torch brings) was loaded at each step. argv[1]: where to write the report; argv[2:]: the
+# modules of COMMANDS to leave out
+PARSER_PROBE = r'''
+import argparse, contextlib, io, json, sys
+import tformer.cli as cli
+report_to, skip = sys.argv[1], sys.argv[2:]
+cli.COMMANDS[:] = [m for m in cli.COMMANDS if m not in skip]
+heavy = lambda: sorted({m.split(".")[0] for m in sys.modules} & {"torch", "numpy"})
+seen = {"import tformer.cli": heavy()}
+parser = cli.build_parser()
+seen["build_parser()"] = heavy()
+commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+runs = [["--help"], ["doctor", "--no-such-flag"]] + [[c, "--help"] for c in commands if c != "capstone"]
+codes = {}
+for argv in runs:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+    codes[" ".join(argv)] = code
+    seen["tformer " + " ".join(argv)] = heavy()
+json.dump({"seen": seen, "codes": codes, "commands": sorted(commands)}, open(report_to, "w"))
+'''
+
+
+def probe_parser(tmp_path: Path, skip: list[str]) -> dict:
+    from test_grade_cli import CHECKOUT
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(CHECKOUT)
+    out = tmp_path / "probe.json"
+    r = subprocess.run([sys.executable, "-c", PARSER_PROBE, str(out), *skip], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_help_and_a_usage_error_answer_without_torch_every_command_but_grading(tmp_path):
+    """Building the parser, `tformer --help`, `tformer doctor --help`, every other command's --help and a usage
+    error load no torch: each command module imports what its handler needs inside the handler. `tformer
+    capstone --help` does load it (listing the capstones imports them), and the grading command is left out here
+    (the next test holds it)."""
+    from test_grade_cli import tformer
+    report = probe_parser(tmp_path, [GRADING_CLI])
+    assert {"doctor", "translate", "serve", "export", "capstone"} <= set(report["commands"]), report["commands"]
+    assert report["codes"]["--help"] == 0 and report["codes"]["doctor --help"] == 0, report["codes"]
+    assert report["codes"]["doctor --no-such-flag"] == 2, report["codes"]
+    loaded = {step: mods for step, mods in report["seen"].items() if mods}
+    assert not loaded, f"torch loaded before a handler ran: {loaded}"
+    for argv in (["--help"], ["doctor", "--help"]):            # and as typed, from outside the checkout
+        r = tformer(*argv, cwd=tmp_path)
+        assert r.returncode == 0 and r.stdout.startswith("usage: tformer") and not r.stderr, (argv, r.stderr[-2000:])
+    assert "--no-speed" in tformer("doctor", "--help", cwd=tmp_path).stdout
+
+
+@pytest.mark.xfail(strict=False, reason="tformer/grading/classroom/cli.py imports the grader (and torch) at module "
+                                        "level until its torch-free rewrite lands; drop this mark then")
+def test_help_and_a_usage_error_answer_without_torch_grading_included(tmp_path):
+    report = probe_parser(tmp_path, [])
+    assert "grade" in report["commands"]
+    loaded = {step: mods for step, mods in report["seen"].items() if mods}
+    assert not loaded, f"torch loaded before a handler ran: {loaded}"
+
+
+FACADE_PROBE = r'''
+import json, sys
+import tformer
+out = {"import tformer": "torch" in sys.modules, "dir": sorted(dir(tformer))}
+star = {}
+exec("from tformer import *", star)
+out["star"] = sorted(k for k in star if not k.startswith("__"))
+out["all"] = sorted(tformer.__all__)
+out["after star"] = "torch" in sys.modules
+out["switches"] = "tformer.utils.runtime" in sys.modules
+from tformer import MultiHeadAttention
+import tformer.attention
+out["same"] = MultiHeadAttention is tformer.MultiHeadAttention is tformer.attention.MultiHeadAttention
+try:
+    tformer.no_such_name
+except AttributeError as e:
+    out["missing"] = str(e)
+json.dump(out, sys.stdout)
+'''
+
+
+def test_the_package_names_load_lazily_and_all_of_them_still_import(tmp_path):
+    """`import tformer` loads no torch; `from tformer import *`, `from tformer import X` and `tformer.X` give
+    every name of __all__ (torch loads then, and the run-time switches with it); `import torch; import tformer`,
+    as the notebooks start, applies the switches at once."""
+    from test_grade_cli import CHECKOUT
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(CHECKOUT)
+    r = subprocess.run([sys.executable, "-c", FACADE_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["import tformer"] is False
+    assert set(out["all"]) <= set(out["dir"]) and "__version__" in out["dir"]
+    assert out["star"] == out["all"], set(out["star"]) ^ set(out["all"])
+    assert out["after star"] and out["switches"] and out["same"]
+    assert "no_such_name" in out["missing"]
+    r = subprocess.run([sys.executable, "-c", "import sys, torch, tformer; print('tformer.utils.runtime' in sys.modules)"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip() == "True", r.stderr[-3000:]

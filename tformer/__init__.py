@@ -43,20 +43,28 @@ this map; tests/test_layout.py keeps the three in agreement.
     doctor       `tformer doctor`: the environment, backend parity, what to expect here
     cli          the `tformer` command
 """
-from .attention import (MultiHeadAttention, capture_attention, merge_heads,
-                        scaled_dot_product_attention, split_heads)
-from .kernels import fast_attention
-from .blocks import BlockConfig, DecoderLayer, FeedForward, TransformerBlock
-from .cache import KVCache
-from .masks import causal_mask, combine_masks, lengths_mask, padding_mask, sliding_window_mask
-from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding, rope_frequencies,
-                         sinusoidal_shift_matrix, sinusoidal_table)
-from .moe import MoE, MoEConfig
-from .inference.paged_cache import BlockPool, PagedConfig, PagedKVCache
-from .inference.quantize import QuantLinear, quantize_model
-from .utils.device import device
-from .utils.runtime import SMALL, seed_everything
-from .inference.speculative import speculative_generate
+import importlib
+import sys
+
+# name -> the module it comes from. The names load lazily (`__getattr__` below), so that `import tformer` and the
+# `tformer` command's parser import no torch; `from tformer import X`, `tformer.X` and `from tformer import *`
+# import X's module on first use
+_SOURCES = {name: module for module, names in {
+    "attention": ("MultiHeadAttention", "capture_attention", "merge_heads", "scaled_dot_product_attention",
+                  "split_heads"),
+    "kernels": ("fast_attention",),
+    "blocks": ("BlockConfig", "DecoderLayer", "FeedForward", "TransformerBlock"),
+    "cache": ("KVCache",),
+    "masks": ("causal_mask", "combine_masks", "lengths_mask", "padding_mask", "sliding_window_mask"),
+    "positional": ("LearnedPositionalEmbedding", "RotaryEmbedding", "SinusoidalPositionalEncoding", "rope_frequencies",
+                   "sinusoidal_shift_matrix", "sinusoidal_table"),
+    "moe": ("MoE", "MoEConfig"),
+    "inference.paged_cache": ("BlockPool", "PagedConfig", "PagedKVCache"),
+    "inference.quantize": ("QuantLinear", "quantize_model"),
+    "utils.device": ("device",),
+    "utils.runtime": ("SMALL", "seed_everything"),
+    "inference.speculative": ("speculative_generate",),
+}.items() for name in names}
 
 __version__ = "0.1.0"
 __all__ = [
@@ -68,3 +76,27 @@ __all__ = [
     "BlockPool", "PagedConfig", "PagedKVCache", "QuantLinear", "quantize_model", "speculative_generate",
     "MoE", "MoEConfig",
 ]
+
+
+def _switches() -> None:
+    """Load utils/runtime.py, whose import applies the run-time switches (small mode's torch threads): before
+    any name of this package loads, and at once when torch is already loaded."""
+    importlib.import_module(".utils.runtime", __name__)
+
+
+def __getattr__(name: str):
+    module = _SOURCES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _switches()
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value                  # the next lookup finds it without __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if "torch" in sys.modules:          # a notebook starts `import torch`, then `import tformer`
+    _switches()

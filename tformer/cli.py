@@ -1,7 +1,8 @@
 """The `tformer` command. Each topic module that has a command line adds its subcommand here.
 
 A module listed in COMMANDS defines `add_cli(subparsers)`, which adds a subparser and sets
-`func=handler` (handler(args) -> exit code).
+`func=handler` (handler(args) -> exit code). The module and its add_cli import no torch and nothing heavy: the
+handler imports what it needs, so that `tformer --help` and a usage error answer before torch would load.
 
 Errors, the same for every subcommand (`tformer.utils.errors`). A handler raises `UserError("what was wrong;
 what to do")` for bad input; `main` prints it as one line on stderr and exits with status 2. A missing
@@ -31,7 +32,33 @@ from .utils.errors import EXIT_FAILED, EXIT_USER, EXTRAS, JobFailed, MissingExtr
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (the subcommand, what was wrong, where help is), exit 2."""
+    """argparse, but a usage error is one line (the subcommand, what was wrong, where help is), exit 2.
+
+    A subcommand whose arguments cost an import to list (`tformer capstone` finds its capstones by importing
+    them) gives them with `fill_later(add)`: `add(parser)` runs when that subcommand is parsed or its help or
+    usage is shown, so building the whole parser imports no torch."""
+
+    _later = None
+
+    def fill_later(self, add) -> None:
+        self._later = add
+
+    def _fill(self) -> None:
+        add, self._later = self._later, None
+        if add is not None:
+            add(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._fill()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._fill()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._fill()
+        return super().format_help()
 
     def error(self, message: str):
         self.exit(EXIT_USER, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")

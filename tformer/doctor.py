@@ -15,6 +15,9 @@
    of each tier of the translation capstone (`tformer translate train --preset ...`).
 
 Exit status 0 when every check passes, 1 otherwise. About 20-40 s on a 2-core CPU.
+
+This module imports torch, and what it checks, inside the functions that use them: `tformer doctor` sits in the
+command's parser (add_cli below), and `tformer --help` or a usage error must answer without loading torch.
 """
 from __future__ import annotations
 
@@ -30,33 +33,26 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .cli import add_debug
-from .data.sources import cache_dir
-from .grading.compare import compare, flatten_tensors
-from .measure.flash import lm_throughput
-from .models.gpt import GPT, GPTConfig
-from .moe import MoE, MoEConfig
-from .training.losses import causal_lm_loss, label_smoothed_cross_entropy
-from .training.trainer import fusable
 from .translate.presets import PRESETS
-from .utils import device as policy
 from .utils.errors import UserError
+
+if TYPE_CHECKING:                                    # the annotations' names; each function imports what it runs
+    import torch
+    import torch.nn as nn
+    from torch.nn.attention import SDPBackend
+
+    from .utils import device as policy
 
 ROOT = Path(__file__).resolve().parents[1]           # the repository checkout, when tformer runs from one
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 
 # tolerances, float32 (or the autocast dtype) on the chosen device against float64 on the CPU
 FP32 = dict(atol=1e-4, rtol=1e-3)                    # float32 keeps ~7 digits; sums of 100s of terms lose 1-2
-HALF = {torch.bfloat16: dict(atol=6e-2, rtol=6e-2),  # bf16 keeps ~3 digits (eps 2^-8)
-        torch.float16: dict(atol=1e-2, rtol=1e-2)}   # fp16 keeps ~4 (eps 2^-11)
+HALF = {"bfloat16": dict(atol=6e-2, rtol=6e-2),     # bf16 keeps ~3 digits (eps 2^-8); keyed by the dtype's name
+        "float16": dict(atol=1e-2, rtol=1e-2)}      # fp16 keeps ~4 (eps 2^-11)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -88,11 +84,17 @@ class Outcome:
 
 
 def _tensors(x) -> list[torch.Tensor]:
+    import torch
+
+    from .grading.compare import flatten_tensors
     return [t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu() for t in flatten_tensors(x)]
 
 
 def run_check(check: Check, dev: torch.device) -> Outcome:
     """Run one check on `dev` and judge it against float64 on the CPU with the grader's comparison."""
+    import torch
+
+    from .grading.compare import compare, flatten_tensors
     dtype, name, atol, rtol = check.dtype or torch.float32, check.name, check.atol, check.rtol
     try:
         raw = check.candidate(dev, dtype)
@@ -102,9 +104,10 @@ def run_check(check: Check, dev: torch.device) -> Outcome:
     except Exception as e:  # noqa: BLE001: a backend that crashes fails its check, it does not stop the doctor
         return Outcome(name, "FAIL", None, atol, rtol, f"raised {type(e).__name__}: "
                        f"{' '.join(str(e).split())[:160]}", check.advice, _dn(dtype))
-    half = next((t.dtype for t in flatten_tensors(raw) if t.dtype in HALF), None)
+    half = next((t.dtype for t in flatten_tensors(raw) if _dn(t.dtype) in HALF), None)
     if half is not None:          # a kernel that ran in bf16/fp16 (flash, autocast) is judged at that precision
-        dtype, atol, rtol = half, max(atol, HALF[half]["atol"]), max(rtol, HALF[half]["rtol"])
+        tol = HALF[_dn(half)]
+        dtype, atol, rtol = half, max(atol, tol["atol"]), max(rtol, tol["rtol"])
     want = _tensors(check.reference() if check.reference else check.candidate(torch.device("cpu"), torch.float64))
     err = max(((g - w).abs().nan_to_num(nan=float("inf")).max().item() if w.numel() else 0.0)
               for g, w in zip(got, want)) if len(got) == len(want) else float("inf")
@@ -123,10 +126,12 @@ def _dn(dtype) -> str:
 
 
 def _gen(seed: int) -> torch.Generator:
+    import torch
     return torch.Generator().manual_seed(seed)
 
 
 def _randn(*shape, seed: int) -> torch.Tensor:
+    import torch
     return torch.randn(*shape, generator=_gen(seed))
 
 
@@ -135,6 +140,7 @@ def _qkv(dev, dtype, seed=0, b=2, h=4, t=33, d=16):
 
 
 def _causal_reference():
+    import torch
     q, k, v = _qkv("cpu", torch.float64)
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
     keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
@@ -144,6 +150,9 @@ def _causal_reference():
 def attention_check(kernel: Callable | None = None, name: str = "attention (tformer reference)") -> Check:
     """Causal attention through `kernel(q, k, v, mask) -> out` (default: tformer's reference attention)
     against the formula softmax(QK^T / sqrt(d_k)) V in float64."""
+    import torch
+
+    from .attention import scaled_dot_product_attention
 
     def kern(q, k, v, mask):
         return scaled_dot_product_attention(q, k, v, mask)[0]
@@ -159,6 +168,10 @@ def attention_check(kernel: Callable | None = None, name: str = "attention (tfor
 def sdpa_check(backend: SDPBackend, half: torch.dtype | None) -> Check:
     """F.scaled_dot_product_attention forced to one backend; kernels without float32 (flash and cuDNN on CUDA)
     run in `half`, the policy's autocast dtype."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
     def run(dev, dtype):
         for dt in (dtype, half) if half is not None and dtype == torch.float32 else (dtype,):
             q, k, v = _qkv(dev, dt)
@@ -174,6 +187,8 @@ def sdpa_check(backend: SDPBackend, half: torch.dtype | None) -> Check:
 
 def _fwd_bwd(module: nn.Module, make_input: Callable[[torch.device, torch.dtype], tuple], loss: Callable):
     """Outputs, input gradients and every parameter gradient of `loss(module(*inputs))`."""
+    import torch
+
     def run(dev, dtype):
         m = copy.deepcopy(module).to(dev, dtype)
         inputs = make_input(dev, dtype)
@@ -190,10 +205,14 @@ def _leaf(*shape, seed, dev, dtype):
 
 
 def _weighted(out):      # a loss whose gradient differs per element
+    import torch
     return (out * torch.linspace(-1, 1, out.numel(), device=out.device, dtype=out.dtype).view_as(out)).sum()
 
 
 def mha_check() -> Check:
+    import torch
+
+    from .attention import MultiHeadAttention
     torch.manual_seed(0)
     mha = MultiHeadAttention(64, 4)
     return Check("multi-head attention fwd+bwd", _fwd_bwd(
@@ -201,6 +220,8 @@ def mha_check() -> Check:
 
 
 def layernorm_check() -> Check:
+    import torch
+    import torch.nn as nn
     torch.manual_seed(0)
     ln = nn.LayerNorm(64)
     with torch.no_grad():
@@ -210,6 +231,9 @@ def layernorm_check() -> Check:
 
 
 def cross_entropy_check() -> Check:
+    import torch
+
+    from .training.losses import label_smoothed_cross_entropy
 
     def run(dev, dtype):
         logits = _leaf(64, 500, seed=3, dev=dev, dtype=dtype)
@@ -221,12 +245,18 @@ def cross_entropy_check() -> Check:
 
 
 def _tiny_gpt(**kw):
+    import torch
+
+    from .models.gpt import GPT, GPTConfig
     torch.manual_seed(0)
     cfg = dict(vocab_size=97, context_length=32, n_layers=2, n_heads=4, d_model=64, dropout=0.0)
     return GPT(GPTConfig(**{**cfg, **kw}))
 
 
 def gpt_step_check() -> Check:
+    import torch
+
+    from .training.losses import causal_lm_loss
     gpt = _tiny_gpt()
 
     def run(dev, dtype):
@@ -239,6 +269,9 @@ def gpt_step_check() -> Check:
 
 
 def adamw_check() -> Check:
+    import torch
+
+    from .training.trainer import fusable
 
     def run(dev, dtype):
         params = [_randn(33, 17, seed=6).to(dev, dtype).requires_grad_(), _randn(17, seed=7).to(dev, dtype).requires_grad_()]
@@ -254,6 +287,9 @@ def adamw_check() -> Check:
 
 
 def moe_check() -> Check:
+    import torch
+
+    from .moe import MoE, MoEConfig
     torch.manual_seed(0)
     moe = MoE(32, MoEConfig(d_ff=64, n_experts=4, top_k=2))
 
@@ -268,6 +304,9 @@ def moe_check() -> Check:
 
 def autocast_check(amp: torch.dtype | None) -> Check:
     """GPT forward and loss under autocast in the policy's dtype (float32 where it does not autocast)."""
+    import torch
+
+    from .training.losses import causal_lm_loss
     gpt = _tiny_gpt()
 
     def run(dev, dtype):
@@ -283,6 +322,8 @@ def autocast_check(amp: torch.dtype | None) -> Check:
 
 
 def checks(p: policy.Policy) -> list[Check]:
+    import torch
+    from torch.nn.attention import SDPBackend
     half = p.amp_dtype or (torch.bfloat16 if p.device.type == "cuda" else None)
     out = [attention_check()]
     backends = [b for b in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
@@ -303,6 +344,9 @@ def run_checks(p: policy.Policy) -> list[Outcome]:
 def try_bf16(dev: torch.device) -> Outcome:
     """bf16 autocast on `dev` against float64, stored for the policy (tformer.utils.device.mps_bf16_safe).
     A failure is information, not an error: the policy then keeps float32 there."""
+    import torch
+
+    from .utils import device as policy
     r = run_check(autocast_check(torch.bfloat16), dev)
     r.name += " (tried for the policy)"
     policy.store_mps_bf16(r.status == "PASS", r.max_error)
@@ -375,6 +419,10 @@ def hub_status(timeout: float = 2.0) -> str:
 
 
 def environment(p: policy.Policy) -> dict[str, Any]:
+    import torch
+
+    from .data.sources import cache_dir
+    from .utils import device as policy
     build = ("CUDA " + torch.version.cuda) if torch.version.cuda else (
         "MPS" if policy.mps_available() else ("ROCm " + torch.version.hip) if getattr(torch.version, "hip", None)
         else "CPU")
@@ -428,6 +476,10 @@ def translate_flops_per_step(name: str) -> float:
 
 def measure(p: policy.Policy, seconds: float = 6.0) -> dict[str, Any]:
     """A GPT training step (forward, loss, backward, AdamW) in the policy's dtype: tokens/s and FLOP/s."""
+    import torch
+
+    from .measure.flash import lm_throughput
+    from .models.gpt import GPT, GPTConfig
     big = p.device.type != "cpu"
     cfg = GPTConfig(vocab_size=8192, context_length=256, n_layers=4 if not big else 8, n_heads=4 if not big else 8,
                     d_model=256 if not big else 512, dropout=0.0)
@@ -460,6 +512,7 @@ def _duration(s: float) -> str:
 # the command
 # ------------------------------------------------------------------------------------------------------------
 def report(measure_speed: bool = True) -> dict[str, Any]:
+    from .utils import device as policy
     t0 = time.perf_counter()
     p = policy.choose(capstone=True)
     env = environment(p)
@@ -505,6 +558,7 @@ def _print(rep: dict[str, Any], file=sys.stdout) -> None:
 
 
 def _handler(args) -> int:
+    from .utils import device as policy
     try:
         rep = report(measure_speed=not args.no_speed)
     except policy.DeviceError as e:

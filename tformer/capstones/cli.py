@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 
 from ..cli import add_debug, positive_float, positive_int
-from .base import capstones, run_capstone
-from .runfolder import default_out
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -30,6 +28,13 @@ def add_cli(sub) -> None:
                        description="Run (or resume) a capstone into a run folder; ends with DIR/result.json and "
                                    "DIR/report.md. Ignores TFORMER_SMALL. `tformer capstone NAME --help` lists "
                                    "NAME's options.")
+    add_debug(p)
+    p.fill_later(add_capstones)       # listing the capstones imports them (and torch): only for `tformer capstone`
+
+
+def add_capstones(p: argparse.ArgumentParser) -> None:
+    """One subcommand per capstone of the registry, with the common options and the capstone's own."""
+    from .base import capstones
     names = p.add_subparsers(dest="name", metavar="NAME", required=True, title="capstones")
     for name, cls in capstones().items():
         c = names.add_parser(name, help=f"(ch. {cls.chapter}) {cls.summary}",
@@ -38,10 +43,11 @@ def add_cli(sub) -> None:
         add_common(c)
         cls.add_arguments(c)
         c.set_defaults(func=_run, own=[a.dest for a in cls.own_options()])
-    add_debug(p)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .base import run_capstone
+    from .runfolder import default_out
     res = run_capstone(args.name, args.out, time_budget=args.time_budget, max_steps=args.max_steps,
                        threads=args.threads, tiny=args.tiny, **{d: getattr(args, d) for d in args.own})
     if res is None:

@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
-from ..training.checkpoint import RunLock, atomic_write_text
-
+# torch and the checkpoint module load when a run starts, not on import: `tformer capstone` is in the command's
+# parser, which imports no torch
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -78,6 +76,8 @@ def cpu_model() -> str:
 
 
 def machine() -> dict:
+    import torch
+
     from ..utils.device import device as policy_device
     dev = policy_device(capstone=True)
     name = torch.cuda.get_device_name() if dev.type == "cuda" else (platform.processor() or platform.machine())
@@ -94,11 +94,13 @@ class CapstoneRun:
     def __init__(self, name: str, out: str | os.PathLike, config: dict, opts: Options, command: str = ""):
         self.name, self.out, self.config, self.opts = name, Path(out), config, opts
         self.command = command or f"tformer capstone {name}"
+        from ..training.checkpoint import RunLock
         self.lock = RunLock(self.out)
         self.state: dict = {"wall_s": 0.0, "cpu_s": 0.0, "sessions": 0, "parts": {}}
         self._t0 = self._c0 = 0.0
 
     def __enter__(self) -> "CapstoneRun":
+        from ..training.checkpoint import atomic_write_text
         if self.out.exists() and not self.out.is_dir():
             from ..utils.errors import UserError
             raise UserError(f"--out {self.out} is a file, not a run folder")
@@ -131,6 +133,7 @@ class CapstoneRun:
 
     # -- time and parts ----------------------------------------------------------------------------------
     def save_state(self) -> None:
+        from ..training.checkpoint import atomic_write_text
         t, c = time.perf_counter(), time.process_time()
         self.state["wall_s"] += t - self._t0
         self.state["cpu_s"] += c - self._c0
@@ -165,6 +168,7 @@ class CapstoneRun:
     # -- the end ------------------------------------------------------------------------------------------
     def finish(self, result: dict, report: str, figures: dict[str, Any] | None = None) -> dict:
         """Write result.json (the recipe's fields plus the common ones) and report.md with its plots."""
+        from ..training.checkpoint import atomic_write_text
         self.save_state()
         full = {"capstone": self.name, **result, "config": self.config,
                 "wall_minutes": round(self.state["wall_s"] / 60, 2), "cpu_minutes": round(self.state["cpu_s"] / 60, 2),

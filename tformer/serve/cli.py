@@ -43,9 +43,10 @@ def _load_float32(args):
 def serve(args) -> int:
     import uvicorn
 
+    from ..inference.engine import BLOCK_SIZE
     from .app import build_app
     model, tok, name = _load(args)
-    app = build_app(model, tok, name=args.name or name, api_key=args.api_key, block_size=args.block_size,
+    app = build_app(model, tok, name=args.name or name, api_key=args.api_key, block_size=args.block_size or BLOCK_SIZE,
                     n_blocks=args.n_blocks, max_running=args.max_running, max_waiting=args.max_waiting)
     print(f"tformer serve: {args.name or name} ({model.num_params() / 1e6:.1f}M parameters) on "
           f"http://{args.host}:{args.port}/v1", flush=True)
@@ -73,7 +74,6 @@ def export(args) -> int:
 
 def add_cli(sub) -> None:
     from ..cli import add_debug, positive_int
-    from ..inference.engine import BLOCK_SIZE
     p = sub.add_parser("serve", help="an OpenAI-compatible server (continuous batching over a paged cache)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="a run folder (config.json, model.safetensors, tokenizer.json)")
@@ -86,7 +86,8 @@ def add_cli(sub) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="weights and KV cache (bfloat16: half the bytes; on a CPU with bf16 units, Intel AMX or "
                         "AVX512-BF16, benchmarks/bench_serve.py runs faster in it)")
-    p.add_argument("--block-size", type=positive_int, default=BLOCK_SIZE, help="tokens per KV block")
+    p.add_argument("--block-size", type=positive_int, default=None,
+                   help="tokens per KV block (default: the engine's, tformer.inference.engine.BLOCK_SIZE)")
     p.add_argument("--n-blocks", type=positive_int, default=None, help="KV blocks in the pool")
     p.add_argument("--max-running", type=positive_int, default=64, help="sequences decoded together at most")
     p.add_argument("--max-waiting", type=positive_int, default=256, help="queue length before answering 429")

@@ -6,9 +6,23 @@
     peer      TorchTransformer: nn.Transformer of the same size, the capstone's peer (`--set arch=torch`)
     cli       `tformer translate train | score | translate`
 """
-from .pipeline import (Seq2SeqLoss, build_model, card_bleu, load_published, load_run, score_files, score_lines,
-                       score_published, train_run)
 from .presets import PRESETS, TranslatePreset, get_preset
+
+# the pipeline's names load on first use (`__getattr__` below): the pipeline imports torch, and `tformer translate`'s
+# place in the command's parser (cli.py, which reads PRESETS) must not
+_PIPELINE = ("Seq2SeqLoss", "build_model", "card_bleu", "load_published", "load_run", "score_files", "score_lines",
+             "score_published", "train_run")
 
 __all__ = ["PRESETS", "TranslatePreset", "get_preset", "Seq2SeqLoss", "build_model", "train_run", "load_run",
            "score_files", "score_lines", "load_published", "score_published", "card_bleu"]
+
+
+def __getattr__(name: str):
+    if name in _PIPELINE:
+        from . import pipeline
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
