@@ -426,7 +426,6 @@ def test_a_missing_extra_is_one_line_naming_it(capsys, monkeypatch, tmp_path):
 
 
 # -- the command answers --help and a usage error before torch loads ---------------------------------------------
-GRADING_CLI = "tformer.grading.classroom.cli"      # `tformer grade` (and `tformer class`): its rewrite is torch-free
 
 # run in a fresh interpreter: build the parser, then `tformer ARGV` for each ARGV given, and report whether torch
 # (or numpy, which torch brings) was loaded at each step. argv[1]: where to write the report; argv[2:]: the
@@ -441,7 +440,8 @@ seen = {"import tformer.cli": heavy()}
 parser = cli.build_parser()
 seen["build_parser()"] = heavy()
 commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-runs = [["--help"], ["doctor", "--no-such-flag"]] + [[c, "--help"] for c in commands if c != "capstone"]
+runs = [["--help"], ["doctor", "--no-such-flag"], ["class", "grade"], ["class", "merge", "--help"]] + [
+    [c, "--help"] for c in commands if c != "capstone"]
 codes = {}
 for argv in runs:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -466,31 +466,26 @@ def probe_parser(tmp_path: Path, skip: list[str]) -> dict:
     return json.loads(out.read_text())
 
 
-def test_help_and_a_usage_error_answer_without_torch_every_command_but_grading(tmp_path):
-    """Building the parser, `tformer --help`, `tformer doctor --help`, every other command's --help and a usage
-    error load no torch: each command module imports what its handler needs inside the handler. `tformer
-    capstone --help` does load it (listing the capstones imports them), and the grading command is left out here
-    (the next test holds it)."""
+def test_help_and_a_usage_error_answer_without_torch(tmp_path):
+    """Building the parser, `tformer --help`, every command's --help (`tformer class merge --help` too) and a usage
+    error (`tformer doctor --no-such-flag`, `tformer class grade` without a class) load no torch: each command
+    module imports what its handler needs inside the handler. `tformer capstone --help` does load it (listing the
+    capstones imports them)."""
     from test_grade_cli import tformer
-    report = probe_parser(tmp_path, [GRADING_CLI])
-    assert {"doctor", "translate", "serve", "export", "capstone"} <= set(report["commands"]), report["commands"]
-    assert report["codes"]["--help"] == 0 and report["codes"]["doctor --help"] == 0, report["codes"]
-    assert report["codes"]["doctor --no-such-flag"] == 2, report["codes"]
+    report = probe_parser(tmp_path, [])
+    assert {"doctor", "translate", "serve", "export", "capstone", "grade", "class", "handout",
+            "exercise"} <= set(report["commands"]), report["commands"]
+    codes = report["codes"]
+    assert codes["--help"] == 0 and codes["doctor --help"] == 0 and codes["class merge --help"] == 0, codes
+    assert codes["doctor --no-such-flag"] == 2 and codes["class grade"] == 2, codes
     loaded = {step: mods for step, mods in report["seen"].items() if mods}
     assert not loaded, f"torch loaded before a handler ran: {loaded}"
     for argv in (["--help"], ["doctor", "--help"]):            # and as typed, from outside the checkout
         r = tformer(*argv, cwd=tmp_path)
         assert r.returncode == 0 and r.stdout.startswith("usage: tformer") and not r.stderr, (argv, r.stderr[-2000:])
     assert "--no-speed" in tformer("doctor", "--help", cwd=tmp_path).stdout
-
-
-@pytest.mark.xfail(strict=False, reason="tformer/grading/classroom/cli.py imports the grader (and torch) at module "
-                                        "level until its torch-free rewrite lands; drop this mark then")
-def test_help_and_a_usage_error_answer_without_torch_grading_included(tmp_path):
-    report = probe_parser(tmp_path, [])
-    assert "grade" in report["commands"]
-    loaded = {step: mods for step, mods in report["seen"].items() if mods}
-    assert not loaded, f"torch loaded before a handler ran: {loaded}"
+    r = tformer("class", "grade", cwd=tmp_path)
+    assert r.returncode == 2 and "--out" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 FACADE_PROBE = r'''
