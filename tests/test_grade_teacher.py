@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_grade_cli import CHECKOUT, cells, one_line_error, tformer, write
+from test_grade_cli import CHECKOUT, cells, one_line_error, tformer, tformer_all, write
 from test_grade_lms import autograde, unzip
 
 RELEASED = ["import torch\nfrom tformer.grading import check, load_exercises\nload_exercises('week3.py')",
@@ -94,7 +94,7 @@ def test_a_teachers_exercise_is_graded_like_the_courses(course):
 
 def test_an_edit_to_the_teachers_file_regrades_and_verify_refuses_the_old_record(course, tmp_path):
     """The journal's key holds the teacher's files' hash: an edit regrades the notebooks (the grader's own hash
-    is unchanged), and `--verify` refuses grades.json made with the old files."""
+    is unchanged), and `tformer class verify` refuses grades.json made with the old files."""
     import shutil
     root, cls, graded = course
     out = tmp_path / "out"                                 # a copy: the class's own OUT stays as graded
@@ -483,3 +483,91 @@ def test_only_after_an_edit_then_shards_merged_with_a_teachers_exercise(course, 
     head = book["student"]
     assert head == single["student"] and book["bob"][head.index("w03.double")] == "1"
     assert all(book[s] == single[s] for s in ("ada", "cy", "dee"))
+
+
+# --- a teacher's term: the notebook `tformer exercise new` writes, a quoted due date, an error on a hidden case ---
+
+STUB_LINE = '    raise NotImplementedError("Exercise: replace this line with your code")'
+
+
+def test_exercise_new_writes_the_notebook_and_it_grades_as_typed(tmp_path):
+    """`tformer exercise new w09.top_k week9.py` writes week9.py (partial credit and a hidden-case file shown in
+    comments) and w09_top_k.ipynb beside it: a setup cell that loads week9.py, the stub, the check cell. Graded
+    with `tformer grade NB --exercises week9.py`, the stub is "not attempted" (0 points) and the stub filled in
+    with the reference earns every point; the printed report names the chapter, w09. An exercise whose
+    notebook exists beside its file is refused, and nothing is written."""
+    import ast
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = tformer("exercise", "new", "w09.top_k", tmp_path / "week9.py", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "week9.py").read_text()
+    assert '    # partial={"edge": 1, "random": 1, "hidden": 1},' in text and 'hidden = ["week9_hidden.py"]' in text
+    block = text.split("# Cases students never see")[1].splitlines()
+    hidden = [line[6:] for line in block if line.startswith("#     ")]
+    assert 'add_hidden_cases("w09.top_k", lambda:' in "\n".join(hidden), text
+    ast.parse("\n".join(hidden))                      # the commented hidden-case file is Python as it stands
+    ast.parse(text.replace("    # partial=", "    partial=", 1))
+    sources = cells_of(tmp_path / "w09_top_k.ipynb")
+    assert sources == ['import torch\n\nfrom tformer.grading import check, load_exercises\n\n'
+                       'load_exercises("week9.py")   # your teacher\'s exercises: week9.py, or week9.public.pt from '
+                       'the hand-out', f"def my_top_k(x):\n{STUB_LINE}", 'check("w09.top_k", my_top_k)'], sources
+    mine = tmp_path / "mine"
+    write(mine / "w09_top_k.ipynb", [s.replace(STUB_LINE, "    return 2 * x") for s in sources])
+    stub, solved = tmp_path / "w09_top_k.ipynb", mine / "w09_top_k.ipynb"
+    procs = tformer_all([("grade", nb, "--exercises", tmp_path / "week9.py", "--json", nb.with_suffix(".json"))
+                         for nb in (stub, solved)], cwd=work, at_once=2)
+    for proc, nb, status, earned in zip(procs, (stub, solved), ("not attempted", "passed"), (0, 1)):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.startswith("w09  w09_top_k.ipynb"), proc.stdout
+        report = json.loads(nb.with_suffix(".json").read_text())
+        row = report["notebooks"][0]["exercises"][0]
+        assert (row["exercise"], row["status"]) == ("w09.top_k", status), row
+        assert report["total"] == {"earned": earned, "possible": 1}, report["total"]
+    from tformer.grading.classroom.template import new_exercise
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "w09_top_k.ipynb").write_text("{}")
+    with pytest.raises(ValueError, match="w09_top_k.ipynb exists"):
+        new_exercise("w09.top_k", tmp_path / "again" / "week9.py")
+    assert not (tmp_path / "again" / "week9.py").exists()
+
+
+def cells_of(path: Path) -> list[str]:
+    """The sources of a notebook's code cells, read as a learner's Jupyter reads them."""
+    import nbformat
+    nb = nbformat.read(str(path), as_version=4)
+    nbformat.validate(nb)
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def test_an_error_on_a_hidden_case_reads_as_a_failure_and_a_quoted_due_is_a_due(course, tmp_path):
+    """eve's function raises on the hidden case that dee's gets wrong (the course's class): her row says what
+    dee's says, the public cases passed and the partial credit, and nothing of the case or the error, and earns
+    what dee's earns. Her one-student class is graded with `due` given as a quoted string, which counts as TOML's
+    date and time does; a quoted due without its offset is refused in one line."""
+    root, _, out = course
+    cls = tmp_path / "class"
+    write(cls / "eve" / "w03_double.ipynb", notebook("2 * x if x.abs().max() < 1000 else 1 / 0"))
+    where = (f'exercises = ["{root / "week3.py"}"]\nreleased = "{root / "handout"}"\n'
+             f'hidden = ["{root / "secret" / "week3_hidden.py"}"]\nnotebooks = ["w03_double"]\n')
+    (tmp_path / "naive.toml").write_text(where + 'due = "2026-12-01T23:59:00"\n', encoding="utf-8")
+    one_line_error(tformer("class", "grade", cls, "--out", tmp_path / "o", "--assignment", tmp_path / "naive.toml",
+                           cwd=root / "work"), "due", "offset", "2026-12-01T23:59:00+01:00")
+    (tmp_path / "term.toml").write_text(where + 'due = "2026-12-01T23:59:00+01:00"\n', encoding="utf-8")
+    proc = tformer("class", "grade", cls, "--out", tmp_path / "out", "--assignment", tmp_path / "term.toml", cwd=root / "work")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grades = json.loads((tmp_path / "out" / "grades.json").read_text(encoding="utf-8"))
+    assert grades["settings"]["late"]["due"] == "2026-12-01T23:59:00+01:00", grades["settings"]["late"]
+    eve = grades["students"][0]["notebooks"][0]["exercises"][0]
+    course_grades = json.loads((out / "grades.json").read_text(encoding="utf-8"))
+    dee = next(s for s in course_grades["students"] if s["student"] == "dee")["notebooks"][0]["exercises"][0]
+    assert (eve["status"], dee["status"]) == ("error", "failed")
+    assert eve["fraction"] == dee["fraction"] == pytest.approx(2 / 3)
+    first, last = dee["message"].split(". ")[0], dee["message"].splitlines()[-1]
+    assert first == "passed the 7 public cases" and last == "Partial credit: 67% of the points.", dee["message"]
+    assert eve["message"].startswith(first + ". ") and eve["message"].splitlines()[-1] == last, eve["message"]
+    assert "raised an error on a hidden case" in eve["message"]
+    for text in (eve["message"], (tmp_path / "out" / "feedback" / "eve.html").read_text(encoding="utf-8")):
+        assert "ZeroDivision" not in text and "1 / 0" not in text and "big secret" not in text
+    head, row = list(csv.reader((tmp_path / "out" / "gradebook.csv").open(encoding="utf-8")))
+    assert dict(zip(head, row))["w03.double"] == "2" and "final" in head, (head, row)

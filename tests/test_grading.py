@@ -513,3 +513,49 @@ def test_a_notebooks_import_of_check_loads_none_of_the_teachers_half():
             "print(sorted(m for m in sys.modules if m.startswith('tformer.grading.classroom')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_an_infinite_difference_is_printed_as_inf(temp_exercise, capsys):
+    """-inf expected where the function returns 0: the difference is inf, in compare's message and in the line a
+    learner's check prints, never the largest double (1.8e+308)."""
+    inf, nan = float("inf"), float("nan")
+    msg = compare(torch.tensor([1.0, 0.0]), torch.tensor([1.0, -inf]), 1e-5, 1e-4)
+    assert "largest difference inf at index (1,)" in msg and "expected -inf, got 0" in msg, msg
+    msg = compare(torch.tensor([inf]), torch.tensor([-inf]), 1e-5, 1e-4)
+    assert "largest difference inf" in msg and "expected -inf, got inf" in msg, msg
+    msg = compare(torch.tensor([2.0]), torch.tensor([nan]), 1e-5, 1e-4)         # a number where NaN is expected
+    assert "largest difference inf" in msg and "expected nan" in msg, msg
+    temp_exercise(Exercise("test.masked", "t", reference=lambda x: x.masked_fill(x < 0, -inf), n_random=0,
+                           edge_cases=lambda: [Case("one negative", (torch.tensor([1.0, -2.0]),))], random_case=None))
+    r = check("test.masked", lambda x: x.clamp(min=0))
+    printed = capsys.readouterr().out
+    assert r.status == "failed" and "largest difference inf" in printed and "expected -inf, got 0" in printed, printed
+    assert "e+308" not in printed, printed
+
+
+def test_an_error_on_a_hidden_case_reads_as_a_failed_hidden_case(temp_exercise):
+    """A function that raises on a hidden case gets the lines one that fails a hidden case gets: the public
+    cases' verdict first, the partial credit last, and nothing of the case or the error in between."""
+    ex = temp_exercise(Exercise("test.hidden", "t", reference=lambda x: 2 * x, n_random=2, points=3,
+                                edge_cases=lambda: [Case("one", (torch.ones(2),))],
+                                random_case=lambda s: Case(f"random #{s}", (torch.randn(3),), seed=s),
+                                partial={"edge": 1, "random": 1, "hidden": 1}))
+    cases = core.exercise_cases(ex) + [Case("a secret 7321", (torch.full((2,), 7321.0),), group="hidden")]
+    right = [2 * c.args[0] for c in cases]
+    after = [(c.args, c.kwargs) for c in cases]
+    failed = core.judge(ex, cases, core.Outcome(right[:-1] + [cases[-1].args[0]], after))
+    raised = core.judge(ex, cases, core.Outcome(right[:-1], after[:-1], "error",
+                                                "ZeroDivisionError: division by zero (your line 2: `1 / 0`)"))
+    assert (failed.status, raised.status) == ("failed", "error")
+    assert failed.fraction == raised.fraction == pytest.approx(2 / 3)
+    for r in (failed, raised):
+        lines = r.message.splitlines()
+        assert lines[0].startswith("passed the 3 public cases. ") and lines[-1] == "Partial credit: 67% of the points."
+        assert len(lines) == 2 and "7321" not in r.message and "secret" not in r.message, r.message
+    assert "Your function raised an error on a hidden case (hidden cases are not shown)." in raised.message
+    assert "ZeroDivision" not in raised.message and "1 / 0" not in raised.message
+    # a public failure too: the public verdict names it, as for a failed hidden case
+    wrong = [right[0] + 1] + right[1:-1]
+    r = core.judge(ex, cases, core.Outcome(wrong, after[:-1], "error", "ZeroDivisionError: division by zero"))
+    assert r.message.startswith("FAILED 1 of 3 cases. Smallest failing case 'one'") and "raised an error on a hidden" \
+        in r.message and r.fraction == pytest.approx(1 / 3), r.message

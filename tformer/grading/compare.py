@@ -66,7 +66,8 @@ def compare(got, expected, atol: float, rtol: float, nan_equal: bool = True) -> 
         if (torch.isnan(g64) & ~both_nan).any():
             return which + _("got NaN where the expected output has none (shape {shape})").format(shape=tuple(e.shape))
         same_inf = torch.isinf(g64) & (g64 == e64)                # +-inf where the same inf is expected
-        diff = (g64 - e64).abs().nan_to_num(nan=float("inf")).masked_fill(both_nan | same_inf, 0.0)
+        # an infinite difference stays inf (nan_to_num would make it the largest double, printed as 1.8e+308)
+        diff = (g64 - e64).abs().nan_to_num(nan=float("inf"), posinf=float("inf")).masked_fill(both_nan | same_inf, 0.0)
         if not torch.all(diff <= atol + rtol * e64.abs().nan_to_num(nan=0.0, posinf=0.0)):
             idx = tuple(torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
             idx = tuple(int(j) for j in idx)

@@ -475,33 +475,39 @@ def judge(ex: Exercise, cases: list[Case], outcome: Outcome, show_hidden: bool =
             msg += _(" Your function kept running after the first stop: a bare `except:` (or `except "
                      "BaseException`) swallows it; catch only the exceptions you expect.")
         return Result(ex.name, ex.points, False, "timeout", msg, n_done + 1, fraction)
-    if outcome.status == "error":
-        if cases[n_done].group == "hidden":
-            msg = _("your function raised an error on a hidden case (hidden cases are not shown).")
-        else:
-            msg = _("your function {error} on case {case}.").format(error=outcome.error, case=_where(cases[n_done]))
+    if outcome.status == "error" and cases[n_done].group != "hidden":
+        msg = _("your function {error} on case {case}.").format(error=outcome.error, case=_where(cases[n_done]))
         return Result(ex.name, ex.points, False, "error", msg, n_done + 1, fraction)
+    # an error on a hidden case (every public case ran before it: they are sent first) reads as a failed hidden
+    # case does: the public cases' verdict, then the partial credit; nothing of the case or of the error
+    raised = outcome.status == "error"
     public = [f for f in failures if f[2].group != "hidden"]
     hidden = len(failures) - len(public)
-    if failures:
+    if failures or raised:
+        n_public = len(cases) - n_hidden
         if public:
             case, problem = min(public, key=lambda f: (f[0], f[1]))[2:]
             msg = _("FAILED {failed} of {total} cases. Smallest failing case {case}: {problem}.").format(
-                failed=len(public), total=n_done - n_hidden, case=_where(case), problem=problem)
+                failed=len(public), total=n_public, case=_where(case), problem=problem)
         else:
-            msg = _("passed the {total} public cases.").format(total=n_done - n_hidden)
+            msg = _("passed the {total} public cases.").format(total=n_public)
         if hidden:
             msg += " " + _("{failed} of {total} hidden case(s) failed (hidden cases are not shown).").format(
                 failed=hidden, total=n_hidden)
-        mistakes = named_mistakes(ex, cases, outcome.outputs) if public or show_hidden else []
+        if raised:
+            said = _("your function raised an error on a hidden case (hidden cases are not shown).")
+            msg += " " + said[:1].upper() + said[1:]
+        shown = bool(public) or (show_hidden and hidden > 0)     # a mistake or hint only where a failure shows
+        mistakes = named_mistakes(ex, cases, outcome.outputs) if shown else []
         if mistakes:
             msg += "\n" + _("Your output equals a known mistake: {mistakes} (on every case).").format(
                 mistakes=_("; or ").join(_(m) for m in mistakes))
-        if ex.hint and (public or show_hidden):
+        if ex.hint and shown:
             msg += "\n" + _("Hint: {hint}").format(hint=_(ex.hint))
         if fraction:
             msg += "\n" + _("Partial credit: {share} of the points.").format(share=f"{fraction:.0%}")
-        return Result(ex.name, ex.points, False, "failed", msg, n_done, fraction, mistakes=mistakes)
+        return Result(ex.name, ex.points, False, "error" if raised else "failed", msg, n_done + int(raised), fraction,
+                      mistakes=mistakes)
     return Result(ex.name, ex.points, True, "passed", _("passed all {total} cases. {points} point(s).").format(
         total=n_done, points=ex.points), n_done, fraction)
 

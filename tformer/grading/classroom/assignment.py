@@ -124,6 +124,26 @@ def use_teacher_files(exercise_files: list[str], released: str = "", hidden: lis
             raise ClassError(f"{name}: a question is all or nothing; partial credit applies to exercises only")
 
 
+def read_due(value: object, path: Path) -> str:
+    """`due` as an ISO time with its offset: TOML's date and time (`due = 2026-12-01T23:59:00+01:00`) or the same
+    in a string (`due = "2026-12-01T23:59:00+01:00"`, Z for UTC); ClassError in one line otherwise (no offset, a
+    date alone, not a time)."""
+    when = value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):             # UTC, as TOML writes it (Python 3.10's fromisoformat lacks it)
+            text = text[:-1] + "+00:00"
+        try:
+            when = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            when = None
+    if not isinstance(when, datetime.datetime) or when.tzinfo is None:
+        got = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else repr(value)
+        raise ClassError(f"{path}: due must be a date and time with its offset, e.g. 2026-12-01T23:59:00+01:00, "
+                         f"got {got}")
+    return when.isoformat()
+
+
 def read_assignment(path: Path) -> Assignment:
     """The assignment in `path`; ClassError (one line, naming the key or value) on anything unexpected."""
     path = Path(path)
@@ -162,10 +182,7 @@ def read_assignment(path: Path) -> Assignment:
         raise ClassError(f"{path}: round must be a whole number of digits from 0 to 6, got {digits!r}")
     due, rule = toml.get("due"), toml.get("late")
     if due is not None:
-        if not isinstance(due, datetime.datetime) or due.tzinfo is None:
-            raise ClassError(f"{path}: due must be a date and time with its offset, e.g. 2026-12-01T23:59:00+01:00, "
-                             f"got {due!r}")
-        due = due.isoformat()
+        due = read_due(due, path)
     if rule is not None and due is None:
         raise ClassError(f"{path}: [late] needs `due`, the due date")
     rule = read_rule(rule if rule is not None else {}, str(path)) if due else {}

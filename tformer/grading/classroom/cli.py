@@ -397,9 +397,11 @@ def add_exercise_cli(sub) -> None:
     from ...cli import add_debug
     e = sub.add_parser("exercise", help="write a teacher's own exercise from a template",
                        description="tformer exercise new NAME FILE: a commented module with a reference, two edge "
-                                   "cases, a random case and one named mistake (see TEACHING.md)")
+                                   "cases, a random case and one named mistake, and beside it the notebook students "
+                                   "fill in (see TEACHING.md)")
     actions = e.add_subparsers(dest="action", required=True)
-    n = actions.add_parser("new", help="write the template for exercise NAME (e.g. w03.double) to FILE")
+    n = actions.add_parser("new", help="write the template for exercise NAME (e.g. w03.double) to FILE, and its "
+                                                  "notebook (w03_double.ipynb) beside FILE")
     n.add_argument("name", help="chapter.exercise, e.g. w03.double (its notebook is w03_double)")
     n.add_argument("file", type=Path, help="a new .py file")
     add_debug(n)
@@ -408,12 +410,13 @@ def add_exercise_cli(sub) -> None:
 
 def _exercise_new(args: argparse.Namespace) -> int:
     from ...utils.errors import UserError
-    from .template import new_exercise
+    from .template import new_exercise, notebook_path
     try:
         path = new_exercise(args.name, args.file)
     except ValueError as e:
         raise UserError(str(e)) from None
-    print(f"wrote {path}: fill in reference, edge_cases, random_case and the mistakes, then try it with "
-          f"`tformer grade {args.name.replace('.', '_')}.ipynb --exercises {path}`")
+    nb = notebook_path(args.name, path)
+    print(f"wrote {path} and {nb}: fill in reference, edge_cases, random_case and the mistakes, then try it on "
+          f"your own solution in {nb.name} with `tformer grade {nb} --exercises {path}`")
     return 0
 

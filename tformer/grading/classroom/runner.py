@@ -576,11 +576,19 @@ def _pad(text: str, width: int, right: bool = False) -> str:
     return pad + text if right else text + pad
 
 
+def _chapter_shown(rep: NotebookReport) -> str:
+    """The chapter a report's heading names: the course notebook's ("ch01"), else the one its exercises are
+    filed under, as the gradebook files them ("w09" for w09.top_k, a teacher's), else "?"."""
+    if rep.chapter:
+        return rep.chapter
+    return ", ".join(sorted({r.exercise.split(".")[0] for r in rep.rows})) or "?"
+
+
 def format_table(reports: list[NotebookReport]) -> str:
     """The report as text; its labels in the report's language (TFORMER_LANG=zh or --lang zh: Chinese)."""
     lines = []
     for rep in reports:
-        lines.append(f"{rep.chapter or '?'}  {Path(rep.notebook).name}  ({rep.seconds:.0f} s)")
+        lines.append(f"{_chapter_shown(rep)}  {Path(rep.notebook).name}  ({rep.seconds:.0f} s)")
         lines.append(f"  {_pad(_('exercise'), 28)} {_pad(_('points'), 6, True)}  {_pad(_('passed'), 6)}  {_('status')}")
         for r in rep.rows:
             lines.append(f"  {r.exercise:<28} {r.points:>6}  {_pad(_('yes') if r.passed else _('no'), 6)}  {_(r.status)}")
