@@ -39,7 +39,7 @@ this map; tests/test_layout.py keeps the three in agreement.
                  --to hf`), cli                                                                   ch. 14
     grading/     check("chNN.name", fn): core (the checker), questions, result, guards, compare, messages,
                  inputs, public (a teacher's exercises as handed out), exercises/;
-                 classroom/ (`tformer grade`: one learner or a class)                          ch. 1-15
+                 classroom/ (`tformer grade`: one learner; `tformer class`: a class)                ch. 1-15
     doctor       `tformer doctor`: the environment, backend parity, what to expect here
     cli          the `tformer` command
 """
