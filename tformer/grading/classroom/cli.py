@@ -29,6 +29,8 @@ from .settings import CLASS_TIMEOUT, NOTEBOOK_TIMEOUT, Run, RunSettings
 MOVED = {"merge": "tformer class merge OUT_1 ... OUT_N --out OUT",        # `tformer grade`'s old class flags
          "verify": "tformer class verify OUT/grades.json CLASS",
          "gradescope_zip": "tformer class gradescope ZIP --assignment FILE", "out": "tformer class grade CLASS --out OUT"}
+OLD_FLAGS = ("--assignment", "--weights", "--overrides", "--only", "--shard", "--lms", "--roster", "--workers",
+             "--memory", "--allow-network", "--every-cell", "--submitted", "--extensions")   # a class's, on `tformer grade`
 
 
 def _user_error(e, prefix: str = ""):
@@ -41,8 +43,10 @@ def _learner(args: argparse.Namespace) -> int:
     from . import submissions
     from .submissions import ClassError
     moved = next((MOVED[k] for k in MOVED if getattr(args, k, None) is not None), None)
+    if moved is None and any(getattr(args, f.lstrip("-").replace("-", "_"), None) is not None for f in OLD_FLAGS):
+        moved = MOVED["out"]
     if moved:
-        raise _user_error(f"a class is graded with `{moved}` now (see `tformer class --help`)")
+        raise _user_error(f"a class's commands moved to `tformer class`: use `{moved}` (see `tformer class --help`)")
     if args.path is None:
         raise _user_error("give a notebook or a folder of notebooks (a class: `tformer class grade CLASS --out OUT`)")
     _teacher_files(args.exercises)
@@ -116,7 +120,8 @@ def _out_folder(out: Path) -> None:
 
 def class_run(args: argparse.Namespace) -> Run:
     """What `tformer class grade` was told, as one Run; every file read and every name checked (UserError)."""
-    from ..core import REGISTRY
+    from ..core import REGISTRY, load_exercises
+    load_exercises()                                  # the course's exercises: the names below are checked against them
     from . import gradebook
     from .assignment import read_assignment
     from .late import read_times
@@ -283,7 +288,7 @@ def add_cli(sub) -> None:
     p.add_argument("--full", action="store_true", help="run in full mode (default: small mode, TFORMER_SMALL=1)")
     p.add_argument("--require-all", action="store_true", help="exit 1 unless every exercise passed")
     _flags(p, "exercises", "lang")
-    for flag in ("--out", "--merge", "--verify", "--gradescope-zip"):          # moved to `tformer class`: a hint
+    for flag in ("--out", "--merge", "--verify", "--gradescope-zip", *OLD_FLAGS):   # moved to `tformer class`: a hint
         p.add_argument(flag, nargs="*", default=None, help=argparse.SUPPRESS)
     add_debug(p)
     p.set_defaults(func=_learner)
