@@ -8,7 +8,7 @@
    from the tested ones (requirements/constraints.txt, torch's pin in the Makefile), whether the hub answers.
 2. Backend parity: the course's kernels run on the chosen device in float32 (the policy's dtype where it
    autocasts) and on the CPU in float64, compared within each check's stated tolerance with the grader's
-   comparison (tformer.grading.compare.compare). On a CPU the chosen device is the CPU: float32 against float64.
+   comparison (tformer.grading.equality.compare). On a CPU the chosen device is the CPU: float32 against float64.
    One line each: PASS with the largest error, or FAIL naming the operation, the error and what to do.
    On MPS it also tries bf16 autocast and stores whether it passed: the policy reads that (bf16 only if so).
 3. What to expect: a GPT training step measured in tokens/s here, and from its FLOP rate the estimated time
@@ -86,7 +86,7 @@ class Outcome:
 def _tensors(x) -> list[torch.Tensor]:
     import torch
 
-    from .grading.compare import flatten_tensors
+    from .grading.equality import flatten_tensors
     return [t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu() for t in flatten_tensors(x)]
 
 
@@ -94,7 +94,7 @@ def run_check(check: Check, dev: torch.device) -> Outcome:
     """Run one check on `dev` and judge it against float64 on the CPU with the grader's comparison."""
     import torch
 
-    from .grading.compare import compare, flatten_tensors
+    from .grading.equality import compare, flatten_tensors
     dtype, name, atol, rtol = check.dtype or torch.float32, check.name, check.atol, check.rtol
     try:
         raw = check.candidate(dev, dtype)

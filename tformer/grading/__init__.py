@@ -3,11 +3,11 @@
 
 core.py (the checker: cases, judge, hidden cases, partial credit, `check`), questions.py (questions whose
 answer is a value: a number, a letter, an expression), result.py (`Result`, a check's verdict), guards.py (what guards a
-learner's function while it runs: disabled references, the time limit), compare.py (what "equal"
+learner's function while it runs: disabled references, the time limit), equality.py (what "equal"
 means: shape, dtype, tolerance, and the message that says what differs), messages.py (the checker's messages
 and their Chinese translation), inputs.py (shared seeded inputs), public.py (a teacher's exercises as
 `tformer handout` ships them: frozen cases and outputs, no code, no answers), exercises/ (each chapter's exercises,
-registered by `load_exercises()`), classroom/ (`tformer grade`: one learner's notebooks or a whole class,
+registered by `load_exercises()`), classroom/ (`tformer grade`: one learner's notebooks; `tformer class`: a whole class,
 graded in workers out of the learner's reach; its docstring is its map).
 """
 __all__ = ["check", "Case", "Exercise", "Result", "REGISTRY", "register", "compare", "set_mode", "get_mode",

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from .compare import compare, describe, flatten_tensors, structure_problem  # noqa: F401  (the exercise API)
+from .equality import compare, describe, flatten_tensors, structure_problem  # noqa: F401  (the exercise API)
 from .guards import REFERENCE_CALLED, TimeLimit, forbid, time_limit
 from .messages import N_, _, language  # noqa: F401  (N_, language: the exercises' messages)
 from .questions import Question, judge_question, plain  # noqa: F401  (plain: the grading worker's)
@@ -546,4 +546,5 @@ def check(name: str, fn: Callable | Any) -> Result:
     if mode == "blank" and result.status != "not attempted":
         raise AssertionError(f"{name}: expected the untouched stub (not attempted), got {result.status}: {result.message}")
     return result
+
 
