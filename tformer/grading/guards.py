@@ -56,9 +56,11 @@ def forbid(pairs: list[tuple[Any, str]]):
     object too, so aliases imported earlier (`from tformer import f`) are caught as well; torch's own
     functions are caught by any name through a TorchFunctionMode."""
     saved, builtins = [], []
+    # every original first, then the swaps: a lazily loaded name (tformer's __getattr__) read after its module's
+    # function was swapped would be the raising stand-in, and "restored" as it
+    originals = [(owner, attr, getattr(owner, attr, None)) for owner, attr in pairs]
     try:
-        for owner, attr in pairs:
-            original = getattr(owner, attr, None)
+        for owner, attr, original in originals:
             if original is None:                    # not in this torch version: nothing to forbid
                 continue
             code = getattr(original, "__code__", None)
