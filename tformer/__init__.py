@@ -89,9 +89,8 @@ def __getattr__(name: str):
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     _switches()
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value                  # the next lookup finds it without __getattr__
-    return value
+    # not cached here: the package's name is always its module's, also while the grader has swapped that one out
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 def __dir__() -> list[str]:
