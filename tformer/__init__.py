@@ -37,7 +37,7 @@ this map; tests/test_layout.py keeps the three in agreement.
                  lists them); the notebooks' recipes sft_start and vision_training (ViT / CLIP)  ch. 10-13
     serve/       `tformer serve` (an OpenAI-compatible server): runs, app, export (`tformer export
                  --to hf`), cli                                                                   ch. 14
-    grading/     check("chNN.name", fn): core (the checker), questions, result, guards, compare, messages,
+    grading/     check("chNN.name", fn): core (the checker), questions, result, guards, equality, messages,
                  inputs, public (a teacher's exercises as handed out), exercises/;
                  classroom/ (`tformer grade`: one learner; `tformer class`: a class)                ch. 1-15
     doctor       `tformer doctor`: the environment, backend parity, what to expect here
