@@ -303,9 +303,10 @@ def test_verify_with_the_recorded_settings(room, tmp_path):
     shutil.copytree(cls, copy, ignore=shutil.ignore_patterns("eve", "fay", "dan", "cy", "ada"))
     nb = copy / "bob" / "01_attention.ipynb"
     nb.write_text(nb.read_text(encoding="utf-8").replace("float('-inf')", "float('-1e9')"), encoding="utf-8")
-    proc = tformer("class", "verify", out / "grades.json", copy, "--timeout", 90, "--memory", "3G", cwd=tmp_path)
+    proc = tformer("class", "verify", out / "grades.json", copy, "--timeout", 90, "--memory", "3G",
+                   "--notebook-timeout", 300, cwd=tmp_path)
     assert proc.returncode == 1 and "bob/01_attention: changed" in proc.stdout, proc.stdout[-3000:]
-    assert "ada/01_attention: gone" in proc.stdout and "90 s per cell" in proc.stdout
+    assert "ada/01_attention: gone" in proc.stdout and "90 s per cell, 300 s per notebook" in proc.stdout
     other = grades_of(out)
     other["grader"] = "0" * 64
     (tmp_path / "other.json").write_text(json.dumps(other), encoding="utf-8")
@@ -326,10 +327,11 @@ def test_shards_merge_to_the_single_run(room, tmp_path):
         parts.append(part)
     merged = tmp_path / "merged"
     proc = tformer("class", "merge", *parts, "--out", merged, "--lms", "canvas", "--roster", root / "roster.csv",
-                   cwd=tmp_path)
+                   "--lang", "zh", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert book(merged) == book(out)
     assert rows(merged / "canvas.csv") == rows(out / "canvas.csv")
+    assert "得分" in (merged / "feedback" / "ada.html").read_text(encoding="utf-8")     # --lang zh: the pages
 
 
 def test_every_cell_and_full_mode(room, tmp_path):
@@ -649,3 +651,9 @@ def test_hidden_cases_and_a_worker_network_need_allow_network(tmp_path):
     s = grades_of(out)["settings"]
     assert s["allow_network"] is True and s["network"] == "landlock-tcp" and "UDP" in s["network_warning"]
     assert book(out)["ada"]["total"] == "7"
+    recorded = grades_of(out)                         # as if graded where workers had a network namespace
+    recorded["settings"]["allow_network"] = False
+    (work / "netns.json").write_text(json.dumps(recorded), encoding="utf-8")
+    one_line_error(tformer("class", "verify", work / "netns.json", cls, cwd=work, env=no_netns), "--allow-network")
+    proc = tformer("class", "verify", work / "netns.json", cls, "--allow-network", cwd=work, env=no_netns)
+    assert proc.returncode == 0 and "0 verdict(s) differ" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]

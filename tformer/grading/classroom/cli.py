@@ -177,7 +177,6 @@ def _class_verify(args: argparse.Namespace) -> int:
     from .submissions import ClassError
     if not Path(args.grades).is_file():
         raise _user_error(f"{args.grades}: no such file (give the grades.json a class run wrote)")
-    _language(args)
     try:
         res = run.verify(Path(args.grades), Path(args.path), timeout=args.timeout, workers=args.workers,
                          memory=_memory(args), notebook_timeout=args.notebook_timeout,
@@ -343,7 +342,7 @@ def add_class_cli(sub) -> None:
                                        "differs (exit 1 if any; exit 2 if another grader version wrote it).")
     v.add_argument("grades", type=Path, metavar="GRADES_JSON", help="the grades.json of a class run")
     v.add_argument("path", type=Path, metavar="CLASS", help="the class folder it graded")
-    _flags(v, "timeout", "notebook_timeout", "workers", "memory", "allow_network", "lang")
+    _flags(v, "timeout", "notebook_timeout", "workers", "memory", "allow_network")
     v.set_defaults(func=_class_verify)
 
     m = actions.add_parser("merge", help="combine the OUT folders of `class grade --shard` runs",
