@@ -473,8 +473,9 @@ def test_only_after_an_edit_then_shards_merged_with_a_teachers_exercise(course, 
         part.mkdir()
         shutil.copy(out / "journal.jsonl", part / "journal.jsonl")       # graded already: nothing runs again
         parts.append(part)
-    procs = [tformer("class", "grade", cls, "--out", part, "--shard", f"{k}/2", "--assignment", toml, "--overrides",
-                     tmp_path / "overrides.csv", "--workers", 1, cwd=work) for k, part in enumerate(parts, 1)]
+    procs = tformer_all([("class", "grade", cls, "--out", part, "--shard", f"{k}/2", "--assignment", toml,
+                          "--overrides", tmp_path / "overrides.csv", "--workers", 1) for k, part in enumerate(parts, 1)],
+                        work, at_once=2)
     assert all(p.returncode == 0 for p in procs), [p.stderr[-2000:] for p in procs]
     merged = tformer("class", "merge", *parts, "--out", tmp_path / "all", cwd=work)
     assert merged.returncode == 0, merged.stderr[-3000:]
