@@ -81,7 +81,7 @@ def chapter_sources() -> list[Path]:
 def markdown_cells(src: Path) -> list[tuple[int, str]]:
     """(cell index, markdown text) of a source's markdown cells, as the notebooks show them."""
     from tools.notebooks import build_notebook
-    nb = build_notebook(src, solutions=False)
+    nb = build_notebook(src, solutions=False, launch_path=False)     # the chapter's own cells, indexed as its ids
     return [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "markdown"]
 
 
@@ -91,15 +91,18 @@ CAPTION = re.compile(r"^\s*#\s*Figure:\s*(.+)$", re.M)     # tools/book.py's fig
 def caption_texts(src: Path) -> list[tuple[int, str]]:
     """(cell index, caption) of a source's `# Figure: ...` lines: translated like prose, shown on the site."""
     from tools.notebooks import build_notebook
-    nb = build_notebook(src, solutions=False)
+    nb = build_notebook(src, solutions=False, launch_path=False)
     return [(i, m.group(1).strip()) for i, c in enumerate(nb.cells) if c.cell_type == "code"
             for m in [CAPTION.search(c.source)] if m]
 
 
 def chapter_messages(src: Path) -> list[tuple[str, str]]:
-    """(message, where) of a chapter: its markdown cells, then its figure captions."""
+    """(message, where) of a chapter: its markdown cells (the launch note after the title, as in the
+    notebook), then its figure captions."""
+    from tools.notebooks import LAUNCH_NOTE
     rel = src.relative_to(ROOT).as_posix()
-    return ([(text, f"{rel}:cell {i}") for i, text in markdown_cells(src)]
+    cells = [(text, f"{rel}:cell {i}") for i, text in markdown_cells(src)]
+    return (cells[:1] + [(LAUNCH_NOTE, f"{rel}:launch")] + cells[1:]
             + [(text, f"{rel}:cell {i} caption") for i, text in caption_texts(src)])
 
 
@@ -356,9 +359,11 @@ def translations(stem: str) -> dict[str, str]:
 def build_zh_notebook(src: Path):
     """The learner notebook of `src` with its markdown cells from the catalog (English where a message is
     missing), its code cells untouched, and its language in the metadata."""
-    from tools.notebooks import build_notebook
-    nb = build_notebook(src, solutions=False)
+    from tools.notebooks import LAUNCH_NOTE, build_notebook
     zh = translations(src.stem) if (PO_DIR / f"{src.stem}.po").exists() else {}
+    # the launch cells: the note in Chinese, badges that open this notebook (not the English one)
+    nb = build_notebook(src, solutions=False, launch_path=f"notebooks/zh/{src.stem}.ipynb",
+                        note=zh.get(LAUNCH_NOTE, LAUNCH_NOTE))
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = zh.get(cell.source, cell.source)

@@ -20,10 +20,20 @@ attempted"), and the solution notebook without the marker.
     python -m tools.notebooks build                          # learner notebooks -> notebooks/
     python -m tools.notebooks build --solutions --out DIR    # solution notebooks -> DIR
     python -m tools.notebooks check                          # fail if notebooks/ is out of date
+
+Every generated notebook opens with its title cell, then the launch path, from one table (`launch()`): a
+markdown cell (a Colab and a Kaggle badge when the repository is on GitHub, and what the next cell does)
+and the guarded setup cell (`setup_cell()`). The repository is `Repository` under pyproject.toml's
+`[project.urls]` (a fork changes that line); `TFORMER_REPO` (anything `git clone` accepts) overrides it,
+when the notebooks are built and again when the setup cell runs; `TFORMER_REF` names a branch instead of
+the tag of the package's version (`v` + pyproject's version: a committed notebook cannot name its own
+commit). Without a GitHub URL no badge is written.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -70,8 +80,98 @@ def answer_line(line: str, solutions: bool, n: int) -> str:
     return code if solutions else f"{target.rstrip()} = {ANSWER_STUB}"
 
 
-def build_notebook(src: Path, solutions: bool):
-    """Source file -> nbformat notebook (no outputs, Python 3 kernel)."""
+# The markdown cell before the setup cell (translated: each chapter's catalog has it, tools/i18n.py).
+LAUNCH_NOTE = ("**Run the next cell first.** On Colab or Kaggle it installs the course (a clone of its repository, "
+               "then `pip install -e .`, keeping the runtime's torch) and picks the mode: small on a CPU runtime, "
+               "full on a GPU. Where `import tformer` already works (`make lab`, a local install) it does nothing. "
+               "On Kaggle, turn the notebook's internet on first (Settings > Internet): it is off by default.")
+CHECKOUT = "tformer-course"     # the setup cell's clone, beside the notebook (never `tformer`: a folder of that
+                                # name would pass for the package)
+GITHUB = re.compile(r"^(?:https://github\.com/|git@github\.com:)([\w.-]+)/([\w.-]+?)(?:\.git)?/?$")
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
+
+
+def _pyproject() -> dict:
+    import tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def launch() -> dict:
+    """The one table behind the badges and the setup cell: the repository's URL ("" if none), the ref the
+    install and the badges point at, and the GitHub owner/name when the URL is a GitHub repository."""
+    project = _pyproject()["project"]
+    repo = os.environ.get("TFORMER_REPO") or (project.get("urls") or {}).get("Repository") or ""
+    ref = os.environ.get("TFORMER_REF") or f"v{project['version']}"
+    m = GITHUB.match(repo.strip())
+    return {"repo": repo.strip(), "ref": ref, "github": f"{m.group(1)}/{m.group(2)}" if m else None}
+
+
+def badges(path: str, table: dict | None = None) -> str:
+    """The Colab and Kaggle badges of the notebook at `path` (relative to the repository's root), or ""
+    when the repository is not on GitHub (both open notebooks from GitHub only)."""
+    t = table or launch()
+    if not t["github"]:
+        return ""
+    blob = f"{t['github']}/blob/{t['ref']}/{path}"
+    return (f"[![Open in Colab]({COLAB_BADGE})](https://colab.research.google.com/github/{blob}) "
+            f"[![Open in Kaggle]({KAGGLE_BADGE})](https://kaggle.com/kernels/welcome?src=https://github.com/{blob})")
+
+
+SETUP = """\
+# Setup. Where `import tformer` works, this cell does nothing. On Colab or Kaggle it installs the course.
+import importlib.util, os, subprocess, sys
+REPO = os.environ.get("TFORMER_REPO", @REPO@)  # the course's git URL: pyproject.toml's [project.urls]
+REF = os.environ.get("TFORMER_REF", @REF@)  # the tag of tformer's version, or a branch
+CODE = os.path.abspath(@CHECKOUT@)  # the clone, beside this notebook
+colab = importlib.util.find_spec("google") and importlib.util.find_spec("google.colab")
+HOST = "Kaggle" if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") else "Colab" if colab else None
+if HOST and not importlib.util.find_spec("tformer"):
+    clone = ["git", "clone", "-q", "--depth", "1", "-b", REF, REPO, CODE]
+    if not REPO:
+        print("No repository named: set os.environ['TFORMER_REPO'] to the course's git URL, rerun this cell.")
+    elif not os.path.isdir(CODE) and subprocess.run(clone).returncode:
+        print(f"git clone -b {REF} {REPO} failed" + ": on Kaggle, turn the internet on (Settings > Internet)" * (HOST == "Kaggle"))
+    else:  # pip keeps the runtime's torch where pyproject.toml's range allows it
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", CODE], check=True)
+        sys.path.insert(0, CODE)  # the editable install is seen by a new interpreter only
+        importlib.invalidate_caches()
+if HOST and importlib.util.find_spec("tformer"):
+    import torch
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    small = os.environ.setdefault("TFORMER_SMALL", "0" if gpu else "1").lower() not in ("0", "", "false", "no")
+    print(f"{HOST}, {gpu or 'no GPU'}: " + ("small mode (TFORMER_SMALL=1)" if small else "full mode (the GPU tier)")
+          + f"; to change it: restart the session, run `%env TFORMER_SMALL={int(not small)}`, then this cell.")
+elif not HOST and not importlib.util.find_spec("tformer"):
+    print(f"tformer is not installed here: clone the course ({REPO or 'its git URL'}) and run `make lab` in it.")
+"""
+
+
+def setup_cell(table: dict | None = None) -> str:
+    """The guarded setup cell: nothing where tformer imports; on Colab or Kaggle, clone, install, choose the
+    mode. Its logic is in the cell, not in a file it fetches: nothing of the course is on a fresh runtime
+    before it runs, and a file fetched from the repository would be a second download from the URL the cell
+    has anyway (and one more thing to break when the repository moves), for a cell of 25 lines."""
+    t = table or launch()
+    import json
+    quote = json.dumps                      # a Python string literal in double quotes, as the rest of the cell
+    return SETUP.replace("@REPO@", quote(t["repo"])).replace("@REF@", quote(t["ref"])).replace("@CHECKOUT@", quote(CHECKOUT))
+
+
+def launch_cells(stem: str, path: str | None = None, note: str = LAUNCH_NOTE, table: dict | None = None) -> list:
+    """The markdown cell (badges of the notebook at `path`, if any, and `note`) and the setup cell, with ids
+    of their own: the chapter's cells keep theirs (`NN-iii`, from their index in the source)."""
+    import nbformat
+    t = table or launch()
+    head = badges(path, t) if path else ""
+    return [nbformat.v4.new_markdown_cell(f"{head}\n\n{note}" if head else note, id=f"{stem[:2]}-launch"),
+            nbformat.v4.new_code_cell(setup_cell(t), id=f"{stem[:2]}-setup")]
+
+
+def build_notebook(src: Path, solutions: bool, launch_path: bool | str = True, note: str = LAUNCH_NOTE):
+    """Source file -> nbformat notebook (no outputs, Python 3 kernel). With `launch_path`, the launch cells
+    follow the title cell; a string is the notebook's path in the repository, which its badges open (the
+    learner notebook's by default; False: the chapter's own cells only, as tools/i18n.py reads them)."""
     import jupytext
 
     try:
@@ -84,6 +184,9 @@ def build_notebook(src: Path, solutions: bool):
     for i, cell in enumerate(nb.cells):
         cell.metadata = {}
         cell["id"] = f"{src.stem[:2]}-{i:03d}"           # stable ids: rebuilding gives identical files
+    if launch_path:
+        path = launch_path if isinstance(launch_path, str) else None if solutions else f"notebooks/{src.stem}.ipynb"
+        nb.cells[1:1] = launch_cells(src.stem, path, note)
     return nb
 
 
