@@ -30,6 +30,11 @@ def cells(stem: str, solutions: bool) -> list[str]:
     return [c.source for c in build_notebook(SRC / f"{stem}.py", solutions).cells if c.cell_type == "code"]
 
 
+def imports(sources: list[str]) -> str:
+    """A chapter's imports cell (the first code cell is the setup cell, which imports nothing here)."""
+    return next(c for c in sources if c.startswith(("import ", "from ")))
+
+
 def write(path: Path, sources: list[str], mtime: float | None = None) -> Path:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in sources],
                                   metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
@@ -353,7 +358,7 @@ def tiny(folder: Path, attention: str | None = None, drop: str = "") -> Path:
     """A short chapter-1 notebook: the imports, the two functions, their checks and the question cells (but a
     cell starting `drop`)."""
     sol = cells("01_attention", True)
-    keep = [sol[0]] + [c for c in sol if c.startswith(("def my_attention", "def my_softmax", 'check("ch01', "answer = "))]
+    keep = [imports(sol)] + [c for c in sol if c.startswith(("def my_attention", "def my_softmax", 'check("ch01', "answer = "))]
     if attention is not None:
         keep = replace(keep, "def my_attention", attention)
     return write(folder / "01_attention.ipynb", [c for c in keep if not (drop and c.startswith(drop))])

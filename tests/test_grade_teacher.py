@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_grade_cli import CHECKOUT, cells, one_line_error, tformer, tformer_all, write
+from test_grade_cli import CHECKOUT, cells, imports, one_line_error, tformer, tformer_all, write
 from test_grade_lms import autograde, unzip
 
 RELEASED = ["import torch\nfrom tformer.grading import check, load_exercises\nload_exercises('week3.py')",
@@ -61,7 +61,7 @@ def course(tmp_path_factory):
     cls = root / "class"
     sol = cells("01_attention", True)
     write(cls / "ada" / "01_attention.ipynb",
-          [sol[0]] + [c for c in sol if c.startswith(("def my_softmax", "def my_attention", 'check("ch01', "answer = "))])
+          [imports(sol)] + [c for c in sol if c.startswith(("def my_softmax", "def my_attention", 'check("ch01', "answer = "))])
     write(cls / "ada" / "w03_double.ipynb", notebook("2 * x"))
     write(cls / "bob" / "w03_double (1).ipynb", notebook("x + 2"))
     write(cls / "cy" / "w03_double.ipynb", notebook(None))
