@@ -21,7 +21,7 @@ from tformer.grading import REGISTRY, Question, load_exercises
 from tformer.grading.classroom import cells as cellplan, gradebook, lms, notebooks, run, submissions
 from tformer.grading.classroom.runner import run_notebook
 from tformer.grading.classroom.settings import Run, RunSettings
-from test_grade_cli import NO_SCALE, cells as _cells, replace as _replace, write as _write
+from test_grade_cli import NO_SCALE, cells as _cells, imports as _imports, replace as _replace, write as _write
 from tools.notebooks import SRC
 
 load_exercises()                                        # registers every chapter
@@ -63,11 +63,13 @@ def build_class(root: Path) -> Path:
     c1 = _replace(sol["01_attention"], "def my_softmax", "def my_softmax(x):\n    while True:\n        pass\n")
     at = next(i for i, c in enumerate(c1) if c.startswith('check("ch01.softmax"')) + 1
     c1[at:at] = ["import os\nos._exit(3)"]
-    c1[1:1] = [f"import subprocess\nsubprocess.Popen(['setsid', 'sleep', '{SLEEPER}'])",
+    after = c1.index(_imports(c1)) + 1                     # after the imports cell (the setup cell comes first)
+    c1[after:after] = [f"import subprocess\nsubprocess.Popen(['setsid', 'sleep', '{SLEEPER}'])",
                "print('x' * 100_000_000)", "big = torch.ones(2 ** 31)"]
     _write(cls / "broken" / "01_attention.ipynb", c1)
     c2 = [c for c in sol["02_self_attention"] if not c.startswith("def my_self_attention")]
-    c2[1:1] = ["while True:\n    pass"]
+    after = c2.index(_imports(c2)) + 1
+    c2[after:after] = ["while True:\n    pass"]
     _write(cls / "broken" / "02_self_attention.ipynb", c2)
     (cls / "broken" / "03_multi_head_attention.ipynb").write_text('{"cells": [')
     return cls

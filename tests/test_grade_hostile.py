@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_grade_cli import CHECKOUT, book, cells, tformer, write
+from test_grade_cli import CHECKOUT, book, cells, imports, tformer, write
 from test_grade_teacher import RELEASED, SECRET, hidden_file
 
 MARK = f"tformer-hostile-{uuid.uuid4().hex[:12]}"      # this run's files in /dev/shm: unique, removed afterwards
@@ -34,7 +34,7 @@ RIGHT_IF = "def my_softmax(x):\n    return torch.softmax(x, dim=-1) if {cond} el
 
 def _minimal(sources: list[str]) -> list[str]:
     """The cells of chapter 1 a graded notebook needs: imports, the exercises' cells and the questions' cells."""
-    return [sources[0]] + [c for c in sources if c.startswith(("def my_softmax", "def my_attention", 'check("ch01',
+    return [imports(sources)] + [c for c in sources if c.startswith(("def my_softmax", "def my_attention", 'check("ch01',
                                                                 "answer = "))]
 
 
