@@ -1,4 +1,4 @@
-"""How long `tformer grade CLASS --out OUT` takes for a class, and whether its verdicts equal a full run.
+"""How long `tformer class grade CLASS --out OUT` takes for a class, and whether its verdicts equal a full run.
 
     python benchmarks/bench_grade.py --students 60                 # 60 students x every chapter notebook
     python benchmarks/bench_grade.py --students 60 --realistic     # a fifth of them edited a heavy experiment cell

@@ -103,8 +103,8 @@ def nonnegative_float(text: str) -> float:
 
 def version_text() -> str:
     """`tformer --version`: the package's version, the commit when run from a git checkout (with `+changes` when
-    the working tree differs from it), and the grader's hash (what grades.json records; --verify and --merge
-    refuse another)."""
+    the working tree differs from it), and the grader's hash (what grades.json records; `tformer class verify`
+    and `tformer class merge` refuse another)."""
     import subprocess
     from pathlib import Path
     from . import __version__

@@ -1,4 +1,4 @@
-"""The assignment a teacher declares: `tformer grade CLASS --out OUT --assignment FILE`, a TOML file.
+"""The assignment a teacher declares: `tformer class grade CLASS --out OUT --assignment FILE`, a TOML file.
 
     notebooks = ["01_attention", "02_self_attention", "w03_double"]   # in gradebook order; w03_double: yours
     exercises = ["week3.py"]        # your own exercises: modules of register(Exercise(...)) calls (or Question);

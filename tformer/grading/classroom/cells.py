@@ -1,4 +1,4 @@
-"""Which code cells of a learner's notebook must run to grade it: the fast path of `tformer grade CLASS`.
+"""Which code cells of a learner's notebook must run to grade it: the fast path of `tformer class grade`.
 
 Most of a chapter's code cells are its experiments, the same in every student's copy. The exercises need far
 fewer: their own definition and check cells and what those use. The rule:

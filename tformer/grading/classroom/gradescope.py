@@ -1,4 +1,4 @@
-"""Gradescope's autograder: `tformer grade --gradescope-zip ZIP --assignment FILE` writes the zip a teacher
+"""Gradescope's autograder: `tformer class gradescope ZIP --assignment FILE` writes the zip a teacher
 uploads (Configure Autograder > Zip file upload), and Gradescope runs its `run_autograder` once per submission.
 
     build_zip(zip, assignment)   the zip: setup.sh, run_autograder, a wheel of this checkout, assignment.toml

@@ -1,5 +1,5 @@
-"""The class run: `tformer grade CLASS --out OUT` grades every student's notebooks in parallel, resumably, and
-`--verify` grades them again with the recorded seeds.
+"""The class run: `tformer class grade CLASS --out OUT` grades every student's notebooks in parallel, resumably,
+and `tformer class verify` grades them again with the recorded seeds.
 
 Each notebook is graded as one learner's is (tformer/grading/classroom/runner.py: the learner's code runs in a
 worker that never holds an answer, the grader judges), with three differences that make a class fast:
@@ -88,7 +88,7 @@ def grade_notebook(path: Path, stem: str, launch, timeout: float, skip: bool = T
                    seeds: dict | None = None, only: str | None = None, cells_run: list[int] | None = None,
                    show_hidden: bool = False, notebook_timeout: float | None = None) -> dict:
     """One notebook's record for the journal: its sha256, the cells run and skipped, the report (of the
-    exercise `only`, when given). `cells_run` runs exactly those code cells (a recorded run, `--verify`).
+    exercise `only`, when given). `cells_run` runs exactly those code cells (a recorded run, `class verify`).
     `notebook_timeout`: the notebook's wall budget, cells and exercises together (runner.grade_cells).
 
     What the grader reads in the notebook itself (scan.py), whatever the worker reported: an exercise whose

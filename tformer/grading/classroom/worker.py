@@ -17,7 +17,7 @@ only: no code runs in the grader), and checks its shape, counts and structure be
 Protocol on the worker's original stdin/stdout (the learner's prints go to stderr): frames of an 8-byte
 big-endian length followed by a `torch.save` payload.
 - The grader's first frame: `{"cells": [(index, source), ...], "fallback": {exercise: function name},
-  "questions": [names]}`: the code cells to run (the fast path of `tformer grade CLASS` leaves some out), the
+  "questions": [names]}`: the code cells to run (the fast path of `tformer class grade` leaves some out), the
   released stubs' function names (an exercise no `check(...)` handed over, its check cell deleted, is graded
   with the function of that name the notebook defined, if any, and listed in "uncalled"), and which owed names
   are questions (their check call hands over a value, taken as `questions.plain` makes it: builtins only).
