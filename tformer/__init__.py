@@ -44,6 +44,8 @@ this map; tests/test_layout.py keeps the three in agreement.
     cli          the `tformer` command
 """
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 
 # name -> the module it comes from. The names load lazily (`__getattr__` below), so that `import tformer` and the
@@ -97,5 +99,33 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+class _SwitchesAfterTorch(importlib.abc.MetaPathFinder):
+    """Where tformer is imported before torch (`python -m tformer.grading.classroom.worker`, `import
+    tformer.attention`), the run-time switches are applied as soon as torch has loaded: once."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenSwitches(spec.loader)
+        return spec
+
+
+class _ThenSwitches(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        _switches()
+
+
 if "torch" in sys.modules:          # a notebook starts `import torch`, then `import tformer`
     _switches()
+else:
+    sys.meta_path.insert(0, _SwitchesAfterTorch())
