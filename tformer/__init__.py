@@ -114,8 +114,13 @@ class _SwitchesAfterTorch(importlib.abc.MetaPathFinder):
 
 
 class _ThenSwitches(importlib.abc.Loader):
+    """torch's own loader, with the switches after its module has run; anything else is the loader's."""
+
     def __init__(self, loader):
         self.loader = loader
+
+    def __getattr__(self, name):                  # get_resource_reader, get_source, is_package, ...
+        return getattr(self.loader, name)
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
