@@ -133,6 +133,37 @@ def test_badges_open_notebooks_that_exist(no_launch_env, monkeypatch, url):
         assert not BADGE_LINK.findall(solution.cells[1].source)
 
 
+@pytest.mark.parametrize("url", ["https://github.com/x/y", "git@github.com:x/y.git"])
+def test_the_readmes_chapter_maps_open_every_chapter(no_launch_env, monkeypatch, url):
+    """Each chapter-map row of README.md (README.zh-CN.md) gets the two badges of its English (Chinese)
+    notebook, which exists; rewriting is idempotent, and the catalogs never see a badge."""
+    from tools import i18n
+    monkeypatch.setenv("TFORMER_REPO", url)
+    stems = [src.stem for src in notebooks.sources()]
+    for lang, folder, text in (("en", "notebooks", notebooks.readme_badges(notebooks.README.read_text())),
+                               ("zh", "notebooks/zh", i18n.render_readme_zh())):
+        rows = [line for line in text.splitlines() if notebooks.MAP_ROW.match(line)]
+        assert sorted(notebooks.MAP_ROW.match(r).group(2) for r in rows) == sorted(stems), lang
+        for line in rows:
+            stem = notebooks.MAP_ROW.match(line).group(2)
+            links = BADGE_LINK.findall(line)
+            assert [path for _, _, path in links] == [f"{folder}/{stem}.ipynb"] * 2, line
+            assert (ROOT / links[0][2]).is_file()
+        assert notebooks.readme_badges(text, lang) == text
+    assert not any(BADGE_LINK.findall(m) for m in i18n.readme_messages())
+
+
+def test_the_committed_readmes_carry_the_badges_of_the_committed_table(no_launch_env):
+    """README.md is what `python -m tools.notebooks build` writes (no badge while pyproject.toml names no
+    GitHub repository); `tools.notebooks check` fails otherwise, as for a stale notebook."""
+    from tools import i18n
+    text = notebooks.README.read_text()
+    assert notebooks.readme_badges(text) == text
+    assert i18n.README_ZH.read_text() == i18n.render_readme_zh()
+    assert not notebooks.launch()["github"] or BADGE_LINK.findall(text)
+    assert notebooks.stale() == []
+
+
 # --- a fresh Colab / Kaggle runtime, simulated -------------------------------------------------------------
 
 SITE = Path(sysconfig.get_paths()["purelib"])       # this interpreter's site-packages: torch and the rest

@@ -30,6 +30,8 @@ import re
 import sys
 from pathlib import Path
 
+from tools.notebooks import readme_badges, strip_badges
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "notebooks" / "src"
 LOCALE = ROOT / "locale"
@@ -155,7 +157,7 @@ def readme_messages() -> list[str]:
     """The README's messages: the part before the first section and the sections the Chinese README carries
     in full, every other section's heading."""
     out, section = [], None
-    for translatable, text in readme_units(README.read_text()):
+    for translatable, text in readme_units(strip_badges(README.read_text())):
         if text.startswith("## "):
             section = text[3:].strip()
         if translatable and (section is None or section in README_SECTIONS or text.startswith("## ")):
@@ -167,7 +169,7 @@ def render_readme_zh() -> str:
     """README.zh-CN.md: the README's units with the catalog's translations (English where one is missing)."""
     zh = translations("README") if (PO_DIR / "README.po").exists() else {}
     out, section = [], None
-    for translatable, text in readme_units(README.read_text()):
+    for translatable, text in readme_units(strip_badges(README.read_text())):
         if text.startswith("## "):
             if section is not None and section not in README_SECTIONS:
                 out += [README_NOTE, ""]
@@ -179,7 +181,7 @@ def render_readme_zh() -> str:
             out.append(README_HEADER)
     if section is not None and section not in README_SECTIONS:
         out += ["", README_NOTE]
-    return "\n".join(out).rstrip("\n") + "\n"
+    return readme_badges("\n".join(out).rstrip("\n") + "\n", "zh")     # the badges open the Chinese notebooks
 
 
 def landing_page_zh() -> str:

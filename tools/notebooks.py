@@ -27,7 +27,8 @@ and the guarded setup cell (`setup_cell()`). The repository is `Repository` unde
 `[project.urls]` (a fork changes that line); `TFORMER_REPO` (anything `git clone` accepts) overrides it,
 when the notebooks are built and again when the setup cell runs; `TFORMER_REF` names a branch instead of
 the tag of the package's version (`v` + pyproject's version: a committed notebook cannot name its own
-commit). Without a GitHub URL no badge is written.
+commit). Without a GitHub URL no badge is written. `build` also writes the badges of each chapter in the
+README's chapter map (`readme_badges`), and tools/i18n.py those of the Chinese README (the Chinese notebooks).
 """
 from __future__ import annotations
 
@@ -116,6 +117,29 @@ def badges(path: str, table: dict | None = None) -> str:
     blob = f"{t['github']}/blob/{t['ref']}/{path}"
     return (f"[![Open in Colab]({COLAB_BADGE})](https://colab.research.google.com/github/{blob}) "
             f"[![Open in Kaggle]({KAGGLE_BADGE})](https://kaggle.com/kernels/welcome?src=https://github.com/{blob})")
+
+
+# A chapter-map row of the README: `| 1 | `01_attention` ...|`, the badges (if any) after the notebook's name.
+MAP_ROW = re.compile(r"^(\| *\d+ *\| *`(\d\d_\w+)`)((?: *\[!\[Open in (?:Colab|Kaggle)\]\([^)]*\)\]\([^)]*\))*)( *\|)", re.M)
+BADGE = re.compile(r" *\[!\[Open in (?:Colab|Kaggle)\]\([^)]*\)\]\([^)]*\)")
+
+
+def strip_badges(text: str) -> str:
+    """`text` without its Colab and Kaggle badges: what the translation catalogs hold (a badge is not prose,
+    and the Chinese README's open the Chinese notebooks)."""
+    return BADGE.sub("", text)
+
+
+def readme_badges(text: str, lang: str = "en", table: dict | None = None) -> str:
+    """The README (or its Chinese edition, lang "zh") with each chapter-map row's notebook followed by its
+    badges, from the same table as the notebooks' (none without a GitHub repository). Idempotent."""
+    t = table or launch()
+
+    def row(m):
+        path = f"notebooks/zh/{m.group(2)}.ipynb"          # a chapter not yet translated opens in English
+        head = badges(path if lang == "zh" and (ROOT / path).is_file() else f"notebooks/{m.group(2)}.ipynb", t)
+        return m.group(1) + (f" {head}" if head else "") + m.group(4)
+    return MAP_ROW.sub(row, text)
 
 
 SETUP = """\
@@ -208,9 +232,15 @@ def drop_stale(folder: Path, suffix: str, stems: set[str]) -> list[Path]:
     return gone
 
 
+README = ROOT / "README.md"
+
+
 def build(out: Path, solutions: bool) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    if not solutions and README.read_text() != readme_badges(README.read_text()):
+        README.write_text(readme_badges(README.read_text()))      # the chapter map's badges
+        written.append(README)
     for src in sources():
         dst = out / (src.stem + ".ipynb")
         dst.write_text(render(src, solutions))
@@ -226,6 +256,8 @@ def stale(out: Path = ROOT / "notebooks") -> list[str]:
         dst = out / (src.stem + ".ipynb")
         if not dst.exists() or dst.read_text() != render(src, solutions=False):
             bad.append(dst.name)
+    if README.read_text() != readme_badges(README.read_text()):
+        bad.append("README.md (its chapter map's badges)")
     return bad
 
 
