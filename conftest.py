@@ -12,12 +12,13 @@
 * Without nbval installed (a machine with only the runtime dependencies), its options in pyproject's
   addopts are accepted and ignored, and no notebook is collected.
 * At the end, each notebook's total run time is listed.
+* `make test` runs two pytest-xdist workers (`-n 2 --dist loadfile`: a notebook's cells stay in one worker, in
+  order); the controller builds the solutions before the workers start, and sums the notebooks' times.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -58,8 +59,13 @@ def _collects_notebooks(args: list[str]) -> bool:
     return False
 
 
+def _worker(config) -> bool:
+    """Is this a pytest-xdist worker (`pytest -n 2`)? The controller has built the solutions before it starts."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config):
-    if not HAVE_NBVAL or not _collects_notebooks(config.args):
+    if not HAVE_NBVAL or _worker(config) or not _collects_notebooks(config.args):
         return
     from tools.notebooks import build
     existed = SOLUTIONS.exists()
@@ -107,15 +113,17 @@ def pytest_runtest_setup(item):
         os.environ["TFORMER_GRADE"] = "strict" if SOLUTIONS in item.path.parents else "blank"
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item):
-    t0 = time.perf_counter()
-    yield
-    if item.path.suffix == ".ipynb":
-        _times[str(item.path.relative_to(ROOT))] += time.perf_counter() - t0
+def pytest_runtest_logreport(report):
+    """Each notebook's run time, summed over its cells: in the process that reports (xdist's controller)."""
+    path = report.nodeid.split("::")[0]
+    if report.when == "call" and path.endswith(".ipynb"):
+        _times[path] += report.duration
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    if not _reused and os.environ.get("TFORMER_REUSE_BOOK") == "1" and getattr(config.option, "numprocesses", None):
+        # with xdist (`-n 2`) the workers collected, not this process: ask the same question here
+        _reused.extend(p.name for p in sorted(NOTEBOOKS.glob("*.ipynb")) if _executed_by_book(p))
     if _reused:
         terminalreporter.section("learner notebooks not rerun")
         terminalreporter.write_line(f"{len(_reused)} ran without error in `make book` (same code, same tformer; "
