@@ -2,6 +2,7 @@
 #   make lab   create .venv if missing, install, open JupyterLab on notebooks/
 #              (as root it adds --allow-root; server options go in LAB_ARGS, e.g.
 #               make lab LAB_ARGS="--ip=0.0.0.0 --no-browser --port=8888")
+#   make doctor  check this machine: its device, backend parity against float64, what to expect here
 #   make test  create .venv if missing, install, run every test (package, graders, notebooks, website)
 #   make book  build the course website into build/book/ (open build/book/index.html; Chinese: build/book/zh/)
 #   make constraints  upgrade within pyproject.toml's ranges, record the versions in
@@ -22,7 +23,7 @@ PYVER           = $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export TFORMER_SMALL ?= 1
 
-.PHONY: lab test install torch browser book notebooks solutions grade handout bench term clean constraints
+.PHONY: lab doctor test install torch browser book notebooks solutions grade handout bench term clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +119,10 @@ notebooks: install
 
 solutions: install
 	$(PY) -m tools.notebooks build --solutions --out solutions/
+
+# The command to run first on a new machine (tformer/doctor.py): exit 1 if a check fails.
+doctor: install
+	$(VENV)/bin/tformer doctor
 
 # Grade every learner notebook in notebooks/ (or GRADE=path): a per-chapter table and grade-report.json.
 GRADE ?= notebooks/

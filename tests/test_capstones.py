@@ -129,7 +129,8 @@ def test_each_committed_reference_matches_todays_recipe(name):
     if not ref.exists():
         pytest.skip(f"no committed reference for {name} yet")
     res = json.loads(ref.read_text())
-    today = json.loads(json.dumps(CAPSTONES[name]().config()))          # config() reads no data: no download
+    recipe = Options(machine_class=res.get("machine_class"))           # the machine class it ran as (none before)
+    today = json.loads(json.dumps(CAPSTONES[name](recipe).config()))    # config() reads no data: no download
     assert res["config"] == today, (f"data/capstones/{name} is stale: its recipe differs from today's; regenerate it "
                                     f"with `{res['command']}` and copy result.json there")
     for key in ("command", "git_commit", "device_name", "date", "wall_minutes", "cpu_minutes"):
@@ -230,3 +231,61 @@ def test_config_overlays_tiny_and_gpu_and_caps_steps_once_for_all(monkeypatch):
     import torch as _torch
     monkeypatch.setattr("tformer.utils.device.device", lambda **kw: _torch.device("cuda"))
     assert Toy().config()["train"]["lr"] == 3e-3
+
+
+# -- the recipe of this machine's class (tformer.measure.machine) -------------------------------------------
+class _Toy(Capstone):
+    RECIPE = {"train": {"steps": 1000, "lr": 1e-3, "batch": 64}}
+    RECIPES = {"cpu-avx2": {"train": {"steps": 600}}, "cpu-bf16": {"train": {"batch": 128}}}
+
+
+def _probe_says(monkeypatch, **kw):
+    from tformer.measure import machine
+    fake = machine.Probe("cpu", "a test CPU", 2, kw.pop("float32", 68.0), **kw)
+    monkeypatch.setattr(machine, "probe", lambda **_: fake)
+
+
+@pytest.mark.parametrize("probe, recipe, want", [
+    ({}, None, {"steps": 600, "lr": 1e-3, "batch": 64}),                         # 2-core AVX2: its overlay
+    ({"bf16_units": True}, None, {"steps": 1000, "lr": 1e-3, "batch": 128}),     # bf16 units: theirs
+    ({"float32": 400.0}, None, {"steps": 1000, "lr": 1e-3, "batch": 64}),        # cpu-fast: none, RECIPE
+    ({}, "cpu-bf16", {"steps": 1000, "lr": 1e-3, "batch": 128}),                 # --recipe overrides the probe
+])
+def test_the_probe_picks_its_classs_recipe_and_recipe_overrides_it(monkeypatch, tmp_path, probe, recipe, want):
+    from tformer.capstones.base import choose_recipe
+    _probe_says(monkeypatch, **probe)
+    opts = Options(recipe=recipe)
+    choose_recipe(opts, tmp_path)
+    assert _Toy(opts).config()["train"] == want
+    assert opts.probe["line"] == "this CPU (a test CPU): " + opts.probe["line"].split(": ", 1)[1]
+    assert opts.machine_class == (recipe or opts.probe["class"])
+
+
+def test_a_resumed_run_keeps_the_recipe_it_started_with(monkeypatch, tmp_path):
+    """A busier machine today must not change a run's recipe halfway: the folder's recorded class wins."""
+    from tformer.capstones.base import choose_recipe
+    (tmp_path / "config.json").write_text(json.dumps({"capstone": "toy", "machine_class": "cpu-bf16", "recipe": {}}))
+    _probe_says(monkeypatch)                                    # today's probe says cpu-avx2
+    opts = Options()
+    choose_recipe(opts, tmp_path)
+    assert opts.machine_class == "cpu-bf16" and opts.probe["class"] == "cpu-avx2" and opts.probe["resumed"]
+
+
+def test_recipe_as_typed_is_recorded_and_a_wrong_name_is_one_line(tmp_path):
+    """`tformer capstone vit --recipe CLASS`, the entry point from a folder outside the checkout."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    tformer = str(Path(sys.executable).with_name("tformer"))
+    run = lambda *a: subprocess.run([tformer, "capstone", "vit", "--out", str(tmp_path / "run"), *a],  # noqa: E731
+                                    cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    bad = run("--recipe", "avx2")
+    assert bad.returncode == 2 and "invalid choice: 'avx2'" in bad.stderr and "cpu-avx2" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    ok = run("--tiny", "--max-steps", "2", "--threads", "1", "--recipe", "cpu-bf16")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "recipe cpu-bf16 (--recipe)" in ok.stderr and "GFLOP/s float32" in ok.stderr
+    res = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert res["machine_class"] == "cpu-bf16" and res["probe"]["float32"] > 0 and res["probe"]["device"] == "cpu"
+    assert "--recipe cpu-bf16" in res["command"]
+    assert "recipe `cpu-bf16`" in (tmp_path / "run" / "report.md").read_text()

@@ -11,17 +11,19 @@ import pytest
 import torch
 
 from tformer import doctor
+from tformer.measure import machine
 from tformer.utils.device import choose
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def report():
+def report(tmp_path_factory):
+    """`tformer doctor --json` as typed, from a folder outside the checkout."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     env.pop("TFORMER_DEVICE", None)
-    r = subprocess.run([sys.executable, "-m", "tformer", "doctor", "--json"], env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run([str(Path(sys.executable).with_name("tformer")), "doctor", "--json"], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path_factory.mktemp("doctor"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return json.loads(r.stdout)
 
@@ -46,6 +48,9 @@ def test_doctor_on_the_cpu_runs_every_check_and_they_pass(report):
     assert e["tokens_per_s"] > 0 and [t["preset"] for t in e["tiers"]] == ["tiny", "small", "gpu", "base", "big"]
     assert all(t["seconds"] > 0 for t in e["tiers"])
     assert sorted(t["seconds"] for t in e["tiers"][2:]) == [t["seconds"] for t in e["tiers"][2:]]   # gpu < base < big
+    m = report["machine"]                   # the probe and this machine's row of the README's hardware table
+    assert m["probe"]["device"] == "cpu" and m["probe"]["float32"] > 0 and m["class"].startswith("cpu-")
+    assert m["line"].startswith("this CPU (") and m["chapters"] == machine.by_name(m["class"]).chapters
 
 
 @pytest.mark.slow
@@ -56,6 +61,7 @@ def test_the_table_has_one_line_per_check(report):
     lines = [ln for ln in text.splitlines() if ln.strip().startswith(("PASS", "FAIL", "SKIP"))]
     assert len(lines) == len(report["checks"])
     assert "tokens/s" in text and "every check passed" in text and "--preset" in text
+    assert f"This machine: {report['machine']['line']}" in text and report["machine"]["class"] in text
 
 
 def _wrong_on_the_device(q, k, v, mask):

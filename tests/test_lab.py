@@ -34,6 +34,15 @@ def test_make_lab_as_printed_adds_allow_root_only_for_root():
     assert ("--allow-root" in line) == (os.geteuid() == 0)
 
 
+def test_make_doctor_runs_the_venvs_doctor():
+    """The README's `make doctor`: the venv's `tformer doctor` (tests/test_doctor.py runs that command)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", "-o", "install", "doctor", f"VENV={VENV}"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == f"{VENV}/bin/tformer doctor"
+
+
 def test_make_lab_serves_the_chapter_notebooks(tmp_path):
     if shutil.which("make") is None or not (VENV / "bin" / "jupyter").exists():
         pytest.skip("needs make and jupyter in the test environment")

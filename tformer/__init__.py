@@ -30,7 +30,8 @@ this map; tests/test_layout.py keeps the three in agreement.
                  metrics; the methods sft, lora, dpo, grpo                                     ch. 10-13
     inference/   decode (greedy, beam), paged_cache, engine (continuous batching), quantize,
                  speculative, rag                                                              ch. 10-14
-    measure/     timing (step time, peak memory, op counts), flash (the flash kernel, tokens/s, MFU)
+    measure/     timing (step time, peak memory, op counts), flash (the flash kernel, tokens/s, MFU), machine
+                 (a probe of this machine's speed, its class: the README's hardware table)
     translate/   the translation capstone: presets, pipeline, peer, cli (`tformer translate`)      ch. 10
     capstones/   `tformer capstone NAME`: base (the Capstone protocol, the registry), runfolder, show,
                  cli; one module per capstone, named for what it trains (`tformer capstone --help`

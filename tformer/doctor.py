@@ -11,8 +11,10 @@
    comparison (tformer.grading.equality.compare). On a CPU the chosen device is the CPU: float32 against float64.
    One line each: PASS with the largest error, or FAIL naming the operation, the error and what to do.
    On MPS it also tries bf16 autocast and stores whether it passed: the policy reads that (bf16 only if so).
-3. What to expect: a GPT training step measured in tokens/s here, and from its FLOP rate the estimated time
-   of each tier of the translation capstone (`tformer translate train --preset ...`).
+3. What to expect: a probe of this machine's matmul speed and its class (tformer.measure.machine: the row of
+   the README's hardware table, the capstones' recipe); a GPT training step measured in tokens/s here, and
+   from its FLOP rate the estimated time of each tier of the translation capstone
+   (`tformer translate train --preset ...`).
 
 Exit status 0 when every check passes, 1 otherwise. About 20-40 s on a 2-core CPU.
 
@@ -498,6 +500,15 @@ def measure(p: policy.Policy, seconds: float = 6.0) -> dict[str, Any]:
             "tiers": tiers}
 
 
+def machine_row() -> dict[str, Any]:
+    """The probe of this machine's speed and the row of its class in the README's hardware table."""
+    from .measure import machine
+    probe = machine.probe()
+    c = machine.classify(probe)
+    return {"probe": probe.as_dict(), "line": probe.line(), "class": c.name, "what": c.what,
+            "chapters": c.chapters, "capstones": c.capstones, "basis": c.basis}
+
+
 def _duration(s: float) -> str:
     if s < 90:
         return f"{s:.0f} s"
@@ -520,6 +531,7 @@ def report(measure_speed: bool = True) -> dict[str, Any]:
     out = {"environment": env, "checks": [asdict(r) for r in results],
            "passed": all(r.status != "FAIL" for r in results)}
     if measure_speed:
+        out["machine"] = machine_row()
         out["expect"] = measure(p)
     out["seconds"] = time.perf_counter() - t0
     return out
@@ -543,6 +555,11 @@ def _print(rep: dict[str, Any], file=sys.stdout) -> None:
             err = "" if c["max_error"] is None else f"largest error {c['max_error']:.1e}, "
             line = f"{err}{c['message']} ({c['dtype']}, {tol}); what to do: {c['advice']}"
         print(f"  {c['status']:<4}  {c['name']:<{w}}  {line}", file=file)
+    if "machine" in rep:
+        m = rep["machine"]
+        print(f"\nThis machine: {m['line']}", file=file)
+        print(f"  its class (the README's hardware table, the capstones' recipe): {m['class']}, {m['what']}", file=file)
+        print(f"  the chapters: {m['chapters']}\n  the capstones: {m['capstones']}\n  ({m['basis']})", file=file)
     if "expect" in rep:
         e = rep["expect"]
         mfu = f", MFU {e['mfu']:.0%}" if e["mfu"] else ""

@@ -13,7 +13,8 @@
 
     capstone = cls(opts)            # opts: the common options, and the capstone's own (add_arguments)
     capstone.prepare()              # check its own input, find its data: before anything is written
-    config = capstone.config()      # RECIPE, overlaid by GPU on CUDA and TINY in the tests, capped by --max-steps
+    choose_recipe(opts, out)        # the probe of this machine, and the class whose recipe it follows (--recipe)
+    config = capstone.config()      # RECIPE, overlaid by RECIPES[class], GPU on CUDA, TINY in the tests, capped
     capstone.run(CapstoneRun(...))  # in the run folder (runfolder.py), holding its lock: -> result.json's content
 
 and the chapter's cell, `show(NAME)` (show.py), prints the headline and plots the curves that every
@@ -60,6 +61,7 @@ class Capstone:
     RECIPE: dict = {}       # the config (CPU tier), in result.json and config.json; a change makes references stale
     TINY: dict = {}         # overlay for the tests' size (`--tiny`)
     GPU: dict = {}          # overlay for the GPU tier, applied when the capstone runs on CUDA
+    RECIPES: dict = {}      # overlay per machine class (tformer.measure.machine: "cpu-avx2", ...), on RECIPE
     STEPS: tuple[str, ...] = ()   # the config's step counts that --max-steps caps, as dotted keys ("train.max_steps")
     NOT_SHIPPED: dict = {}  # what a committed reference leaves out of result.json: {key: (field, ...)}
 
@@ -90,7 +92,7 @@ class Capstone:
         o = self.opts
         given = [("--time-budget", None if o.time_budget is None else f"{o.time_budget:g}")]
         given += [(a.option_strings[0], self.own.get(a.dest)) for a in self.own_options()]
-        given += [("--threads", o.threads), ("--max-steps", o.max_steps)]
+        given += [("--threads", o.threads), ("--recipe", o.recipe), ("--max-steps", o.max_steps)]
         return " ".join([f"tformer capstone {self.name}"] + [f"{flag} {v}" for flag, v in given if v is not None])
 
     # -- the run --------------------------------------------------------------------------------------------
@@ -99,9 +101,11 @@ class Capstone:
         `UserError` (one line: what was wrong, what to do). Default: nothing to check."""
 
     def config(self) -> dict:
-        """The recipe this run follows: a copy of RECIPE, then GPU on CUDA, TINY with `--tiny`, and with
-        `--max-steps N` every STEPS entry capped at N and "max_steps": N recorded (for run() to read)."""
+        """The recipe this run follows: a copy of RECIPE, then RECIPES[the run's machine class], GPU on CUDA,
+        TINY with `--tiny`, and with `--max-steps N` every STEPS entry capped at N and "max_steps": N recorded
+        (for run() to read)."""
         config = copy.deepcopy(self.RECIPE)
+        overlay(config, self.RECIPES.get(self.opts.machine_class, {}))
         if self.GPU:
             from ..utils.device import device as policy_device
             if policy_device(capstone=True).type == "cuda":
@@ -143,6 +147,25 @@ def capstones() -> dict[str, type[Capstone]]:
     return {c.name: c for c in sorted(found, key=lambda c: (c.chapter, c.name))}
 
 
+def choose_recipe(opts: Options, out: Path) -> None:
+    """Probe this machine (a second on a CPU) and decide the machine class whose recipe the run follows:
+    `--recipe`'s, else the one an earlier session of this run folder recorded (a resumed run keeps its
+    recipe, whatever the machine's load today), else the probe's class. Sets opts.machine_class, opts.probe."""
+    import json
+
+    from ..measure import machine
+    from ..utils.errors import UserError
+    if opts.recipe is not None and opts.recipe not in machine.NAMES:
+        raise UserError(f"unknown recipe {opts.recipe!r}: expected a machine class, one of {', '.join(machine.NAMES)}")
+    probe = machine.probe(seconds=0.05 if opts.tiny else 0.5, n=256 if opts.tiny else None)
+    opts.probe = {**probe.as_dict(), "line": probe.line(), "class": machine.classify(probe).name}
+    recorded = None
+    if (out / "config.json").exists():
+        recorded = json.loads((out / "config.json").read_text(encoding="utf-8")).get("machine_class")
+    opts.machine_class = opts.recipe or recorded or opts.probe["class"]
+    opts.probe["resumed"] = bool(recorded and not opts.recipe)
+
+
 def run_capstone(name: str, out: str | os.PathLike | None = None, **options) -> dict | None:
     """Run (or resume) capstone `name` in `out` (default runs/capstone-NAME); returns result.json's content,
     or None when a part stopped early on purpose (`stop_after`). `options`: Options' fields and the
@@ -159,10 +182,16 @@ def run_capstone(name: str, out: str | os.PathLike | None = None, **options) -> 
         raise UserError(f"--time-budget must be > 0 minutes, got {opts.time_budget}")
     capstone = cls(opts)
     capstone.prepare()                          # checks the input before anything is written
-    config = capstone.config()
     from ..utils.runtime import set_threads
     set_threads(opts.threads)                   # the CPU tier: every core (or --threads), whatever TFORMER_SMALL says
     out = Path(out) if out is not None else default_out(name)
+    choose_recipe(opts, out)
+    if opts.progress:
+        why = "--recipe" if opts.recipe else "as recorded in " + str(out) if opts.probe["resumed"] else "the probe's"
+        changes = cls.RECIPES.get(opts.machine_class) or "RECIPE as it stands"
+        print(f"capstone {name}: {opts.probe['line']}; recipe {opts.machine_class} ({why}): {changes}",
+              file=sys.stderr, flush=True)
+    config = capstone.config()
     with CapstoneRun(name, out, config, opts, capstone.command()) as run:
         try:
             return capstone.run(run)

@@ -1,4 +1,4 @@
-"""`tformer capstone NAME [--out DIR] [--time-budget MIN] [--threads N] [--max-steps N] [NAME's own options]`.
+"""`tformer capstone NAME [--out DIR] [--time-budget MIN] [--threads N] [--recipe CLASS] [--max-steps N] [NAME's own options]`.
 
 One subcommand per capstone, built from the registry (`capstones()`): the options every capstone takes,
 then the capstone's own (`Capstone.add_arguments`: translate's `--data DIR`, moe's `--text FILE`).
@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..cli import add_debug, positive_float, positive_int
+from ..measure.machine import NAMES
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -19,6 +20,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="torch CPU threads (default: all cores; 1 is faster on a machine other jobs keep busy)")
     p.add_argument("--max-steps", type=positive_int, default=None, metavar="N",
                    help="stop every part after N steps (a smoke test; the result is not the capstone's)")
+    p.add_argument("--recipe", choices=NAMES, default=None, metavar="CLASS",
+                   help="the recipe of this machine class instead of the one the probe of this machine picks "
+                        f"(one of {', '.join(NAMES)}; `tformer doctor` shows this machine's)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)    # the tests' size
     add_debug(p)
 
@@ -49,7 +53,8 @@ def _run(args: argparse.Namespace) -> int:
     from .base import run_capstone
     from .runfolder import default_out
     res = run_capstone(args.name, args.out, time_budget=args.time_budget, max_steps=args.max_steps,
-                       threads=args.threads, tiny=args.tiny, **{d: getattr(args, d) for d in args.own})
+                       threads=args.threads, tiny=args.tiny, recipe=args.recipe,
+                       **{d: getattr(args, d) for d in args.own})
     if res is None:
         return 130
     out = args.out or default_out(args.name)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..measure.machine import cpu_model
+
 # torch and the checkpoint module load when a run starts, not on import: `tformer capstone` is in the command's
 # parser, which imports no torch
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +47,9 @@ class Options:
     progress: bool = True
     tiny: bool = False                   # the test size: the smallest model that runs the real code
     threads: int | None = None           # torch CPU threads; None = every core
+    recipe: str | None = None            # `--recipe CLASS`: follow that machine class's recipe, not the probe's
+    machine_class: str | None = None     # the class whose recipe this run follows (run_capstone decides)
+    probe: dict | None = None            # what the probe of this machine measured (tformer.measure.machine)
     own: dict = field(default_factory=dict)   # the capstone's own options given, by dest: {"data": "DIR"}
 
 
@@ -62,17 +67,6 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head + ("+changes" if dirty else "")) if head else "unknown"
-
-
-def cpu_model() -> str:
-    """The CPU's model name ("Intel(R) Xeon(R) Platinum 8488C"), from /proc/cpuinfo on Linux, else platform."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> dict:
@@ -107,9 +101,10 @@ class CapstoneRun:
         self.lock.acquire()                                    # RunInUseError: a second job is refused
         try:
             cfg_path = self.out / "config.json"
-            want = {"capstone": self.name, "recipe": self.config}
+            want = {"capstone": self.name, "machine_class": self.opts.machine_class, "recipe": self.config}
             if cfg_path.exists():
                 have = json.loads(cfg_path.read_text(encoding="utf-8"))
+                have.setdefault("machine_class", want["machine_class"])     # a folder from before the classes
                 if have != json.loads(json.dumps(want)):
                     from ..utils.errors import UserError
                     raise UserError(f"{self.out} holds a {have.get('capstone')} run with another recipe "
@@ -172,7 +167,8 @@ class CapstoneRun:
         self.save_state()
         full = {"capstone": self.name, **result, "config": self.config,
                 "wall_minutes": round(self.state["wall_s"] / 60, 2), "cpu_minutes": round(self.state["cpu_s"] / 60, 2),
-                "sessions": self.state["sessions"], **machine(), "git_commit": git_commit(),
+                "sessions": self.state["sessions"], **machine(), "machine_class": self.opts.machine_class,
+                "probe": self.opts.probe, "git_commit": git_commit(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "command": self.command}
         atomic_write_text(self.out / "result.json", json.dumps(full, indent=1))
@@ -185,5 +181,7 @@ class CapstoneRun:
         lines += [f"Command: `{full['command']}`; {full['wall_minutes']} wall min, {full['cpu_minutes']} CPU min on "
                   f"{full['device']} ({full['cpu_model']}, {full['cpu_count']} cores, {full['threads']} threads), "
                   f"torch {full['torch']}, {full['date']}.", ""]
+        if self.opts.probe:
+            lines += [f"Machine: {self.opts.probe['line']}; recipe `{self.opts.machine_class}`.", ""]
         atomic_write_text(self.out / "report.md", "\n".join(lines))
         return full
