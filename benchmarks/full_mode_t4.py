@@ -538,14 +538,14 @@ PROPOSALS: dict[str, list[Row]] = {
             method="formula"),
     ],
     "13_mixture_of_experts": [
-        Row("13_mixture_of_experts", "a T4 tier: dense d384 x6, V 8192, B32 x T256, 3000 steps (Trainer)",
+        Row("13_mixture_of_experts", "a T4 tier: dense d384 x6, V 8192, B32 x T256, 2000 steps (Trainer)",
             CH + "13_mixture_of_experts.py:276",
             gpt((32, 256), vocab_size=8192, context_length=256, n_layers=6, n_heads=6, d_model=384, dropout=0.0,
-                d_ff=1536), steps=3000, opt="fused", trainer=True),
-        Row("13_mixture_of_experts", "... and its 2 MoE models (8 experts, top-2, d_ff 768), 3000 steps each",
+                d_ff=1536), steps=2000, opt="fused", trainer=True),
+        Row("13_mixture_of_experts", "... and its 2 MoE models (8 experts, top-2, d_ff 768), 2000 steps each",
             CH + "13_mixture_of_experts.py:286-310",
             gpt((32, 256), vocab_size=8192, context_length=256, n_layers=6, n_heads=6, d_model=384, dropout=0.0,
-                d_ff=1536), steps=2 * 3000, opt="fused", trainer=True, extra_kernels=6 * MOE_EXTRA, mfu=MFU_MOE,
+                d_ff=1536), steps=2 * 2000, opt="fused", trainer=True, extra_kernels=6 * MOE_EXTRA, mfu=MFU_MOE,
             method="formula"),
         Row("13_mixture_of_experts", "validation and expert loads: 1000 forwards of B32 x T256",
             CH + "13_mixture_of_experts.py:298",
@@ -579,8 +579,8 @@ BLOCKERS = [
      "tformer.utils.gpu.why_no_flash(dev) is None, else sdpa_kernel([policy.attention_backend(dev)])"),
     ("12_multimodal", "tformer/capstones/vision_training.py:53-82: random_affine runs on the CPU batch before "
      "the Trainer moves it: 45-90 ms (CIFAR) and 180-360 ms (Flickr8k) a batch on 2 cores, ~40% of the "
-     "chapter; augment on the device instead. _fit (line 91) trains in fp32 (amp=False): fp16 would be ~3x "
-     "faster on a T4"),
+     "chapter's time; augment on the device instead. _fit (line 91) trains in fp32 (amp=False) on CUDA too: "
+     "fp16 autocast would run these models on the T4's tensor cores"),
 ]
 
 
