@@ -206,3 +206,14 @@ def test_start_from_gives_a_trainable_policy_and_a_frozen_reference():
     for a, b in zip(policy.parameters(), sft.parameters()):
         assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
     assert opt.defaults["weight_decay"] == 0.0 and opt.defaults["betas"] == (0.9, 0.99)
+
+
+def test_the_full_mode_recipe_finds_its_training_problems():
+    """Chapter 11's full mode asks for recipe["sft"]["n_train"] distinct training prompts of each kind in
+    turn (11_fine_tuning and 11_preference_rl): the train split must hold that many, held-out ones excluded."""
+    from tformer.capstones.sft_start import notebook_recipe
+    for small in (True, False):
+        n = notebook_recipe(small)["sft"]["n_train"]
+        got = grpo.problems(n, seed=0)
+        assert len(got) == n and len({q for _, q, _ in got}) == n
+        assert not any(grpo.held_out(q) for _, q, _ in got)
