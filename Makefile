@@ -22,6 +22,9 @@ CI_PYTHON       := $(shell sed -n 's/^\# python //p' $(CONSTRAINTS) 2>/dev/null)
 PYVER           = $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export TFORMER_SMALL ?= 1
+# pytest-xdist workers for `make test` (--dist loadfile: a notebook's cells stay in one worker, in order);
+# each notebook and grading test runs single-threaded, so two workers fill a 2-core machine
+TEST_WORKERS ?= 2
 
 .PHONY: lab doctor test install torch browser book notebooks solutions grade handout bench term clean constraints
 
@@ -109,7 +112,7 @@ book: install
 test: install browser
 	@$(PY) -m tools.book; book=$$?; \
 	TFORMER_REUSE_BOOK=1 TFORMER_REQUIRE_BOOK=$$([ $$book = 0 ] && echo 1 || echo 0) \
-	  $(PY) -m pytest -q --durations=25; tests=$$?; \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25; tests=$$?; \
 	if [ $$book != 0 ]; then echo "make book failed (its error is above)"; fi; \
 	if [ $$tests != 0 ]; then exit $$tests; fi; exit $$book
 
