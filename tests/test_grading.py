@@ -559,3 +559,13 @@ def test_an_error_on_a_hidden_case_reads_as_a_failed_hidden_case(temp_exercise):
     r = core.judge(ex, cases, core.Outcome(wrong, after[:-1], "error", "ZeroDivisionError: division by zero"))
     assert r.message.startswith("FAILED 1 of 3 cases. Smallest failing case 'one'") and "raised an error on a hidden" \
         in r.message and r.fraction == pytest.approx(1 / 3), r.message
+
+
+def test_a_check_cell_shows_its_verdict_once(capsys):
+    """A check cell prints its verdict line; the Result, the cell's last value, adds no second display in
+    Jupyter (IPython's display formatter gets nothing from it)."""
+    from IPython.core.formatters import DisplayFormatter
+    result = check("ch01.softmax", _softmax)
+    printed = capsys.readouterr().out
+    assert result.passed and printed.count(result.message) == 1 and printed.startswith("[PASS] ch01.softmax")
+    assert DisplayFormatter().format(result) == ({}, {})

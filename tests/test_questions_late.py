@@ -100,6 +100,14 @@ def test_ch11_uniform_loss_is_the_loss_of_equal_logits(q):
         assert _close(loss, eval(q["ch11.q_uniform_loss"].answer, {"log": math.log}, {"V": v}), 1e-6)
 
 
+def test_ch11_lora_fc1_share_is_what_add_lora_trains(q):
+    from tformer.training.lora import LoRALinear
+    for d, r in ((64, 16), (384, 8), (10, 3)):
+        lin = LoRALinear(torch.nn.Linear(d, 4 * d), r=r)                # fc1: weight (4d, d)
+        share = (lin.A.numel() + lin.B.numel()) / lin.base.weight.numel()
+        assert _close(share, eval(q["ch11.q_lora_fc1_share"].answer, {}, {"r": r, "d": d}), 1e-12)
+
+
 def test_ch14_kv_bytes_is_what_the_cache_holds(q):
     from tformer.cache import make_caches
     layers, kv_heads, head, t = 32, 8, 128, 3                         # Llama 3 8B's shape, bf16

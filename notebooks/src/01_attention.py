@@ -105,10 +105,12 @@ for d, s_raw, s_sc in zip(dims, std_raw, std_scaled):
     assert abs(s_raw / math.sqrt(d) - 1) < 0.15 and abs(s_sc - 1) < 0.15
 
 # %% [markdown]
-# Large scores push the softmax into saturation: one key takes almost all the weight (the entropy of
-# the weights drops toward 0) and the gradient that flows back into the scores vanishes, because the
-# softmax Jacobian $\mathrm{diag}(p) - pp^\top$ is nearly zero when $p$ is nearly one-hot. We measure
-# both, scaled and unscaled, for the same random queries and keys: the entropy of each row of weights,
+# Large scores push the softmax into saturation: one key takes almost all the weight and the gradient
+# that flows back into the scores vanishes, because the softmax Jacobian $\mathrm{diag}(p) - pp^\top$ is
+# nearly zero when $p$ is nearly one-hot. The entropy of the weights, $H(p) = -\sum_j p_j \log p_j$,
+# measures how spread they are: 0 when one key takes everything, $\log n$ when $n$ keys share equally.
+# With the natural logarithm it is counted in *nats* (with $\log_2$, in bits).
+# We measure both, scaled and unscaled, for the same random queries and keys: the entropy of each row of weights,
 # and the norm of $\partial L / \partial \text{scores}$ for a random linear loss $L = \sum_j r_j p_j$ on
 # the weights (whatever the loss, its gradient reaches the scores through this Jacobian).
 

@@ -64,20 +64,21 @@ layer = tformer.TransformerBlock(tformer.BlockConfig(d_model=32, n_heads=4, d_ff
                                                      norm_first=True)).eval()
 
 
-rows = []
+rows, lstm_col = [], "LSTM matmuls (each recurrent one waits for the last)"
 for t in (8, 16, 32, 64):
     xt = torch.randn(2, t, 32)
     with torch.no_grad():
-        rows.append({"T": t, "LSTM matmuls (each waits for the last)": count_ops(lambda: lstm_reference(lstm, xt)),
+        rows.append({"T": t, lstm_col: count_ops(lambda: lstm_reference(lstm, xt)),
                      "Transformer layer matmuls (all positions at once)": count_ops(lambda: layer(xt, is_causal=True))})
 print(format_table(rows))
-assert rows[-1]["LSTM matmuls (each waits for the last)"] > rows[0]["LSTM matmuls (each waits for the last)"] * 7
+assert rows[-1][lstm_col] > rows[0][lstm_col] * 7
 assert len({r["Transformer layer matmuls (all positions at once)"] for r in rows}) == 1
 
 # %% [markdown]
-# The LSTM's count grows with $T$: two layers times $T$ steps of $h_{t-1} W_{hh}$, each needing the one
-# before. (The input products $x_t W_{ih}$ *can* be batched over time, and `lstm_reference` does so;
-# the recurrence cannot.) The Transformer layer runs the same few products for any $T$; only their size
+# The LSTM's count grows with $T$: two layers times $T$ recurrent steps of $h_{t-1} W_{hh}$, each needing
+# the one before. The other two products, one per layer, are the input products $x_t W_{ih}$: they *can*
+# be batched over time, and `lstm_reference` runs each as one product for all $T$ steps; the recurrence
+# cannot be batched. The Transformer layer runs the same few products for any $T$; only their size
 # grows, and a GPU spreads a larger product over more cores.
 #
 # ## 2. All positions at once equals one position at a time
@@ -158,7 +159,8 @@ assert n_params_of["Transformer"] > n_params_of["LSTM"]
 # thrash as soon as another program shares the cores (a busy laptop), and the chapter must stay quick
 n_threads = tformer.utils.runtime.SMALL_THREADS if tformer.SMALL else tformer.utils.runtime.ALL_THREADS
 with tformer.utils.runtime.threads(n_threads):
-    timings = step_time_vs_length(models, lengths, batch, vocab, device=device, warmup=1, repeat=2 if tformer.SMALL else 5)
+    timings = step_time_vs_length(models, lengths, batch, vocab, device=device, warmup=1,
+                                  repeat=2 if tformer.SMALL else 5, progress=not tformer.SMALL)   # a bar in full mode only
 print(format_table([{"model": r.name, "T": r.seq_len, "ms / step": 1e3 * r.seconds, "tokens/s": r.tokens_per_s}
                     for r in timings]))
 
@@ -283,7 +285,9 @@ print(f"our Transformer ({n / 1e6:.2f} M params) at T={last.seq_len}: about {ach
 # %% [markdown]
 # The two estimates agree within a factor of about 2.4 (printed above): the GPU-time figure assumes the
 # chip runs at its full sustained rate, while $6ND$ counts only the useful arithmetic, so their ratio
-# (about 40%) is the utilisation the paper's code reached. Chapter 13 measures that ratio (MFU) for our own models on a GPU.
+# (about 40%) is the utilisation the paper's code reached. That ratio, the model's own FLOPs per second of
+# training over the chip's peak FLOP/s, is called MFU (model FLOPs utilisation); chapter 13 measures it for our
+# own models on a GPU.
 #
 # ## 5. Distributed training: from 8 GPUs to thousands
 #
@@ -292,8 +296,9 @@ print(f"our Transformer ({n / 1e6:.2f} M params) at T={last.seq_len}: about {ach
 # `tformer translate train` does the same under `torchrun --nproc-per-node N` (PyTorch's
 # `DistributedDataParallel`, `tformer/training/trainer.py`). When a model no longer fits on one GPU, the other
 # axes join in:
-# - **ZeRO / FSDP** shards the optimizer state, gradients and weights across the data-parallel GPUs
-#   (Rajbhandari et al., 2020);
+# - **ZeRO / FSDP** (the Zero Redundancy Optimizer, Rajbhandari et al., 2020; PyTorch's Fully Sharded Data
+#   Parallel) shards the optimizer state, gradients and weights across the data-parallel GPUs, so that no
+#   GPU holds a full copy of them;
 # - **tensor parallelism** splits each matrix product of a layer across GPUs (Megatron-LM, Shoeybi et
 #   al., 2019);
 # - **pipeline parallelism** puts consecutive layers on different GPUs and streams micro-batches through
@@ -365,8 +370,9 @@ check("ch07.q_hunyuan", answer)
 
 # %% [markdown]
 # ## Summary
-# * An LSTM is a chain: two layers ran 18 matrix products at $T = 8$ and 130 at $T = 64$, each waiting for
-#   the one before; a Transformer layer ran the same 5 for every $T$.
+# * An LSTM is a chain: two layers ran 18 matrix products at $T = 8$ and 130 at $T = 64$; all but the two
+#   input products (one per layer, for all steps at once) are recurrent, each waiting for the one before;
+#   a Transformer layer ran the same 5 for every $T$.
 # * With a causal mask, a Transformer layer's outputs for all positions in one pass equal each position
 #   computed on its own; an LSTM's $h_t$ needs $h_{t-1}$ of the same layer.
 # * On a CPU, with little parallel hardware to fill, the Transformer's extra arithmetic per token shows in

@@ -8,7 +8,9 @@
 #
 # label smoothing $\epsilon_{ls}=0.1$, dropout 0.1, batches built by token count. Then how a translation
 # model is trained with `tformer`'s `Trainer` (progress bar, validation, atomic checkpoints, exact
-# resume, checkpoint averaging), decoded with beam search and scored with BLEU. BLEU counts the word
+# resume, checkpoint averaging), decoded with beam search and scored with BLEU. Greedy decoding writes the
+# most probable token at each step; beam search keeps the few most probable partial translations at each
+# step and extends all of them (section 5 gives its rule). BLEU counts the word
 # n-grams (runs of 1 to 4 words) a translation shares with a reference, from 0 to 100; sacreBLEU computes
 # it in a standard way and prints a signature, so the number compares with published ones.
 #
@@ -86,7 +88,8 @@ assert peak == 4000
 # %% [markdown]
 # **A run with a fixed budget should anneal.** At the paper's last step, $1/\sqrt{s}$ is still at a fifth
 # of its peak: that schedule never settles the weights, it only slows down. When the budget is known
-# (the Multi30k capstone has 30 CPU minutes), the `linear` schedule warms up the same way. Then it falls
+# (the capstone at the end of the chapter trains for 30 CPU minutes on Multi30k, English descriptions of
+# Flickr photos with their German translations), the `linear` schedule warms up the same way. Then it falls
 # on a straight line to zero exactly when the budget runs out: its progress is the larger of
 # steps / `max_steps` and minutes / `time_budget`. The last updates are small ones that settle the
 # weights, where most of the loss drop of a short run happens. The `small` preset uses it.
@@ -140,6 +143,10 @@ print(inspect.getsource(noam_lr))
 # three ways at the same constant rate on the built-in corpus: post-LN with a linear warmup, post-LN
 # without, and pre-LN without (pre-LN keeps an identity path, so it does not need warmup). The only
 # difference between the two post-LN runs is the warmup.
+#
+# The text is cut into tokens by a byte-pair encoding (BPE) shared by both languages: starting from
+# single bytes, it merges the most frequent adjacent pair into a new token, again and again, until the
+# vocabulary has the size asked for. `11_llms` builds one from scratch.
 
 # %%
 en, de = generate_pairs(3000, seed=0)
@@ -371,12 +378,15 @@ print(f"in {amp or torch.float32}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in m
 # %% [markdown]
 # Smoothing penalises confidence itself: a correct prediction with logit margin 30 costs *more* than
 # one with margin 4 once $\epsilon > 0$, while plain cross-entropy keeps rewarding the larger margin.
+# Four tokens, the right one ahead of the other three by the margin; the cell prints the probability
+# the softmax then gives the right token beside both losses.
 
 # %%
 target = torch.tensor([0])
 for margin in (2.0, 4.0, 8.0, 30.0):
     logits = torch.tensor([[margin, 0.0, 0.0, 0.0]])
-    print(f"margin {margin:4.0f}: CE {label_smoothed_cross_entropy(logits, target, 0.0).item():.3f}   "
+    print(f"margin {margin:4.0f}: p(right) {logits.softmax(-1)[0, 0]:.3f}   "
+          f"CE {label_smoothed_cross_entropy(logits, target, 0.0).item():.3f}   "
           f"label-smoothed CE {label_smoothed_cross_entropy(logits, target, 0.1).item():.3f}")
 
 # %% [markdown]
@@ -516,7 +526,12 @@ else:
 print(Path(run, "log.jsonl").read_text().splitlines()[-1])
 
 # %% [markdown]
-# **BLEU.** Greedy and beam search (beam 4, length penalty 0.6, at most source + 50 tokens) both decode
+# **BLEU.** Beam search with a beam of 4 keeps the 4 most probable partial translations at each step,
+# extends each by every token and keeps the best 4 of those. A finished translation $y$ of $|y|$ tokens
+# scores $\log P(y \mid x) / \mathrm{lp}(y)$, with GNMT's length penalty
+# $\mathrm{lp}(y) = ((5 + |y|)/6)^{\alpha}$ (`length_penalty`): $\alpha = 0$ ranks by log-probability
+# alone, which favours short outputs since every token adds a negative term; the paper's $\alpha = 0.6$
+# offsets part of that. Greedy and beam search (at most source + 50 tokens) both decode
 # in batches and use the decoder's KV cache. sacreBLEU scores detokenized text and prints its
 # signature. The paper's *tokenized* BLEU splits punctuation and German compounds ("Rechts-Staat" ->
 # "Rechts ##AT##-##AT## Staat"), so it reads higher on the same output.
@@ -590,16 +605,17 @@ for beam, res in scores.items():
 # preset on the built-in corpus). The capstone is one command, `tformer capstone translate` (add
 # `--data DIR` for a local Multi30k folder). It trains the `small` preset on Multi30k de->en for 30
 # minutes, then prints greedy and beam-4 sacreBLEU on test_2016_flickr and ten test translations beside
-# their references. It also draws the cross-attention of the first one (which source tokens each output
-# token reads). Everything lands in `runs/capstone-translate/` (`result.json`, `report.md`; it resumes
+# their sources and references. It also draws the cross-attention of the first one (which source tokens
+# each output token reads). Everything lands in `runs/capstone-translate/` (`result.json`, `report.md`; it resumes
 # after a kill).
 #
 # The cell shows that run when this machine has one, else the committed reference with its command,
-# machine and date (the reference ships the model's translations and attention weights, not
-# Multi30k's sentences).
+# machine and date. The reference ships the model's translations and attention weights, not
+# Multi30k's sentences: it prints the translations alone, and its figure numbers the source tokens by
+# position instead of writing them.
 
 # %%
-# Figure: The translation capstone's training loss, and one test sentence's cross-attention (output tokens down, source tokens across).
+# Figure: The translation capstone's training loss, and one test sentence's cross-attention (output tokens down; source tokens across, numbered by position in the committed reference).
 from tformer.capstones import show
 
 translate_capstone = show("translate")
@@ -691,7 +707,8 @@ check("ch10.q_warmup", answer)
 # %% [markdown]
 # **Question 3.** With label smoothing $\epsilon = 0.1$ and a vocabulary of $V = 4$ tokens, which
 # probability of the right token makes the label-smoothed loss smallest? Answer with a number. The formula
-# of *3. Label smoothing* gives the target; the margin cell shows that a larger margin stops paying.
+# of *3. Label smoothing* gives the target; the margin cell prints the right token's probability beside
+# each loss, and the smallest loss it prints is at the probability nearest the answer.
 
 # %%
 answer = 0.925  ### ANSWER

@@ -297,7 +297,8 @@ check("ch11.lora_forward", my_lora_forward)
 # Merged and unmerged give the same outputs. Two different shares: *per matrix*, a (d, d) projection
 # trains $r(\text{in} + \text{out}) / (\text{in} \cdot \text{out}) = 2r/d$ of its numbers (at d = 64,
 # r = 8: 25%); for the *whole model* the share is smaller, because the embedding table, the norms and
-# the wider FFN matrices count in the total. The cell prints both, at both widths.
+# the wider FFN matrices count in the total. The cell prints both, at both widths, then the share of
+# one matrix that is not square, the FFN's `fc1`, in this notebook's model.
 
 # %%
 r, alpha = (16, 32) if SMALL else (8, 16)
@@ -320,15 +321,19 @@ for width, layers, vocab in [(64, 2, 1024), (384, 6, 8192)]:                # th
         share[width, rank] = (2 * rank / width, (lambda t: t[0] / t[1])(trainable_params(m)))
 for (w, k), (per_matrix, whole) in share.items():
     print(f"d_model={w:3d}, r={k}: per (d, d) matrix 2r/d = {per_matrix:6.2%}, whole model {whole:6.2%}")
+fc1 = lora.blocks[0].ffn.fc1                                                # the FFN's first matrix, not square
+print(f"this notebook's fc1, weight {tuple(fc1.base.weight.shape)}, r={r}: "
+      f"{(fc1.A.numel() + fc1.B.numel()) / fc1.base.weight.numel():.2%} of its numbers")
 assert all(whole < per_matrix for per_matrix, whole in share.values()) and share[384, 4][1] < 0.02
 
 # %% [markdown]
 # LoRA against full fine-tuning on the same data, with LoRA's usual recipe: a learning rate several
 # times full fine-tuning's, adapters on every projection, and a rank the tasks need (here r = 16 of
 # d = 64). The LayerNorm gains and biases (a few hundred numbers) train with the adapters: at this width
-# the frozen, tied embedding table limits how confident the output can become, and the norms give it that
-# scale. LoRA gets twice full fine-tuning's steps, because each of its steps moves the model less; to see
-# it with the same steps, set `lora_steps = sft_steps` in the next cell.
+# the frozen embedding table, which is tied (the same matrix embeds the input tokens and, transposed,
+# scores the next one), limits how confident the output can become, and the norms give it that scale.
+# LoRA gets twice full fine-tuning's steps, because each of its steps moves the model less; to see it
+# with the same steps, set `lora_steps = sft_steps` in the next cell.
 
 # %%
 for name, p in lora.named_parameters():
@@ -387,7 +392,23 @@ plt.show()
 # ## Questions
 
 # %% [markdown]
-# **Question.** In supervised fine-tuning, which tokens of a conversation carry loss?
+# **Question 1.** In section 2, greedy decoding with a mild repetition penalty ($\theta$ = 1.3 or 1.5)
+# still ends in a loop. Why?
+# - **A.** The penalty applies to the prompt's tokens only, not to the tokens the model writes.
+# - **B.** A token loses the same factor whether it appeared once or many times, so a token whose logit
+#   stays the largest after that one division is chosen again and again.
+# - **C.** Greedy decoding takes the most likely token before the penalty applies; only sampling feels it.
+# - **D.** Dividing by $\theta$ raises the logits of the tokens already written, so they come back.
+#
+# The table printed by the repetition-penalty cell of *2. Decoding* gives distinct-2 and the final run
+# of one repeated token for each $\theta$, and the text under it names the token the loop moves to.
+
+# %%
+answer = "B"  ### ANSWER
+check("ch11.q_repetition_loop", answer)
+
+# %% [markdown]
+# **Question 2.** In supervised fine-tuning, which tokens of a conversation carry loss?
 # - **A.** Every token of the conversation: the model learns the whole dialogue.
 # - **B.** The user's tokens only: the model learns to understand the questions.
 # - **C.** The last answer only: the earlier turns are context.
@@ -399,6 +420,16 @@ plt.show()
 # %%
 answer = "D"  ### ANSWER
 check("ch11.q_sft_loss_tokens", answer)
+
+# %% [markdown]
+# **Question 3.** LoRA of rank $r$ on the FFN's first matrix `fc1`, whose weight is $(4d, d)$: what share
+# of the weight's numbers do its adapters train? Answer with a formula in `r` and `d`, as a string. The
+# text above the share cell of *4. LoRA* gives the rule for any shape, and that cell prints the share of
+# this notebook's `fc1`: your formula at its $d$ and $r$ should give the same.
+
+# %%
+answer = "5*r/(4*d)"  ### ANSWER
+check("ch11.q_lora_fc1_share", answer)
 
 # %% [markdown]
 # ## Summary

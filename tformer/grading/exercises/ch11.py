@@ -672,6 +672,20 @@ register(Question(
 ))
 
 register(Question(
+    name="ch11.q_repetition_loop",
+    title="why greedy decoding with a mild repetition penalty still loops",
+    kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1, notebook="11_fine_tuning",
+    mistakes={
+        "the penalty reaches every token already in the context, the prompt's and the generated ones: "
+        "apply_repetition_penalty reads idx, all the tokens so far": "A",
+        "greedy decoding takes the argmax after the penalty (sample_next applies it first), which is why "
+        "distinct-2 rises with theta in the table": "C",
+        "that is CTRL's first rule, for a negative logit; the course's (Hugging Face's) multiplies a negative "
+        "logit by theta, so a token already written always loses probability": "D",
+    },
+))
+
+register(Question(
     name="ch11.q_sft_loss_tokens",
     title="which tokens of an SFT conversation carry loss",
     kind="choice", answer="D", choices=("A", "B", "C", "D"), points=1, notebook="11_fine_tuning",
@@ -682,6 +696,20 @@ register(Question(
         "the mask is the other way round: the model is trained to write the answers, so the answers carry the "
         "loss and the prompt is only read": "B",
     },
+))
+
+register(Question(
+    name="ch11.q_lora_fc1_share",
+    title="the share of a (4d, d) weight's numbers that LoRA of rank r trains",
+    kind="expr", answer="5*r/(4*d)", symbols=("r", "d"), points=1, notebook="11_fine_tuning",
+    mistakes={
+        "2r/d is the share of a square (d, d) matrix; fc1 has in = d and out = 4d, and the share is "
+        "r(in + out) / (in * out)": "2*r/d",
+        "A (r, d) and B (4d, r) both train: r/d counts B alone": "r/d",
+        "A (r, d) and B (4d, r) both train: r/(4d) counts A alone": "r/(4*d)",
+        "5rd is how many numbers the adapters hold; the share divides it by the 4d^2 numbers of the weight": "5*r*d",
+    },
+    hint="A is (r, in) and B is (out, r): the adapters hold r(in + out) numbers, the weight in * out.",
 ))
 
 register(Question(
