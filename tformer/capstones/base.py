@@ -186,13 +186,13 @@ def run_capstone(name: str, out: str | os.PathLike | None = None, **options) -> 
     set_threads(opts.threads)                   # the CPU tier: every core (or --threads), whatever TFORMER_SMALL says
     out = Path(out) if out is not None else default_out(name)
     choose_recipe(opts, out)
-    if opts.progress:
-        why = "--recipe" if opts.recipe else "as recorded in " + str(out) if opts.probe["resumed"] else "the probe's"
-        changes = cls.RECIPES.get(opts.machine_class) or "RECIPE as it stands"
-        print(f"capstone {name}: {opts.probe['line']}; recipe {opts.machine_class} ({why}): {changes}",
-              file=sys.stderr, flush=True)
     config = capstone.config()
     with CapstoneRun(name, out, config, opts, capstone.command()) as run:
+        if opts.progress:                       # once the folder is ours: a refused second job says one line
+            why = "--recipe" if opts.recipe else f"as recorded in {out}" if opts.probe["resumed"] else "the probe's"
+            changes = cls.RECIPES.get(opts.machine_class) or "RECIPE as it stands"
+            print(f"capstone {name}: {opts.probe['line']}; recipe {opts.machine_class} ({why}): {changes}",
+                  file=sys.stderr, flush=True)
         try:
             return capstone.run(run)
         except Stopped as e:
