@@ -217,3 +217,26 @@ def test_the_full_mode_recipe_finds_its_training_problems():
         got = grpo.problems(n, seed=0)
         assert len(got) == n and len({q for _, q, _ in got}) == n
         assert not any(grpo.held_out(q) for _, q, _ in got)
+
+
+def test_grpo_updates_run_under_the_policy_dtype_with_one_scaler_per_optimizer(monkeypatch):
+    """On a CPU the policy gives no autocast (float32, the step as before); under fp16 (a T4's, injected here)
+    the updates scale their loss, and the scaler persists across grpo_step calls of one optimizer."""
+    from tformer.data.text import train_tokenizer
+    from tformer.models import GPT, GPTConfig
+
+    tok = train_tokenizer(["What is 12 + 34? Sort 1 2 3 4. User: Assistant: " * 20], vocab_size=300)
+    end = tok.token_to_id("<|endoftext|>")
+    torch.manual_seed(0)
+    sft = GPT(GPTConfig(vocab_size=tok.get_vocab_size(), context_length=48, n_layers=1, n_heads=2, d_model=16))
+    data = grpo.problems(4, seed=0)
+    for dtype, scaled in ((None, False), (torch.float16, True)):
+        monkeypatch.setattr(grpo, "amp_dtype", lambda dev, dtype=dtype: dtype)
+        policy, ref, opt = grpo.start_from(sft, 1e-3)
+        gen = torch.Generator().manual_seed(0)
+        scalers = []
+        for _ in range(2):
+            out = grpo.grpo_step(policy, ref, opt, tok, data, group=4, max_new=4, end_id=end, generator=gen)
+            assert all(math.isfinite(v) for v in out.values())
+            scalers.append(grpo._SCALERS[opt])
+        assert scalers[0] is scalers[1] and scalers[0].is_enabled() is scaled

@@ -108,6 +108,14 @@ def test_ch11_lora_fc1_share_is_what_add_lora_trains(q):
         assert _close(share, eval(q["ch11.q_lora_fc1_share"].answer, {}, {"r": r, "d": d}), 1e-12)
 
 
+def test_ch11_lone_success_advantage_is_what_group_advantages_gives(q):
+    from tformer.training.grpo import group_advantages
+    for g in (2, 5, 8, 16):
+        adv = group_advantages(torch.tensor([[1.0] + [0.0] * (g - 1)], dtype=torch.float64))[0, 0]
+        expected = eval(q["ch11.q_grpo_lone_success"].answer, {"sqrt": math.sqrt}, {"G": g})   # our own key
+        assert _close(adv * (1 + 1e-4 * math.sqrt(g)), expected, 1e-12)          # the std's + 1e-4 put back
+
+
 def test_ch14_kv_bytes_is_what_the_cache_holds(q):
     from tformer.cache import make_caches
     layers, kv_heads, head, t = 32, 8, 128, 3                         # Llama 3 8B's shape, bf16

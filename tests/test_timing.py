@@ -79,3 +79,31 @@ def test_the_timers_share_one_step_body(monkeypatch):
     idx = torch.randint(0, 11, (2, 6))
     loss = real(lambda: gpt(idx).float().logsumexp(-1).mean(), opt, "cpu")()
     assert loss.dim() == 0 and not torch.equal(before, w) and all(p.grad is None for p in gpt.parameters())
+
+
+def test_training_step_is_the_plain_float32_loop_without_a_policy_dtype():
+    """The chapters' own loops (08, 11_llms) train through `training_step`: with dtype None (a CPU) it is the
+    hand-written loop, clipping included, bit for bit; the batch passes through step(*batch)."""
+    from tformer.measure.timing import training_step
+    from tformer.training.losses import causal_lm_loss
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(vocab_size=40, context_length=12, n_layers=1, n_heads=2, d_model=16, dropout=0.1))
+    xs = [torch.randint(0, 40, (3, 12)) for _ in range(4)]
+    for clip in (None, 0.5):
+        a, b = copy.deepcopy(base), copy.deepcopy(base)
+        torch.manual_seed(1)
+        opt = torch.optim.AdamW(a.parameters(), lr=1e-2)
+        by_hand = []
+        for x in xs:
+            loss = causal_lm_loss(a(x), targets=x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(a.parameters(), clip)
+            opt.step()
+            by_hand.append(loss.item())
+        torch.manual_seed(1)
+        step = training_step(lambda x: causal_lm_loss(b(x), targets=x), torch.optim.AdamW(b.parameters(), lr=1e-2),
+                             "cpu", None, clip=clip)
+        assert [step(x).item() for x in xs] == by_hand
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

@@ -126,3 +126,17 @@ def test_digits_training_smoke():
     assert len(hist.loss) == 86 and len(hist.test_acc) == 2
     assert sum(hist.loss[-5:]) / 5 < sum(hist.loss[:5]) / 5
     assert hist.test_acc[-1] > 0.15                                         # chance is 0.1
+
+
+def test_batches_augment_on_the_training_device_with_the_same_draws():
+    """A batch moves to the training device before `random_affine` (a GPU augments on the GPU); the draws come
+    from the same CPU generator, so the batches are those of a CPU run. Autocast only on CUDA."""
+    from tformer.capstones import vision_training as vt
+    x, y = images(10, 1, 8, seed=3), torch.arange(10)
+    aug = lambda b, generator: random_affine(b, shift=2.0, degrees=5.0, scale=0.1, flip=True, generator=generator)
+    plain = list(vt.ImageBatches(x, y, 4, torch.Generator().manual_seed(0), aug))
+    moved = list(vt.ImageBatches(x, y, 4, torch.Generator().manual_seed(0), aug, device=torch.device("cpu")))
+    assert all(torch.equal(p[0], q[0]) and torch.equal(p[1], q[1]) for p, q in zip(plain, moved))
+    assert vt._batch_device("cpu") is None and vt._batch_device(None) is None
+    assert vt._batch_device("cuda:0") == torch.device("cuda", 0)
+    assert vt._on_cuda("cuda") and not vt._on_cuda("cpu") and not vt._on_cuda("mps")

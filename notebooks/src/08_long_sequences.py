@@ -16,7 +16,7 @@
 # run it, then run the `check(...)` cell below it: it prints PASS, or the smallest failing input with a
 # hint. Exercises here: a sliding-window mask, and NTK-scaled RoPE frequencies.
 #
-# **The tformer code it uses**: `tformer/measure/timing.py: time_fn, peak_memory`,
+# **The tformer code it uses**: `tformer/measure/timing.py: time_fn, peak_memory, training_step`,
 # `tformer/training/metrics.py: fit_power_law`,
 # `tformer/sparse.py: sliding_window_attention`, `tformer/masks.py: sliding_window_mask`,
 # `tformer/efficient.py: performer_attention, orthogonal_gaussian`,
@@ -40,7 +40,8 @@ from tformer.models import GPT, GPTConfig
 from tformer.positional import RotaryEmbedding, rope_frequencies, rotate_half
 from tformer.sparse import sliding_window_attention
 from tformer.training.metrics import fit_power_law
-from tformer.measure.timing import format_table, peak_memory, time_fn
+from tformer.measure.timing import format_table, peak_memory, time_fn, training_step
+from tformer.utils.device import amp_dtype
 
 tformer.seed_everything(0)
 device = tformer.device()
@@ -264,6 +265,9 @@ SEEDS = (0, 1, 2)                                               # three models: 
 
 # %% [markdown]
 # One seed's model: `LMBatches` draws random windows of $L + 1$ bytes (inputs and next-byte targets).
+# Each step is `tformer.measure.timing.training_step`: forward and loss, backward, AdamW. On a CPU that
+# is the plain float32 step; on a CUDA GPU it runs under the device policy's autocast (bf16 on sm80+; fp16
+# with a gradient scaler on a T4).
 
 # %%
 def train_model(seed: int) -> GPT:
@@ -271,11 +275,9 @@ def train_model(seed: int) -> GPT:
     model = GPT(GPTConfig(vocab_size=256, context_length=L, n_layers=n_layers, n_heads=n_heads, d_model=d_model,
                           positional="rope")).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3 if tformer.SMALL else 1e-3)
+    step = training_step(lambda x, y: causal_lm_loss(model(x), targets=y), opt, device, amp_dtype(device))
     for x, y in tqdm(LMBatches(train_data, batch_size, L, steps, seed=seed), desc=f"seed {seed}, L={L}"):
-        loss = causal_lm_loss(model(x.to(device)), targets=y.to(device))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = step(x.to(device), y.to(device))
     print(f"seed {seed}: final training loss {loss.item():.3f} (nats per byte)")
     return model.eval()
 

@@ -361,6 +361,9 @@ print(format_table(rows))
 # On a CPU PyTorch picks its CPU flash kernel; on a recent NVIDIA GPU with fp16/bf16 inputs it picks
 # FlashAttention-2 (or cuDNN's attention), and falls back to the memory-efficient or math kernel for
 # inputs the fast one cannot take (fp32 on some paths, an arbitrary float mask, unusual head sizes).
+# A T4 (sm75: no flash kernel, no bf16) has no FLASH_ATTENTION for any input: there the course trains
+# with SDPA's memory-efficient kernel in fp16 instead, as the device policy (`tformer/utils/device.py`)
+# chooses.
 #
 #
 # Fused is not always faster. On a CPU in bf16, the flash kernel's backward can lose to the explicit

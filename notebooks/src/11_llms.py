@@ -29,6 +29,7 @@
 # * `tformer/training/losses.py: causal_lm_loss, lm_loss, masked_lm_loss`, `tformer/data/text.py: apply_mlm_masking, mask_tokens`
 # * `tformer/models/gpt.py: GPT, GPTConfig` (with `GPT.generate`, `GPT.from_hf_gpt2`); `tformer/models/bert.py: BERT, BertClassifier`
 # * `tformer/data/pretrained.py: load_pretrained` (real GPT-2 weights when online; offline it says what to do)
+# * `tformer/measure/timing.py: training_step` (one step: autocast as the device policy says, backward, clipping, AdamW)
 
 # %%
 import inspect
@@ -49,6 +50,8 @@ from tformer.data.text import (IGNORE, DataUnavailableError, LMBatches, encode, 
                              train_tokenizer)
 from tformer.data.pretrained import load_pretrained
 from tformer.models import BERT, GPT, BertClassifier, BertConfig, GPTConfig
+from tformer.measure.timing import training_step
+from tformer.utils.device import amp_dtype
 
 tformer.seed_everything(0)
 SMALL = tformer.SMALL
@@ -195,7 +198,9 @@ print(f"GPT: {gpt.num_params():,} parameters")
 
 # %% [markdown]
 # `LMBatches` cuts windows of the token stream into inputs `x` and next-token targets `y` (x shifted by
-# one); `lm_loss(model, (x, y))` returns the summed cross-entropy and the number of targets.
+# one); `lm_loss(model, (x, y))` returns the summed cross-entropy and the number of targets. Each training
+# step below is `tformer.measure.timing.training_step`: on a CPU the plain float32 step; on a CUDA GPU it
+# runs under the device policy's autocast (bf16 on sm80+; fp16 with a gradient scaler on a T4).
 
 # %%
 val_batches = LMBatches(val_ids, 16, T - 1, min(8, (len(val_ids) - 1) // (16 * T)), shuffle=False)
@@ -217,16 +222,17 @@ print(f"validation loss before training {before:.2f} (ln V = {math.log(gpt_cfg.v
       f"perplexity {math.exp(before):.0f}")
 
 # %%
+def gpt_loss(x, y):
+    loss_sum, n = lm_loss(gpt, (x, y))
+    return loss_sum / n
+
+
 opt = torch.optim.AdamW(gpt.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+step = training_step(gpt_loss, opt, dev, amp_dtype(dev), clip=1.0)    # backward, clip at 1, AdamW
 gpt_losses, t0 = [], time.perf_counter()
 for x, y in tqdm(LMBatches(train_ids, batch, T - 1, steps, seed=0), desc="GPT"):
-    loss_sum, n = lm_loss(gpt, (x.to(dev), y.to(dev)))
-    loss = loss_sum / n
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
-    opt.step()
+    loss = step(x.to(dev), y.to(dev))
     sched.step()
     gpt_losses.append(loss.item())
 after = val_loss(gpt)
@@ -330,14 +336,12 @@ print(f"BERT: {bert.num_params():,} parameters")
 # Figure: BERT's masked-LM training loss.
 opt = torch.optim.AdamW(bert.parameters(), lr=mlm_lr, weight_decay=0.01)
 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=mlm_lr, total_steps=mlm_steps, pct_start=0.1)
+step = training_step(lambda inp, lab: masked_lm_loss(bert.mlm_logits(bert(inp)), lab), opt, dev, amp_dtype(dev))
 g = torch.Generator().manual_seed(0)
 mlm_losses, t0 = [], time.perf_counter()
 for x, _ in tqdm(LMBatches(train_ids, mlm_batch, L - 1, mlm_steps, seed=2), desc="BERT MLM"):
     inp, lab = mask_tokens(with_cls(x), V, MASK, special_ids=(CLS,), generator=g)
-    loss = masked_lm_loss(bert.mlm_logits(bert(inp.to(dev))), lab.to(dev))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+    loss = step(inp.to(dev), lab.to(dev))
     sched.step()
     mlm_losses.append(loss.item())
 print(f"{mlm_steps} MLM steps in {(time.perf_counter() - t0) / 60:.2f} min; "

@@ -410,7 +410,19 @@ plt.show()
 # ## Questions
 
 # %% [markdown]
-# **Question.** In section 4 the answer loss falls by more than half with the retrieved passage in the
+# **Question 1.** A group of $G$ sampled answers to one prompt holds exactly one right answer (reward 1;
+# the other $G - 1$ get 0). What advantage does `grpo.group_advantages` give the right one? Answer with a
+# formula in `G`, as a string, leaving out the $10^{-4}$. The formula above the exercise cell
+# `my_group_advantages` in *3. Reinforcement learning with verifiable rewards* gives it; in a cell of your
+# own, `grpo.group_advantages(torch.tensor([[1.0] + [0.0] * 7]))` computes the case $G = 8$ to test your
+# formula against.
+
+# %%
+answer = "(G-1)/sqrt(G)"  ### ANSWER
+check("ch11.q_grpo_lone_success", answer)
+
+# %% [markdown]
+# **Question 2.** In section 4 the answer loss falls by more than half with the retrieved passage in the
 # prompt. What makes it fall?
 # - **A.** The model is fine-tuned on the new facts before it answers.
 # - **B.** The retrieved passage is put into the prompt, and the same SFT model reads the answer from it.

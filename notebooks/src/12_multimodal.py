@@ -209,7 +209,8 @@ print(f"the one-minute version above: {acc:.1%} after {len(hist.loss)} steps, on
 # %% [markdown]
 # ### ViT on CIFAR-10 (full mode, GPU)
 # 50,000 32x32 colour images through `datasets` (downloaded once, then cached). Patches of 4x4 give 64
-# tokens. Offline, or in small mode, this cell says what to do instead.
+# tokens. On the GPU `train_classifier` trains under the device policy's autocast (fp16 with a gradient
+# scaler on a T4) and augments each batch there. Offline, or in small mode, this cell says what to do instead.
 
 # %%
 if SMALL or dev.type != "cuda":

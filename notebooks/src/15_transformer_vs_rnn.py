@@ -257,7 +257,7 @@ text = offline_text()[: (200_000 if SMALL else None)]
 ids = torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
 train_ids, val_ids = split_stream(ids, 0.9)
 widths = [8, 16, 32, 64, 128] if SMALL else [64, 128, 256, 384, 512]
-lm_steps, lm_block, lm_batch = (80, 64, 8) if SMALL else (1500, 256, 32)
+lm_steps, lm_block, lm_batch = (80, 64, 8) if SMALL else (1000, 256, 32)
 budget = lm_steps * lm_block * lm_batch                        # tokens every model sees
 val = LMBatches(val_ids, lm_batch, lm_block, 4 if SMALL else 50, shuffle=False)
 
@@ -340,7 +340,7 @@ assert fits["Transformer"][3] > fits["LSTM"][3]                       # the Tran
 # one: each doubling of $N$ buys it more. Kaplan et al. (2020, section 3.2.1 and figure 7) found the
 # same at scale: the Transformer's loss falls faster with non-embedding parameters than the LSTM's,
 # and LSTMs match Transformers only on tokens early in the context. (These are small models trained far from convergence; full mode repeats the sweep
-# at widths 64-512 on 1,500 steps of 32 x 256 tokens.)
+# at widths 64-512 on 1,000 steps of 32 x 256 tokens.)
 #
 # **How many tokens for how many parameters?** Chapter 7 estimated a training run's compute as
 # $C \approx 6ND$ FLOPs (forward 2, backward 4 per parameter per token). The sweep above fixed $D$ and

@@ -1,7 +1,9 @@
 """Batched image augmentation (chapter 12): each image of a batch gets its own random transform.
 
 `random_affine` shifts, rotates, zooms (and optionally flips) through `F.affine_grid`; `random_shift`
-moves whole pixels, with no interpolation and so no blur. Both take an optional `torch.Generator`.
+moves whole pixels, with no interpolation and so no blur. Both take an optional `torch.Generator`, a CPU one:
+the random draws are made on the CPU and moved to the images' device, so a GPU batch is transformed on the
+GPU with the same draws a CPU batch would get.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
     time_fn(fn)                  median wall time of fn() after warm-up (synchronizes CUDA)
     peak_memory(fn)              bytes allocated at the peak of fn() above what was live before
-    training_step(...)           one training step as a function (what the timers below and `flash` time)
+    training_step(...)           one training step as a function (what the timers below and `flash` time,
+                                 and the chapters' own loops train with): autocast, scaler, clipping
     train_step_time(model, idx)  median time of one training step (forward, loss, backward, update)
     step_time_vs_length(...)     the same for each sequence length, as table rows
     count_ops(fn)                how many matrix products (or other named aten ops) fn() runs
@@ -159,23 +160,32 @@ def count_ops(fn: Callable[[], object], names: Sequence[str] = MATMUL_OPS) -> in
     return sum(1 for e in prof.events() if e.name in wanted)
 
 
-def training_step(loss_of: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer,
-                  device: torch.device | str, dtype: torch.dtype | None = None) -> Callable[[], torch.Tensor]:
-    """One training step as a function, the body every timer here shares (and `flash.lm_throughput`).
+def training_step(loss_of: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer,
+                  device: torch.device | str, dtype: torch.dtype | None = None,
+                  clip: float | None = None) -> Callable[..., torch.Tensor]:
+    """One training step as a function, the body every timer here shares (and `flash.lm_throughput`, and
+    the chapters' own loops: chapter 8's GPT, chapter 11's GPT and BERT).
 
-    step() runs loss_of() (the forward pass and the loss) under autocast to `dtype` (None or float32:
-    no autocast), backward (through a gradient scaler when dtype is fp16: `tformer.utils.gpu.grad_scaler`),
-    the optimizer's step, and clears the gradients; it returns the loss. The `Trainer`'s step is this plus
-    what training needs and timing does not: (sum, count) losses, accumulation, clipping, DDP.
+    step(*batch) runs loss_of(*batch) (the forward pass and the loss) under autocast to `dtype` (None or
+    float32: no autocast; pass the policy's, `tformer.utils.device.amp_dtype(device)`: None on a CPU, fp16 on
+    a T4, bf16 on sm80+), backward (through a gradient scaler when dtype is fp16:
+    `tformer.utils.gpu.grad_scaler`), clips the gradients' norm at `clip` (after unscaling; None: no
+    clipping), takes the optimizer's step, and clears the gradients; it returns the loss. With dtype None it
+    is the plain fp32 step, operation for operation. The `Trainer`'s step is this plus what training needs
+    and timing does not: (sum, count) losses, accumulation, DDP.
     """
     device = torch.device(device)
     scaler = grad_scaler(dtype, device)
     cast = dtype not in (None, torch.float32)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
 
-    def step() -> torch.Tensor:
+    def step(*batch) -> torch.Tensor:
         with torch.autocast(device.type, dtype=dtype if cast else torch.bfloat16, enabled=cast):
-            loss = loss_of()
+            loss = loss_of(*batch)
         scaler.scale(loss).backward()
+        if clip is not None:
+            scaler.unscale_(optimizer)                  # fp16: the true gradients, before clipping them
+            torch.nn.utils.clip_grad_norm_(params, clip)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)

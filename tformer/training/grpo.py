@@ -30,12 +30,15 @@ from __future__ import annotations
 import copy
 import math
 import random
+import weakref
 import zlib
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ..utils.device import amp_dtype
+from ..utils.gpu import grad_scaler
 from .sft import Turn, prompt_ids
 from .trainer import fusable
 
@@ -213,30 +216,50 @@ def start_from(sft, lr: float):
                                           fused=fusable(policy.parameters()))
 
 
+# each GRPO optimizer's gradient scaler (fp16 only), kept across grpo_step calls as the Trainer keeps its own
+_SCALERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def grpo_step(policy, ref, optimizer, tok, batch: list[tuple[str, str, str]], *, group: int = 8, max_new: int = 10,
               end_id: int, updates: int = 2, eps: float = 0.2, beta: float = 0.04, temperature: float = 1.0,
               generator: torch.Generator | None = None, clip_norm: float = 1.0) -> dict:
     """One GRPO iteration: sample `group` answers per prompt from the current policy (which becomes pi_old),
     score them, then `updates` gradient steps on grpo_loss. Returns the mean reward, the KL to the
-    reference (mean k3 over answer tokens) and the loss."""
+    reference (mean k3 over answer tokens) and the loss.
+
+    The log-probabilities and the updates run under the device policy's autocast
+    (`tformer.utils.device.amp_dtype`): none on a CPU (float32, as before), bf16 on sm80+, fp16 on an older
+    GPU such as a T4, through a gradient scaler kept with `optimizer`. Sampling runs in float32."""
+    dev = next(policy.parameters()).device
+    amp = amp_dtype(dev)
+    cast = amp not in (None, torch.float32)
+    if optimizer not in _SCALERS:
+        _SCALERS[optimizer] = grad_scaler(amp, dev)
+    scaler = _SCALERS[optimizer]
+
+    def autocast():
+        return torch.autocast(dev.type, dtype=amp if cast else torch.bfloat16, enabled=cast)
     policy.eval()
     roll = sample_answers(policy, tok, [q for _, q, _ in batch], [a for _, _, a in batch], group, max_new, end_id,
                           temperature=temperature, generator=generator)
     b = len(batch)
     adv = group_advantages(roll.rewards.view(b, group))
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         old = token_logprobs(policy, roll.ids)
         ref_lp = token_logprobs(ref, roll.ids)
     shape = (b, group, -1)
     m = roll.mask
     policy.train()
     for _ in range(updates):
-        logp = token_logprobs(policy, roll.ids)
-        loss = grpo_loss(logp.view(shape), old.view(shape), ref_lp.view(shape), adv, m.view(shape), eps, beta)
+        with autocast():
+            logp = token_logprobs(policy, roll.ids)
+            loss = grpo_loss(logp.view(shape), old.view(shape), ref_lp.view(shape), adv, m.view(shape), eps, beta)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)                       # fp16: the true gradients, before clipping them
         torch.nn.utils.clip_grad_norm_(policy.parameters(), clip_norm)
-        optimizer.step()
+        scaler.step(optimizer)                           # fp16: skipped when a gradient overflowed
+        scaler.update()
     kl = (k3_kl(logp.detach(), ref_lp) * m).sum() / m.sum().clamp(min=1)
     return {"reward": roll.rewards.mean().item(), "kl": kl.item(), "loss": loss.item()}
 

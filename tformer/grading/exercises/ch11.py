@@ -713,6 +713,21 @@ register(Question(
 ))
 
 register(Question(
+    name="ch11.q_grpo_lone_success",
+    title="the advantage GRPO gives the one right answer of a group of G",
+    kind="expr", answer="(G-1)/sqrt(G)", symbols=("G",), points=1, notebook="11_preference_rl",
+    mistakes={
+        "sqrt(G-1) divides by the population std (over G); torch.std, as group_advantages uses it, divides "
+        "the squares by G - 1: the std is 1/sqrt(G)": "sqrt(G-1)",
+        "1 - 1/G is the reward minus the group mean without the division by the std (Dr. GRPO's advantage); "
+        "GRPO divides by the group's std, 1/sqrt(G) here": "1-1/G",
+        "sqrt(G) divides the reward itself by the std; the advantage subtracts the group mean 1/G first": "sqrt(G)",
+        "-1/sqrt(G) is the advantage of each wrong answer; the right one gets (1 - 1/G) / (1/sqrt(G))": "-1/sqrt(G)",
+    },
+    hint="The mean of the rewards is 1/G; torch.std (unbiased) of one 1 and G - 1 zeros is 1/sqrt(G).",
+))
+
+register(Question(
     name="ch11.q_rag",
     title="what makes the answer loss fall when the retrieved passage is in the prompt",
     kind="choice", answer="B", choices=("A", "B", "C", "D"), points=1, notebook="11_preference_rl",
