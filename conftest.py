@@ -107,10 +107,23 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+_GRADE = os.environ.get("TFORMER_GRADE")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     if item.path.suffix == ".ipynb":  # read by the kernel nbval starts for this notebook
         os.environ["TFORMER_GRADE"] = "strict" if SOLUTIONS in item.path.parents else "blank"
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Put TFORMER_GRADE back after each notebook cell: the tests an xdist worker runs next, in the same
+    process, must not inherit a notebook's grading mode (their subprocesses would raise where they print)."""
+    if item.path.suffix == ".ipynb":
+        if _GRADE is None:
+            os.environ.pop("TFORMER_GRADE", None)
+        else:
+            os.environ["TFORMER_GRADE"] = _GRADE
 
 
 def pytest_runtest_logreport(report):
