@@ -241,14 +241,14 @@ class _Toy(Capstone):
 
 def _probe_says(monkeypatch, **kw):
     from tformer.measure import machine
-    fake = machine.Probe("cpu", "a test CPU", 2, kw.pop("float32", 68.0), **kw)
+    fake = machine.Probe("cpu", "a test CPU", kw.pop("threads", 2), kw.pop("float32", 68.0), **kw)
     monkeypatch.setattr(machine, "probe", lambda **_: fake)
 
 
 @pytest.mark.parametrize("probe, recipe, want", [
     ({}, None, {"steps": 600, "lr": 1e-3, "batch": 64}),                         # 2-core AVX2: its overlay
     ({"bf16_units": True}, None, {"steps": 1000, "lr": 1e-3, "batch": 128}),     # bf16 units: theirs
-    ({"float32": 400.0}, None, {"steps": 1000, "lr": 1e-3, "batch": 64}),        # cpu-fast: none, RECIPE
+    ({"float32": 400.0, "threads": 8}, None, {"steps": 1000, "lr": 1e-3, "batch": 64}),   # cpu-fast: RECIPE
     ({}, "cpu-bf16", {"steps": 1000, "lr": 1e-3, "batch": 128}),                 # --recipe overrides the probe
 ])
 def test_the_probe_picks_its_classs_recipe_and_recipe_overrides_it(monkeypatch, tmp_path, probe, recipe, want):

@@ -18,8 +18,8 @@ from tformer.measure import machine
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fake(device="cpu", float32=68.0, bf16_units=False, capability=None) -> machine.Probe:
-    return machine.Probe(device, "a test machine", 2, float32, bf16_units=bf16_units, capability=capability)
+def fake(device="cpu", float32=68.0, bf16_units=False, capability=None, threads=2) -> machine.Probe:
+    return machine.Probe(device, "a test machine", threads, float32, bf16_units=bf16_units, capability=capability)
 
 
 def test_a_probe_measures_this_cpu():
@@ -32,8 +32,9 @@ def test_a_probe_measures_this_cpu():
 
 @pytest.mark.parametrize("probe, name", [
     (fake(), "cpu-avx2"),
-    (fake(float32=machine.FAST_CPU - 1), "cpu-avx2"),
-    (fake(float32=machine.FAST_CPU), "cpu-fast"),
+    (fake(float32=machine.FAST_CPU - 1, threads=8), "cpu-avx2"),
+    (fake(float32=machine.FAST_CPU, threads=8), "cpu-fast"),
+    (fake(float32=177.0), "cpu-avx2"),                     # 2 fast cores are still 2 cores (a recent EPYC)
     (fake(float32=40.0, bf16_units=True), "cpu-bf16"),      # bf16 units first, whatever its float32 rate
     (fake("mps", 2000.0), "mps"),
     (fake("cuda", 8000.0, capability=(7, 5)), "gpu-fp16"),  # a T4
