@@ -13,7 +13,7 @@ files, no download):
   vit            `Trainer.train_step` of the digits ViT on 32 images of 8 x 8 (17 tokens each), AdamW
   clip           `Trainer.train_step` of the LiT aligner: 64 (image, caption) pairs, the ViT tower frozen,
                  the text tower on 40 byte tokens a caption
-  moe-dense      `Trainer.train_step` of the dense GPT on 32 x 128 tokens, vocabulary 4,096, `lm_loss`
+  moe-dense      `Trainer.train_step` of the dense GPT on 32 x 128 tokens, vocabulary 4,096, `fused_lm_loss`
   moe-moe        the same for the MoE GPT (8 experts, top-2, equal active parameters)
   grpo-rollout   what a GRPO iteration does before its updates: `sample_answers` (16 prompts x 8 answers,
                  10 new tokens, KV cache), then the sampling policy's and the reference's log-probs
@@ -299,7 +299,7 @@ def clip_cases(tiny: bool, device) -> list[Case]:
 def moe_cases(tiny: bool, device) -> list[Case]:
     from tformer.capstones.moe_stdlib import MoEStdlib, gpt_config
     from tformer.models.gpt import GPT
-    from tformer.training.losses import lm_loss
+    from tformer.training.losses import fused_lm_loss
     from tformer.training.trainer import TrainConfig, adamw
     r = _recipe(MoEStdlib, tiny)
     tc, t = r["train"], r["model"]["context_length"]
@@ -313,7 +313,7 @@ def moe_cases(tiny: bool, device) -> list[Case]:
         model = GPT(gpt_config(r["model"], vocab, r["d_ff"], r["moe"] if kind == "moe" else None))
         cfg = TrainConfig(max_steps=10**6, lr=tc["lr"], schedule=tc["schedule"], warmup=tc["warmup"], grad_clip=1.0,
                           amp=True, progress=False)           # moe_stdlib.run_moe's
-        out.append(_trainer_case(f"moe-{kind}", model, lm_loss, batch, cfg,
+        out.append(_trainer_case(f"moe-{kind}", model, fused_lm_loss, batch, cfg,
                                  adamw(model, tc["lr"], tc["weight_decay"], (0.9, 0.95)), device,
                                  b * t, "tok", b, f"{b}x{t}"))
     return out

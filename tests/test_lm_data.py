@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from tformer.data.sources import DataUnavailableError
 from tformer.data.text import LMBatches, encode, hf_text, offline_text, split_stream, train_tokenizer
-from tformer.training.losses import lm_loss
+from tformer.training.losses import fused_lm_loss, lm_loss
 from tformer.models import GPT, GPTConfig
 from tformer.moe import MoEConfig
 
@@ -75,6 +75,24 @@ def test_lm_loss_sum_count_and_aux_only_in_training():
     model.eval()
     loss, n = lm_loss(model, (x, y))
     torch.testing.assert_close(loss, F.cross_entropy(model(x).flatten(0, 1), y.flatten()) * 16)
+
+
+def test_fused_lm_loss_is_lm_loss_without_the_logits():
+    """The MoE capstone's loss: the same sum, aux loss and gradients as lm_loss, in both modes (lm_loss takes
+    its cross-entropy in float32, hence float32's tolerance on a float64 model; the aux loss is 0.4% of it)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, context_length=8, n_layers=2, n_heads=2, d_model=16,
+                          moe=MoEConfig(n_experts=4, top_k=2))).double()
+    x, y = torch.randint(0, 50, (3, 8)), torch.randint(0, 50, (3, 8))
+    params = list(model.parameters())
+    for train in (True, False):
+        model.train(train)
+        (ref, n_ref), (out, n) = lm_loss(model, (x, y)), fused_lm_loss(model, (x, y))
+        assert n == n_ref == 24
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6, check_dtype=False)
+        if train:
+            for a, b in zip(torch.autograd.grad(out, params), torch.autograd.grad(ref, params)):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_hf_text_reads_a_local_file_through_datasets(tmp_path):

@@ -25,7 +25,7 @@ from ..data.text import LMBatches, encode, train_tokenizer
 from ..models.gpt import GPT, GPTConfig
 from ..moe import MoE, MoEConfig
 from ..training.checkpoint import atomic_save, load_checkpoint
-from ..training.losses import lm_loss
+from ..training.losses import fused_lm_loss
 from ..training.trainer import Trainer, TrainConfig, adamw
 from .base import Capstone, local_path
 from .runfolder import CapstoneRun
@@ -191,7 +191,7 @@ def run_moe(run: CapstoneRun, recipe: dict, text_file: str | None) -> dict:
                                   warmup=tc["warmup"], grad_clip=1.0, amp=True, eval_every=recipe["eval_every"],
                                   save_every=max(1, tc["max_steps"] // 20), log_every=10 if tc["max_steps"] >= 10 else 1,
                                   seed=seed, progress=opts.progress)
-                trainer = Trainer(model, lm_loss, batches, cfg, val_data=val, out_dir=folder,
+                trainer = Trainer(model, fused_lm_loss, batches, cfg, val_data=val, out_dir=folder,
                                   optimizer=adamw(model, tc["lr"], tc["weight_decay"], (0.9, 0.95)))
                 rec = trainer.fit(steps=opts.stop_after)
                 st = trainer.state

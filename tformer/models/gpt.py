@@ -142,15 +142,16 @@ class GPT(nn.Module):
         sequences are at different lengths); None = the tokens follow what the cache holds."""
         return self.head(self.final_norm(self._trunk(idx, cache, positions)))
 
-    def loss(self, idx: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, chunk: int = 256) -> torch.Tensor:
-        """Mean next-token cross-entropy of idx (B, T) against targets (B, T) (already shifted: targets[:, t]
-        follows idx[:, t]): F.cross_entropy(self(idx).flatten(0, 1), targets.flatten()), with the LM head
-        fused into the loss (tformer.training.losses.linear_cross_entropy), so the (B*T, vocab) logits are
-        never kept: at GPT-2's vocabulary they are most of a small model's training step."""
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, chunk: int = 256,
+             reduction: str = "mean") -> torch.Tensor:
+        """Mean (or "sum") next-token cross-entropy of idx (B, T) against targets (B, T) (already shifted:
+        targets[:, t] follows idx[:, t]): F.cross_entropy(self(idx).flatten(0, 1), targets.flatten()), with the
+        LM head fused into the loss (tformer.training.losses.linear_cross_entropy), so the (B*T, vocab) logits
+        are never kept: at GPT-2's vocabulary they are most of a small model's training step."""
         from ..training.losses import linear_cross_entropy
         h = self.final_norm(self._trunk(idx, None))                        # (B, T, d)
         return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(),
-                                    ignore_index=ignore_index, chunk=chunk)
+                                    ignore_index=ignore_index, chunk=chunk, reduction=reduction)
 
     def _trunk(self, idx: torch.Tensor, cache: list[KVCache] | None, positions: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T) -> the last block's output (B, T, d): embeddings, positions, the blocks."""

@@ -67,17 +67,28 @@ def causal_lm_loss(logits: torch.Tensor, idx: torch.Tensor | None = None, *, tar
     return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
 
 
-def lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
+def lm_loss(model: nn.Module, batch, fused: bool = False) -> tuple[torch.Tensor, int]:
     """The Trainer's loss_fn for (x, y) batches: (sum of `causal_lm_loss` over the tokens, token count);
     in training mode plus the model's auxiliary loss (MoE load balancing, z-loss) weighted per token.
-    Validation reports pure cross-entropy."""
+    Validation reports pure cross-entropy. fused=True (a GPT; `fused_lm_loss`): the same sum through
+    `model.loss`, the LM head fused into the loss, so the (B*T, V) logits are never materialised."""
     x, y = batch
-    logits = model(x)                                                  # (B, T, V)
-    loss = causal_lm_loss(logits.float(), targets=y, reduction="sum")
+    if fused:
+        loss = model.loss(x, y, reduction="sum")
+    else:
+        logits = model(x)                                              # (B, T, V)
+        loss = causal_lm_loss(logits.float(), targets=y, reduction="sum")
     n = y.numel()
     if model.training:
         loss = loss + collect_aux_loss(model) * n
     return loss, n
+
+
+def fused_lm_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
+    """`lm_loss` with the head fused into the loss (`GPT.loss`): the MoE capstone's loss_fn. At its 4,096
+    tokens a batch and a vocabulary of 4,096, the logits, their log-softmax and its backward were about an
+    eighth of a CPU training step (benchmarks/RESULTS.md, the capstones against the matmul peak)."""
+    return lm_loss(model, batch, fused=True)
 
 
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
