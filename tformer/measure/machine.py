@@ -1,6 +1,6 @@
 """The machine a run is on: a probe of its speed, and the class of machines it belongs to.
 
-    p = probe()        # about 2 s: float32 matrix products at the capstones' shapes, with this process's torch
+    p = probe()        # ~0.6 s: float32 matrix products at the capstones' shapes, with this process's torch
                        # threads; bf16 (CPU) or fp16/bf16 (CUDA) where the device policy would train in it
     print(p.line())    # "this CPU (AMD EPYC 7B12): 68 GFLOP/s float32, 2 threads"
     c = classify(p)    # the MachineClass it falls in: c.name is "cpu-avx2", "cpu-bf16", "cpu-fast", "mps",
@@ -84,7 +84,8 @@ def _rate(n: int, dtype, device, seconds: float, windows: int = 5) -> float:
 
 def probe(device=None, seconds: float = 0.5, n: int | None = None) -> Probe:
     """Measure this machine: float32 matmul at n = 1024 (a capstone's widths times its batch rows) on a CPU,
-    4096 on a GPU, and the low precision where the policy would use it. About 4 x `seconds`."""
+    4096 on a GPU, and the low precision where the policy would use it. About `seconds` a precision plus a
+    warm-up: 0.6 s on a 2-core CPU in float32."""
     import torch
 
     from ..utils import device as policy
