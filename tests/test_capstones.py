@@ -85,6 +85,19 @@ def test_an_interrupted_capstone_resumes_to_the_same_result(name, tmp_path, mult
             assert torch.equal(a[key], b[key]), (part, key)
 
 
+def test_the_load_at_start_is_read_before_training_and_kept_across_a_resume(tmp_path, monkeypatch):
+    """result.json's load_average_at_start is the machine before the run's first session trained (other
+    jobs), not the run's own load at the end (which was recorded as the start before)."""
+    import tformer.capstones.runfolder as runfolder
+    loads = iter([(3.0, 2.0, 1.0), (9.0, 9.0, 9.0), (7.0, 7.0, 7.0)])     # first start, second start, end
+    monkeypatch.setattr(runfolder.os, "getloadavg", lambda: next(loads))
+    kw = dict(tiny=True, max_steps=4, threads=1, progress=False)
+    assert run_capstone("vit", tmp_path / "run", stop_after=2, **kw) is None
+    res = run_capstone("vit", tmp_path / "run", **kw)
+    assert res["sessions"] == 2
+    assert res["load_average_at_start"] == [3.0, 2.0, 1.0] and res["load_average_at_end"] == [7.0, 7.0, 7.0]
+
+
 @pytest.mark.parametrize("argv, says", [
     (["capstone", "nope"], "invalid choice: 'nope'"),
     (["capstone", "vit", "--data", "DIR"], "unrecognized arguments: --data"),       # translate's option, not vit's

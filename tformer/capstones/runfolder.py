@@ -77,8 +77,12 @@ def machine() -> dict:
     name = torch.cuda.get_device_name() if dev.type == "cuda" else (platform.processor() or platform.machine())
     return {"device": dev.type, "device_name": name, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
             "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "host": platform.node(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+            "torch": torch.__version__, "python": platform.python_version(), "host": platform.node()}
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15-minute load averages, rounded: other jobs on the machine show here."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 class CapstoneRun:
@@ -117,6 +121,7 @@ class CapstoneRun:
             self.lock.release()
             raise
         self.state["sessions"] += 1
+        self.state.setdefault("load_average_at_start", load_average())     # the first session's start
         self._t0, self._c0 = time.perf_counter(), time.process_time()
         return self
 
@@ -167,7 +172,10 @@ class CapstoneRun:
         self.save_state()
         full = {"capstone": self.name, **result, "config": self.config,
                 "wall_minutes": round(self.state["wall_s"] / 60, 2), "cpu_minutes": round(self.state["cpu_s"] / 60, 2),
-                "sessions": self.state["sessions"], **machine(), "machine_class": self.opts.machine_class,
+                "sessions": self.state["sessions"], **machine(),
+                "load_average_at_start": self.state.get("load_average_at_start"),   # before any training
+                "load_average_at_end": load_average(),                              # this run's own load in it
+                "machine_class": self.opts.machine_class,
                 "probe": self.opts.probe, "git_commit": git_commit(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "command": self.command}
