@@ -41,7 +41,7 @@ class VitDigits(Capstone):
         "budget_minutes": 9.0,             # 3 minutes a seed at most
     }
     # A 2-core AVX2 CPU (float32 everywhere): batches of 64 at lr 3e-3 for 90 epochs (1,980 steps). At 2 threads
-    # on a quiet 2-core EPYC it reached 98.4% in 4.4 min where RECIPE gave 97.85% in 2.9; 60 and 75 epochs of 64
+    # on a quiet 2-core EPYC it reached 98.4% in 3.6 min where RECIPE gave 97.85% in 2.9; 60 and 75 epochs of 64
     # (2.4 and 2.9 min) gave 97.7% and 97.9%: there, 98% takes more than 3 minutes (benchmarks/RESULTS.md)
     RECIPES = {"cpu-avx2": {"train": dict(batch_size=64, lr=3e-3, epochs=90)}}
     TINY = {"model": dict(d_model=16, d_ff=32, n_layers=1), "train": dict(epochs=2), "seeds": [0, 1]}
@@ -128,8 +128,8 @@ def train_vit(folder: Path, data, recipe: dict, seed: int, budget: float, run: C
     def test_acc(m):
         return {"test_acc": accuracy(predict(m, data.x_test), data.y_test)}
     cfg = trainer_config(total, tc["warmup_frac"], tc["lr"], budget, run.opts.progress, seed)
-    cfg.eval_every = len(batches) * max(1, tc["epochs"] // 20)   # about 20 points on the curve: an evaluation
-    #                                        costs an eighth of an epoch, and every epoch's added 10% to a run
+    # about 20 points on the curve: an evaluation costs an eighth of an epoch, so one every epoch added 10%
+    cfg.eval_every = len(batches) * max(1, tc["epochs"] // 20)
     trainer = Trainer(model, loss_fn, batches, cfg, val_fn=test_acc, out_dir=folder,
                       optimizer=adamw(model, tc["lr"], tc["weight_decay"]))
     rec = trainer.fit(steps=run.opts.stop_after)

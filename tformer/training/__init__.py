@@ -3,8 +3,8 @@ them (the capstones, the chapters' SFT start and image training) live in tformer
 
     schedules    the paper's warmup then 1/sqrt(step) (`noam_lr`), constant, linear and cosine decay
     losses       label-smoothed cross-entropy; causal_lm_loss (the one next-token loss), lm_loss (the Trainer's
-                 loss_fn for LM batches; fused_lm_loss, its head fused) and the masked-LM loss; linear_cross_entropy (LM head + loss fused,
-                 no (N, V) logits kept)
+                 loss_fn for LM batches; fused_lm_loss, its head fused) and the masked-LM loss;
+                 linear_cross_entropy (LM head + loss fused, no (N, V) logits kept)
     checkpoint   run folders: atomic save and load, the run lock, RNG state, checkpoint averaging
     distributed  joining the process group torchrun describes
     trainer      TrainConfig and the Trainer: accumulation, clipping, autocast, validation, exact resume
@@ -19,7 +19,8 @@ from .checkpoint import (CheckpointError, CheckpointWriteError, RunInUseError, R
                          atomic_save, atomic_write_text, average_checkpoints, load_checkpoint, previous_path,
                          remove_stale_temporaries)
 from .distributed import setup_distributed
-from .losses import causal_lm_loss, label_smoothed_cross_entropy, fused_lm_loss, linear_cross_entropy, lm_loss, masked_lm_loss
+from .losses import (causal_lm_loss, fused_lm_loss, label_smoothed_cross_entropy, linear_cross_entropy, lm_loss,
+                     masked_lm_loss)
 from .schedules import (ConstantSchedule, CosineSchedule, InverseSqrtSchedule, LinearDecaySchedule, RunScheduler,
                         Schedule, make_scheduler, noam_lr)
 from .trainer import TrainConfig, Trainer, TrainState, adamw, fusable, train_steps
