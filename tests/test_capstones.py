@@ -53,6 +53,9 @@ def test_each_capstone_runs_tiny_through_the_command_and_writes_its_result(name,
         assert len(res["dense_val_loss"]) == len(res["moe_val_loss"]) == len(res["seeds"])
         assert set(res["tokens_per_s"]) >= {"dense", "moe"}
         assert res["params"]["moe_active"] < 1.1 * res["params"]["dense_active"]     # equal active FFN width
+        moe = res["config"]["moe"]                            # busiest expert: 1 (balanced) to E / k (collapsed)
+        assert len(res["busiest_expert_vs_uniform"]) == len(res["seeds"])
+        assert all(1.0 <= b <= moe["n_experts"] / moe["top_k"] for b in res["busiest_expert_vs_uniform"])
     # a second job on the same folder is refused, one line, exit 2
     capsys.readouterr()
     with RunLock(out):
@@ -64,9 +67,10 @@ def test_each_capstone_runs_tiny_through_the_command_and_writes_its_result(name,
     assert json.loads((out / "result.json").read_text())["value"] == res["value"]
 
 
-@pytest.mark.parametrize("name", ["vit", "moe"])
-def test_an_interrupted_capstone_resumes_to_the_same_result(name, tmp_path, multi30k):
-    kw = dict(tiny=True, max_steps=6, threads=1, progress=False)
+@pytest.mark.parametrize("name,threads", [("vit", 1), ("vit", 2), ("moe", 1)])
+def test_an_interrupted_capstone_resumes_to_the_same_result(name, threads, tmp_path, multi30k):
+    """At --threads 2 the ViT's seeds train side by side in processes of their own (`CapstoneRun.parts`)."""
+    kw = dict(tiny=True, max_steps=6, threads=threads, progress=False)
     if name == "moe":
         (tmp_path / "code.txt").write_text(TEXT, encoding="utf-8")
         kw["text"] = str(tmp_path / "code.txt")
@@ -302,3 +306,44 @@ def test_recipe_as_typed_is_recorded_and_a_wrong_name_is_one_line(tmp_path):
     assert res["machine_class"] == "cpu-bf16" and res["probe"]["float32"] > 0 and res["probe"]["device"] == "cpu"
     assert "--recipe cpu-bf16" in res["command"]
     assert "recipe `cpu-bf16`" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_the_vit_seeds_side_by_side_give_what_they_give_one_after_another(tmp_path):
+    """`tformer capstone vit --threads 2` trains its seeds in two processes of one thread each; every seed's
+    weights and accuracy equal those of `--threads 1` (one seed after another, in the command's process),
+    bit for bit, and the run's CPU time counts the workers'."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    tformer = str(Path(sys.executable).with_name("tformer"))
+    runs = {}
+    for threads in ("1", "2"):
+        out = tmp_path / f"t{threads}"
+        p = subprocess.run([tformer, "capstone", "vit", "--tiny", "--max-steps", "8", "--threads", threads,
+                            "--out", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs[threads] = (out, json.loads((out / "result.json").read_text()), p.stderr)
+    (one, r1, err1), (two, r2, err2) = runs["1"], runs["2"]
+    assert "side by side, 2 at a time, one thread each" in err2 and "side by side" not in err1
+    assert r1["per_seed"] == r2["per_seed"] and r1["steps"] == r2["steps"] and len(r2["per_seed"]) == 2
+    for seed in r2["seeds"]:
+        a = torch.load(one / f"vit-seed{seed}" / "last.pt", weights_only=False)["model"]
+        b = torch.load(two / f"vit-seed{seed}" / "last.pt", weights_only=False)["model"]
+        assert all(torch.equal(a[k], b[k]) for k in a), seed
+    state = json.loads((two / "state.json").read_text())
+    assert state["cpu_s"] > 0.5 * sum(p["minutes"] for p in state["parts"].values()) * 60     # the workers' CPU
+
+
+def test_the_busiest_expert_counts_every_batch_it_is_given():
+    """The MoE capstone's balance figure sums each layer's routing over all the batches: two batches give
+    what the same rows give as one batch (a token's routing does not depend on the other rows)."""
+    from tformer.capstones.moe_stdlib import busiest_expert, gpt_config
+    from tformer.models.gpt import GPT
+    torch.manual_seed(0)
+    moe = {"n_experts": 4, "top_k": 2, "balance_weight": 0.01}
+    model = GPT(gpt_config(dict(d_model=16, n_layers=2, n_heads=2, context_length=8, dropout=0.0), 50, 32, moe))
+    a, b = torch.randint(0, 50, (3, 8)), torch.randint(0, 50, (5, 8))
+    both = busiest_expert(model, [(a, a), (b, b)])
+    assert both == busiest_expert(model, [(torch.cat([a, b]), None)])
+    assert both != busiest_expert(model, [(a, a)]) or both != busiest_expert(model, [(b, b)])
+    assert 1.0 <= both <= 2.0                                   # E / k = 2 if every token went to the same two

@@ -193,7 +193,9 @@ plt.show()
 # label smoothing 0.1, 60 epochs of batches of 32, no augmentation), three seeds of at most 3 minutes. On a
 # CPU without bf16 units (the `cpu-avx2` class `tformer doctor` names) it trains in float32 and makes 90
 # epochs of batches of 64 instead: on 2 cores of such a CPU the first way reached 97.8% in 2.9 minutes, this
-# one 98.4% in 3.6 (benchmarks/RESULTS.md).
+# one 98.3% in 2.6 (benchmarks/RESULTS.md). A model this small gains little from a second thread on one
+# step, so with two or more threads the seeds train side by side, one thread each; a seed's result is the
+# same as when the seeds train one after another.
 #
 # Its head reads the
 # mean of all 17 tokens (`pool="mean"`, global average pooling, which the ViT paper's appendix found as

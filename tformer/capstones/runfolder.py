@@ -53,6 +53,12 @@ class Options:
     own: dict = field(default_factory=dict)   # the capstone's own options given, by dest: {"data": "DIR"}
 
 
+def _one_thread() -> None:
+    """A `CapstoneRun.parts` worker: one torch thread (its seed has a core to itself)."""
+    import torch
+    torch.set_num_threads(1)
+
+
 class Stopped(Exception):
     """A part stopped on purpose (`stop_after`) before its end: the run resumes with the same command."""
 
@@ -159,6 +165,42 @@ class CapstoneRun:
         self.state["parts"][key] = res
         self.save_state()
         return res
+
+    def parts(self, jobs: dict[str, tuple[Callable[..., dict | None], tuple]], workers: int) -> dict[str, dict]:
+        """The results of independent parts {key: (train, args)}, `train(folder, *args)` a module-level
+        function (it runs in another process): finished parts from state.json, the others `workers` at a time,
+        each in a spawned process of one thread. For small models, where a second thread shares one step's
+        small products and gains little, one seed per core finishes sooner than the seeds one after another
+        on every core. workers <= 1 trains them here, in order, as `part` does. A part's result does not
+        depend on `workers`: a seed trains on one thread either way (at --threads 1, or in its process)."""
+        todo = [k for k in jobs if k not in self.state["parts"]]
+        if workers <= 1 or not todo:
+            return {k: self.part(k, lambda folder, k=k: jobs[k][0](folder, *jobs[k][1])) for k in jobs}
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        import resource
+        workers = min(workers, len(todo))
+        if self.opts.progress:
+            print(f"capstone {self.name}: {', '.join(todo)} side by side, {workers} at a time, one thread each; "
+                  f"{len(self.state['parts'])} part(s) done", file=sys.stderr, flush=True)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stopped = []
+        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
+            running = {pool.submit(jobs[k][0], self.part_dir(k), *jobs[k][1]): k for k in todo}
+            for done in cf.as_completed(running):
+                key, res = running[done], done.result()          # a part's error is raised here, as in `part`
+                if res is None:
+                    stopped.append(key)
+                    continue
+                self.state["parts"][key] = res
+                self.save_state()
+                if self.opts.progress:
+                    print(f"capstone {self.name}: {key} done", file=sys.stderr, flush=True)
+        now = resource.getrusage(resource.RUSAGE_CHILDREN)          # the workers' CPU time, once they have exited
+        self.state["cpu_s"] += (now.ru_utime + now.ru_stime) - (children.ru_utime + children.ru_stime)
+        if stopped:
+            raise Stopped(stopped[0])
+        return {k: self.state["parts"][k] for k in jobs}
 
     def part_budget(self, share: float, default_minutes: float) -> float:
         """Minutes of training for a part that takes `share` of the capstone's budget."""

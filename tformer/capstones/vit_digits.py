@@ -40,9 +40,9 @@ class VitDigits(Capstone):
         "seeds": [0, 1, 2],
         "budget_minutes": 9.0,             # 3 minutes a seed at most
     }
-    # A 2-core AVX2 CPU (float32 everywhere): batches of 64 at lr 3e-3 for 90 epochs (1,980 steps). At 2 threads
-    # on a quiet 2-core EPYC it reached 98.4% in 3.6 min where RECIPE gave 97.85% in 2.9; 60 and 75 epochs of 64
-    # (2.4 and 2.9 min) gave 97.7% and 97.9%: there, 98% takes more than 3 minutes (benchmarks/RESULTS.md)
+    # A 2-core AVX2 CPU (float32 everywhere): batches of 64 at lr 3e-3 for 90 epochs (1,980 steps). On a quiet
+    # 2-core EPYC, the seeds side by side (one thread each), 98.3% in 2.6 min; one after another on 2 threads,
+    # 98.4% in 3.6, and RECIPE 97.85% in 2.9; 60 and 75 epochs of 64 gave 97.7% and 97.9% (benchmarks/RESULTS.md)
     RECIPES = {"cpu-avx2": {"train": dict(batch_size=64, lr=3e-3, epochs=90)}}
     TINY = {"model": dict(d_model=16, d_ff=32, n_layers=1), "train": dict(epochs=2), "seeds": [0, 1]}
 
@@ -50,7 +50,13 @@ class VitDigits(Capstone):
         recipe = run.config
         data = load_digits()
         budget = run.part_budget(1 / len(recipe["seeds"]), recipe["budget_minutes"])
-        parts = [vit_part(run, data, recipe, s, budget) for s in recipe["seeds"]]
+        # the seeds side by side, one thread each, as many at once as the run has threads (a model this small
+        # gains little from a second thread on one step); a seed's result is the same either way
+        workers = torch.get_num_threads()
+        progress = run.opts.progress and workers <= 1                  # no bars from processes side by side
+        done = run.parts({f"vit-seed{s}": (vit_seed, (data, recipe, s, budget, progress, run.opts.stop_after,
+                                                      recipe.get("max_steps"))) for s in recipe["seeds"]}, workers)
+        parts = list(done.values())
         accs = [p["test_acc"] for p in parts]
         mean = sum(accs) / len(accs)
         tokens_per_image = (recipe["model"]["image_size"] // recipe["model"]["patch_size"]) ** 2
@@ -113,11 +119,12 @@ def steps(n: int, tc: dict, max_steps: int | None = None) -> int:
     return total if max_steps is None else min(total, max_steps)
 
 
-def train_vit(folder: Path, data, recipe: dict, seed: int, budget: float, run: CapstoneRun):
+def train_vit(folder: Path, data, recipe: dict, seed: int, budget: float, progress: bool, stop_after: int | None,
+              max_steps: int | None):
     """One seed of the vit recipe in `folder`; returns (trainer, fit's result, finished?)."""
     tc = recipe["train"]
     batches = EpochImageBatches(data.x_train, data.y_train, tc["batch_size"], seed, recipe["augment"])
-    total = steps(len(data.y_train), tc, run.config.get("max_steps"))
+    total = steps(len(data.y_train), tc, max_steps)
     torch.manual_seed(seed)                                    # the same initial weights on every resume
     model = ViT(ViTConfig(**recipe["model"]))
     ls = tc["label_smoothing"]
@@ -127,26 +134,33 @@ def train_vit(folder: Path, data, recipe: dict, seed: int, budget: float, run: C
 
     def test_acc(m):
         return {"test_acc": accuracy(predict(m, data.x_test), data.y_test)}
-    cfg = trainer_config(total, tc["warmup_frac"], tc["lr"], budget, run.opts.progress, seed)
+    cfg = trainer_config(total, tc["warmup_frac"], tc["lr"], budget, progress, seed)
     # about 20 points on the curve: an evaluation costs an eighth of an epoch, so one every epoch added 10%
     cfg.eval_every = len(batches) * max(1, tc["epochs"] // 20)
     trainer = Trainer(model, loss_fn, batches, cfg, val_fn=test_acc, out_dir=folder,
                       optimizer=adamw(model, tc["lr"], tc["weight_decay"]))
-    rec = trainer.fit(steps=run.opts.stop_after)
+    rec = trainer.fit(steps=stop_after)
     done = trainer.state.step >= total or (budget is not None and trainer.state.elapsed >= budget * 60)
     return trainer, rec, done
 
 
+def vit_seed(folder: Path, data, recipe: dict, seed: int, budget: float, progress: bool, stop_after: int | None,
+             max_steps: int | None) -> dict | None:
+    """Train (or resume) one ViT in `folder` for at most `budget` minutes: the part's result, or None when it
+    stopped early on purpose. Module-level, so that `CapstoneRun.parts` can run it in another process."""
+    trainer, rec, done = train_vit(folder, data, recipe, seed, budget, progress, stop_after, max_steps)
+    if not done:
+        return None
+    st = trainer.state
+    return {"seed": seed, "test_acc": rec["test_acc"], "steps": st.step, "minutes": round(st.elapsed / 60, 3),
+            "curve": curve(rec["history"])}
+
+
 def vit_part(run: CapstoneRun, data, recipe: dict, seed: int, budget: float) -> dict:
-    """Part "vit-seedS": train (or resume) one ViT for at most `budget` minutes; its weights stay in the part's last.pt."""
-    def train(folder: Path):
-        trainer, rec, done = train_vit(folder, data, recipe, seed, budget, run)
-        if not done:
-            return None
-        st = trainer.state
-        return {"seed": seed, "test_acc": rec["test_acc"], "steps": st.step, "minutes": round(st.elapsed / 60, 3),
-                "curve": curve(rec["history"])}
-    return run.part(f"vit-seed{seed}", train, f"ViT seed {seed}")
+    """Part "vit-seedS" here, in this process: one ViT; its weights stay in the part's last.pt."""
+    return run.part(f"vit-seed{seed}", lambda folder: vit_seed(folder, data, recipe, seed, budget, run.opts.progress,
+                                                               run.opts.stop_after, run.config.get("max_steps")),
+                    f"ViT seed {seed}")
 
 
 def load_vit(run: CapstoneRun, recipe: dict, seed: int) -> ViT:
