@@ -50,9 +50,11 @@ class VitDigits(Capstone):
         recipe = run.config
         data = load_digits()
         budget = run.part_budget(1 / len(recipe["seeds"]), recipe["budget_minutes"])
-        # the seeds side by side, one thread each, as many at once as the run has threads (a model this small
-        # gains little from a second thread on one step); a seed's result is the same either way
-        workers = torch.get_num_threads()
+        # on a CPU the seeds side by side, one thread each, as many at once as the run has threads (a model this
+        # small gains little from a second thread on one step); a seed's result is the same either way. A GPU
+        # trains them one after another
+        from ..utils.device import device
+        workers = torch.get_num_threads() if device(capstone=True).type == "cpu" else 1
         progress = run.opts.progress and workers <= 1                  # no bars from processes side by side
         done = run.parts({f"vit-seed{s}": (vit_seed, (data, recipe, s, budget, progress, run.opts.stop_after,
                                                       recipe.get("max_steps"))) for s in recipe["seeds"]}, workers)
