@@ -626,9 +626,10 @@ translate_capstone = show("translate")
 # %% [markdown]
 # **What to expect.** The command is `tformer capstone translate --data DIR`: 30 minutes of training on
 # any CPU, then a minute of scoring. On a CPU with bf16 matrix units (Intel AMX, AVX512-BF16) it trains
-# under bf16 autocast, elsewhere in float32, which makes fewer steps in the same 30 minutes. BLEU
-# follows the steps made, so the cell above prints the run's steps, tokens/s and precision beside its
-# greedy and beam-4 sacreBLEU on test_2016_flickr.
+# under bf16 autocast, elsewhere in float32. BLEU follows the steps made, and the steps 30 minutes hold
+# depend on the CPU more than on the precision (2 cores of a recent AMD EPYC in float32 made about as many
+# as 2 cores of a Xeon with AMX in bf16), so the cell above prints the run's steps, tokens/s and precision
+# beside its greedy and beam-4 sacreBLEU on test_2016_flickr.
 #
 # Measured elsewhere: `python benchmarks/translate_vs_peer.py --data DIR --minutes 30 --threads 1` trains
 # the capstone and a plain `nn.Transformer` of the same size side by side, by the same pipeline for the
