@@ -1,8 +1,10 @@
 """The translation capstone beside its peer: the same 30 minutes, the same machine, at the same time.
 
 Two processes start together, each on `--threads` CPU threads (1 + 1 on a 2-core machine):
-  * ours: `tformer capstone translate` (preset small: BPE, training, averaging, greedy and beam-4 scoring),
-  * the peer: `tformer translate train --preset small --set arch=torch`: `torch.nn.Transformer` of the
+  * ours: `tformer capstone translate --recipe CLASS` (BPE, training, averaging, greedy and beam-4 scoring),
+    CLASS the machine class the probe finds (or `--recipe`),
+  * the peer: `tformer translate train --preset P --set arch=torch`, P the preset that class's recipe
+    trains (small-avx2 on a CPU without bf16 units, small with them): `torch.nn.Transformer` of the
     same size (tformer/translate/peer.py) through the same pipeline, so the data, the BPE, the batches,
     the loss, the schedule and the budget are the same; the model differs, and the precision: ours takes
     the preset's bf16 autocast where the CPU has bf16 matrix units (AMX, AVX512-BF16), the peer trains in
@@ -41,12 +43,25 @@ def _training(run: Path) -> dict:
             "tokens_per_s": round(sum(tps) / max(len(tps), 1), 1)}
 
 
+def recipe_and_preset(threads: int, recipe: str | None) -> tuple[str, str]:
+    """The machine class the capstone follows (`recipe`, else the probe's at `threads` threads, as the capstone
+    would pick it) and the preset it trains, which the peer trains too."""
+    from tformer.capstones.translate_multi30k import TranslateMulti30k
+    if recipe is None:
+        from tformer.measure.machine import classify, probe
+        from tformer.utils.runtime import threads as torch_threads
+        with torch_threads(threads):
+            recipe = classify(probe()).name
+    return recipe, TranslateMulti30k.RECIPES.get(recipe, {}).get("preset", TranslateMulti30k.RECIPE["preset"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="folder with the Multi30k files")
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads of each of the two processes")
     ap.add_argument("--out", default="runs/translate-vs-peer")
+    ap.add_argument("--recipe", default=None, help="the machine class whose recipe both follow (default: the probe's)")
     ap.add_argument("--peer-bf16", action="store_true", help="the peer under bf16 autocast too (same precision)")
     ap.add_argument("--smoke", action="store_true", help="both at the tiny size for a few steps (tests the script)")
     args = ap.parse_args()
@@ -54,11 +69,17 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     py = [sys.executable, "-m", "tformer"]
     common = ["--data", str(data), "--time-budget", f"{args.minutes:g}", "--threads", str(args.threads)]
-    size = (["--tiny", "--max-steps", "4"], ["--preset", "tiny", "--max-steps", "4"]) if args.smoke else ([], ["--preset", "small"])
+    recipe, preset = recipe_and_preset(args.threads, args.recipe)
+    print(f"recipe {recipe}: preset {preset} for both", flush=True)
+    size = ((["--recipe", recipe, "--tiny", "--max-steps", "4"], ["--preset", "tiny", "--max-steps", "4"]) if args.smoke
+            else (["--recipe", recipe], ["--preset", preset]))
     ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), *common, *size[0]],
                             stdout=open(out / "tformer.log", "a"), stderr=subprocess.STDOUT)
     precision = "true" if args.peer_bf16 else "false"
+    # nn.Transformer has one dropout for everything: the peer drops attention weights and FFN units at the
+    # preset's `dropout` where small-avx2 leaves them (a choice the peer's user does not have)
     peer = subprocess.Popen(py + ["translate", "train", *size[1], "--set", "arch=torch", "--set", f"cpu_bf16={precision}",
+                                  "--set", "attn_dropout=none", "--set", "ffn_dropout=none",
                                   "--no-progress",
                                   "--out", str(out / "torch"), *common],
                             stdout=open(out / "torch.log", "a"), stderr=subprocess.STDOUT)

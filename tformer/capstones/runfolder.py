@@ -53,12 +53,6 @@ class Options:
     own: dict = field(default_factory=dict)   # the capstone's own options given, by dest: {"data": "DIR"}
 
 
-def _one_thread() -> None:
-    """A `CapstoneRun.parts` worker: one torch thread (its seed has a core to itself)."""
-    import torch
-    torch.set_num_threads(1)
-
-
 class Stopped(Exception):
     """A part stopped on purpose (`stop_after`) before its end: the run resumes with the same command."""
 
@@ -179,13 +173,15 @@ class CapstoneRun:
         import concurrent.futures as cf
         import multiprocessing as mp
         import resource
+        from ..utils.runtime import set_threads        # each worker: one torch thread, a core to itself
         workers = min(workers, len(todo))
         if self.opts.progress:
             print(f"capstone {self.name}: {', '.join(todo)} side by side, {workers} at a time, one thread each; "
                   f"{len(self.state['parts'])} part(s) done", file=sys.stderr, flush=True)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         stopped = []
-        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
+        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=set_threads,
+                                    initargs=(1,)) as pool:
             running = {pool.submit(jobs[k][0], self.part_dir(k), *jobs[k][1]): k for k in todo}
             for done in cf.as_completed(running):
                 key, res = running[done], done.result()          # a part's error is raised here, as in `part`

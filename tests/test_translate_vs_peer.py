@@ -1,0 +1,48 @@
+"""benchmarks/translate_vs_peer.py: the capstone and its nn.Transformer peer follow one machine class's recipe
+(the peer trains that class's preset), run side by side and land in one table; `--smoke` at the tiny size."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "translate_vs_peer.py"
+PAIRS = [("ein hund läuft .", "a dog runs ."), ("eine frau singt .", "a woman sings ."),
+         ("zwei kinder spielen .", "two children play ."), ("der mann liest .", "the man reads .")]
+
+
+@pytest.fixture
+def multi30k(tmp_path):
+    folder = tmp_path / "m30k"
+    folder.mkdir()
+    for split, n in (("train", 40), ("val", 4), ("test_2016_flickr", 4)):
+        rows = [PAIRS[i % len(PAIRS)] for i in range(n)]
+        (folder / f"{split}.de").write_text("\n".join(d for d, _ in rows) + "\n", encoding="utf-8")
+        (folder / f"{split}.en").write_text("\n".join(e for _, e in rows) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("recipe, preset", [("cpu-avx2", "small-avx2"), ("cpu-bf16", "small")])
+def test_the_peer_trains_the_preset_of_the_capstones_recipe(recipe, preset):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import translate_vs_peer
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    assert translate_vs_peer.recipe_and_preset(1, recipe) == (recipe, preset)
+
+
+def test_smoke_runs_both_and_prints_one_table(multi30k, tmp_path):
+    out = tmp_path / "vs"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--data", str(multi30k), "--out", str(out), "--smoke",
+                        "--recipe", "cpu-avx2", "--minutes", "1"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    assert "recipe cpu-avx2: preset small-avx2 for both" in r.stdout
+    rows = json.loads((out / "result.json").read_text())
+    assert set(rows) == {"tformer", "nn.Transformer"}
+    for row in rows.values():
+        assert row["steps"] == 4 and 0 <= row["test_2016_flickr beam4"] <= 100
+    assert "tformer - nn.Transformer, beam 4, test_2016_flickr:" in r.stdout
+    assert json.loads((out / "tformer" / "result.json").read_text())["machine_class"] == "cpu-avx2"
