@@ -11,21 +11,7 @@ from tformer.capstones import CAPSTONES, Capstone, Options, reference_dir, run_c
 from tformer.cli import main
 from tformer.training.checkpoint import RunLock
 
-PAIRS = [("ein hund läuft .", "a dog runs ."), ("eine katze schläft .", "a cat sleeps ."),
-         ("ein mann liest ein buch .", "a man reads a book ."), ("zwei kinder spielen .", "two children play ."),
-         ("eine frau singt .", "a woman sings ."), ("der hund schläft .", "the dog sleeps .")]
 TEXT = "".join(f"def f{i}(x):\n    return x * {i} + len('{w}')\n" for i, w in enumerate("abcdefghij" * 8))
-
-
-@pytest.fixture
-def multi30k(tmp_path):
-    folder = tmp_path / "m30k"
-    folder.mkdir()
-    for split, n in (("train", 60), ("val", 6), ("test_2016_flickr", 6)):
-        rows = [PAIRS[i % len(PAIRS)] for i in range(n)]
-        (folder / f"{split}.de").write_text("\n".join(d for d, _ in rows) + "\n", encoding="utf-8")
-        (folder / f"{split}.en").write_text("\n".join(e for _, e in rows) + "\n", encoding="utf-8")
-    return folder
 
 
 def _extra(name, tmp_path, multi30k):

@@ -1,5 +1,6 @@
 """benchmarks/translate_vs_peer.py: the capstone and its nn.Transformer peer follow one machine class's recipe
-(the peer trains that class's preset), run side by side and land in one table; `--smoke` at the tiny size."""
+(the peer trains that class's preset), run side by side and land in one table; `--smoke` at the tiny size
+(the `multi30k` folder: tests/conftest.py)."""
 import json
 import subprocess
 import sys
@@ -8,19 +9,6 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "translate_vs_peer.py"
-PAIRS = [("ein hund läuft .", "a dog runs ."), ("eine frau singt .", "a woman sings ."),
-         ("zwei kinder spielen .", "two children play ."), ("der mann liest .", "the man reads .")]
-
-
-@pytest.fixture
-def multi30k(tmp_path):
-    folder = tmp_path / "m30k"
-    folder.mkdir()
-    for split, n in (("train", 40), ("val", 4), ("test_2016_flickr", 4)):
-        rows = [PAIRS[i % len(PAIRS)] for i in range(n)]
-        (folder / f"{split}.de").write_text("\n".join(d for d, _ in rows) + "\n", encoding="utf-8")
-        (folder / f"{split}.en").write_text("\n".join(e for _, e in rows) + "\n", encoding="utf-8")
-    return folder
 
 
 @pytest.mark.parametrize("recipe, preset", [("cpu-avx2", "small-avx2"), ("cpu-bf16", "small")])
