@@ -12,6 +12,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import re
+
 import pytest
 
 from test_grade_cli import CHECKOUT, cells, imports, one_line_error, tformer, tformer_all, write
@@ -27,6 +29,21 @@ def notebook(answer: str | None) -> list[str]:
 
 
 SECRET = 73421.5                  # a hidden case's value: it must appear in no message
+NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?(?!\w)")
+
+
+def shows_secret(text: str) -> bool:
+    """Whether `text` writes SECRET as a number, exactly or rounded to 3 significant digits or more (73421.5,
+    73,421, 7.34e+04). A digit run inside a seed, a hash or a byte count is not a number that could be SECRET:
+    matching substrings flagged a random seed that happened to hold 7342 (one CI run in fifty, about)."""
+    return any(abs(float(m.replace(",", "")) - SECRET) <= 5e-3 * SECRET for m in NUMBER.findall(text))
+
+
+@pytest.mark.parametrize("text, shows", [
+    ("73421.5", True), ("x=73421.5,", True), ("7.342e+04", True), ("73,421", True), ("[1,73421.5]", True),
+    ("seed 187342199", False), ("0.7342", False), ("sha a73421b", False), ("1073741824", False), ("7.3e4", False)])
+def test_the_secret_is_found_as_a_number_not_as_digits_inside_another(text, shows):
+    assert shows_secret(text) is shows
 
 
 def hidden_file(root: Path) -> Path:
@@ -172,7 +189,7 @@ def test_hidden_cases_count_but_never_show(course):
     messages += [e for s in grades["students"] for nb in s["notebooks"] for e in nb["cell_errors"]]
     pages = [p.read_text(encoding="utf-8") for p in (out / "feedback").iterdir()] + [(out / "report.html").read_text()]
     for text in messages + pages:
-        assert "big secret" not in text and str(int(SECRET)) not in text
+        assert "big secret" not in text and not shows_secret(text), text
     if grades["settings"]["landlock_abi"] == 0:
         pytest.skip("no Landlock on this kernel: a worker could read the hidden file (TEACHING.md says so)")
     peek = dee["notebooks"][0]["cell_errors"]
