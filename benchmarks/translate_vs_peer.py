@@ -10,9 +10,9 @@ Two processes start together, each on `--threads` CPU threads (1 + 1 on a 2-core
     the preset's bf16 autocast where the CPU has bf16 matrix units (AMX, AVX512-BF16), the peer trains in
     float32 as a user would write it (`--peer-bf16` gives it the same autocast; bench_translate.py times
     both ways).
-Then the peer is scored like ours (test_2016_flickr, greedy and beam 4; test_2017_flickr as well when the
-data folder has it) and one table compares them: BLEU with the steps and tokens/s beside, since machines
-differ. Re-running with the same --out resumes both runs. Not run by CI (about 35 minutes).
+Then the peer is scored like ours (test_2016_flickr, greedy and beam 4 at the recipe's length penalty;
+test_2017_flickr as well when the data folder has it) and one table compares them: BLEU with the steps and
+tokens/s beside, since machines differ. Re-running with the same --out resumes both runs. Not run by CI (about 35 minutes).
 
     python benchmarks/translate_vs_peer.py --data ../shared/data/multi30k [--minutes 30] [--threads 1]
 """
@@ -25,12 +25,12 @@ import sys
 from pathlib import Path
 
 
-def _score(run: Path, data: Path, tests: list[str]) -> dict:
+def _score(run: Path, data: Path, tests: list[str], alpha: float) -> dict:
     from tformer.translate import score_files
     out = {}
     for test in tests:
         for beam in (1, 4):
-            s = score_files(run, data / f"{test}.de", data / f"{test}.en", beam=beam)
+            s = score_files(run, data / f"{test}.de", data / f"{test}.en", beam=beam, alpha=alpha)
             out[f"{test} beam{beam}"] = round(s["bleu"], 2)
     return out
 
@@ -43,16 +43,19 @@ def _training(run: Path) -> dict:
             "tokens_per_s": round(sum(tps) / max(len(tps), 1), 1)}
 
 
-def recipe_and_preset(threads: int, recipe: str | None) -> tuple[str, str]:
-    """The machine class the capstone follows (`recipe`, else the probe's at `threads` threads, as the capstone
-    would pick it) and the preset it trains, which the peer trains too."""
+def recipe(out: Path, threads: int, name: str | None, tiny: bool = False) -> tuple[str, dict]:
+    """The machine class the capstone in `out` follows and its recipe, decided as the capstone decides them
+    (`choose_recipe`: `name`, else the class a resumed run recorded, else the probe's at `threads` threads;
+    then `config()`, with the GPU and --tiny overlays): the peer trains that recipe's preset and is scored
+    with its length penalty."""
+    from tformer.capstones.base import choose_recipe
+    from tformer.capstones.runfolder import Options
     from tformer.capstones.translate_multi30k import TranslateMulti30k
-    if recipe is None:
-        from tformer.measure.machine import classify, probe
-        from tformer.utils.runtime import threads as torch_threads
-        with torch_threads(threads):
-            recipe = classify(probe()).name
-    return recipe, TranslateMulti30k.RECIPES.get(recipe, {}).get("preset", TranslateMulti30k.RECIPE["preset"])
+    from tformer.utils.runtime import threads as torch_threads
+    opts = Options(recipe=name, threads=threads, tiny=tiny)
+    with torch_threads(threads):
+        choose_recipe(opts, out)
+    return opts.machine_class, TranslateMulti30k(opts).config()
 
 
 def main() -> None:
@@ -69,16 +72,17 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     py = [sys.executable, "-m", "tformer"]
     common = ["--data", str(data), "--time-budget", f"{args.minutes:g}", "--threads", str(args.threads)]
-    recipe, preset = recipe_and_preset(args.threads, args.recipe)
-    print(f"recipe {recipe}: preset {preset} for both", flush=True)
-    size = ((["--recipe", recipe, "--tiny", "--max-steps", "4"], ["--preset", "tiny", "--max-steps", "4"]) if args.smoke
-            else (["--recipe", recipe], ["--preset", preset]))
-    ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), *common, *size[0]],
+    machine_class, config = recipe(out / "tformer", args.threads, args.recipe, tiny=args.smoke)
+    print(f"recipe {machine_class}: preset {config['preset']} for both, length penalty {config['alpha']:g}",
+          flush=True)
+    smoke = ["--max-steps", "4"] if args.smoke else []
+    ours = subprocess.Popen(py + ["capstone", "translate", "--out", str(out / "tformer"), "--recipe", machine_class,
+                                  *(["--tiny"] if args.smoke else []), *common, *smoke],
                             stdout=open(out / "tformer.log", "a"), stderr=subprocess.STDOUT)
     precision = "true" if args.peer_bf16 else "false"
     # nn.Transformer has one dropout for everything: the peer drops attention weights and FFN units at the
     # preset's `dropout` where small-avx2 leaves them (a choice the peer's user does not have)
-    peer = subprocess.Popen(py + ["translate", "train", *size[1], "--set", "arch=torch", "--set", f"cpu_bf16={precision}",
+    peer = subprocess.Popen(py + ["translate", "train", "--preset", config["preset"], *smoke, "--set", "arch=torch", "--set", f"cpu_bf16={precision}",
                                   "--set", "attn_dropout=none", "--set", "ffn_dropout=none",
                                   "--no-progress",
                                   "--out", str(out / "torch"), *common],
@@ -92,9 +96,9 @@ def main() -> None:
     res = json.loads((out / "tformer" / "result.json").read_text())
     rows = {"tformer": {**_training(out / "tformer" / "train"), "test_2016_flickr beam1": res["greedy_bleu"],
                         "test_2016_flickr beam4": res["value"]},
-            "nn.Transformer": {**_training(out / "torch"), **_score(out / "torch", data, tests)}}
+            "nn.Transformer": {**_training(out / "torch"), **_score(out / "torch", data, tests, config["alpha"])}}
     if len(tests) > 1:
-        rows["tformer"].update({k: v for k, v in _score(out / "tformer" / "train", data, tests[1:]).items()})
+        rows["tformer"].update({k: v for k, v in _score(out / "tformer" / "train", data, tests[1:], config["alpha"]).items()})
     (out / "result.json").write_text(json.dumps(rows, indent=1))
     keys = ["steps", "minutes", "tokens_per_s"] + [f"{t} beam{b}" for t in tests for b in (1, 4)]
     print("| model | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys))
