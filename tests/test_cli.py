@@ -351,6 +351,48 @@ def test_stdin_translation_and_bad_stdin(capsys, base_run, monkeypatch):
     one_line_error(err, "give a run")
 
 
+def typed(*argv, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`tformer ARGV` as typed: the entry point in its own process, from `cwd` outside the checkout."""
+    assert not cwd.resolve().is_relative_to(ROOT)
+    env = {**{k: v for k, v in os.environ.items() if k != "TFORMER_DEBUG"}, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "tformer", *map(str, argv)], cwd=cwd, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_translate_options_as_typed(base_run, tmp_path):
+    """--alpha of stdin translation and --json of score reach what they set; --device and --pair: a run on the
+    device asked for, and one line (exit 2, no run folder) for a device or a pair that cannot apply."""
+    from tformer.inference.decode import translate
+    from tformer.translate import load_run
+    run, src, ref = base_run
+    lines = src.read_text(encoding="utf-8").splitlines()
+    r = typed("translate", "--run", run, "--beam", 2, "--alpha", 1.5, cwd=tmp_path, stdin="\n".join(lines) + "\n")
+    model, bpe, _ = load_run(run)
+    assert r.returncode == 0 and r.stdout.splitlines() == translate(model, bpe, lines, beam=2, alpha=1.5), r.stderr
+    r = typed("translate", "score", "--run", run, "--src", src, "--ref", ref, "--beam", 2, "--alpha", 1.5, "--json",
+              "--no-progress", cwd=tmp_path)
+    res = json.loads(r.stdout)
+    assert r.returncode == 0 and (res["beam"], res["alpha"], res["sentences"]) == (2, 1.5, 3) and 0 <= res["bleu"] <= 100
+    new = tmp_path / "new"
+    r = typed("translate", "train", "--out", new, "--preset", "tiny", "--max-steps", 2, "--device", "cpu",
+              *sets(*TINY_SETS), cwd=tmp_path)
+    assert r.returncode == 0 and "training in float32 on cpu" in r.stdout + r.stderr, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["step"] == 2
+    bad = [(["--device", "banana"], ["device must be one of cpu, cuda, mps", "banana"]),
+           (["--data", tmp_path, "--pair", "de-en"], ["--pair de-en", "--dataset wmt14", "--src and --tgt"]),
+           (["--pair", "fr-en"], ["--pair fr-en", "the built-in corpus"]),
+           (["--pair", "xx-yy"], ["--pair", "xx-yy"])]
+    if not torch.cuda.is_available():
+        bad.append((["--device", "cuda"], ["'cuda'", "no CUDA GPU"]))
+    for argv, words in bad:
+        r = typed("translate", "train", "--out", tmp_path / "refused", *argv, cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (argv, r.stderr[-2000:])
+        assert all(w in r.stderr for w in words), (argv, r.stderr)
+        assert not (tmp_path / "refused").exists(), argv
+    r = typed("translate", "--run", run, "--alpha", -1, cwd=tmp_path, stdin="")
+    assert r.returncode == 2 and "--alpha" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 LOCK_WORKER = """
 import sys
 import torch.distributed as dist

@@ -224,7 +224,7 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     from tformer.cli import main
     assert main(["serve"]) == 2
     assert main(["serve", "--run", str(tmp_path / "missing")]) == 2
-    assert main(["serve", "--run", str(tmp_path)]) == 2
+    assert main(["serve", "--run", str(tmp_path), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "exactly one of" in err[0] and "no such folder" in err[1] and "not a run folder" in err[2]
 

@@ -124,6 +124,17 @@ def test_progress_false_writes_no_validation_lines(capsys, monkeypatch):
         assert (len(lines) > 0) == progress, (progress, lines)
 
 
+def test_the_bar_names_the_rate_of_what_the_loss_counts(capsys, monkeypatch):
+    """tok_s on the bar by default (a loss_fn that counts tokens); rate=None for one that counts 1 a step, where
+    a tok_s would be steps a second and the bar's it/s says it already; another name shows as given."""
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    for rate, shown in (("tok_s", "tok_s="), (None, None), ("img_s", "img_s=")):
+        capsys.readouterr()
+        Trainer(make_model(), mse_sum, Shuffled(), cfg(progress=True, rate=rate, save_every=0)).fit()
+        err = capsys.readouterr().err
+        assert "loss=" in err and ("_s=" in err) == (shown is not None) and (shown is None or shown in err), (rate, err)
+
+
 def test_resume_gives_identical_weights(tmp_path):
     full = Trainer(make_model(), mse_sum, Shuffled(), cfg(), out_dir=tmp_path / "a")
     full.fit()

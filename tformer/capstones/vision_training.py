@@ -109,7 +109,8 @@ def _fit(model: nn.Module, loss_fn, batches, total: int, lr: float, weight_decay
         return History()
     model.to(device)
     cfg = TrainConfig(max_steps=total, lr=lr, schedule="cosine", warmup=max(1, int(warmup_frac * total)),
-                      grad_clip=None, amp=_on_cuda(device), eval_every=eval_every, log_every=1, seed=None, progress=progress)
+                      grad_clip=None, amp=_on_cuda(device), eval_every=eval_every, log_every=1, seed=None, progress=progress,
+                      rate=None)
     t0 = time.perf_counter()
     trainer = Trainer(model, loss_fn, batches, cfg, val_fn=val_fn, device=device,
                       optimizer=adamw(model, lr, weight_decay, betas, eps))

@@ -103,7 +103,7 @@ def trainer_config(total: int, warmup_frac: float, lr: float, budget: float, pro
     """The parts' Trainer: warmup then cosine over `total` steps, no clipping, fp32, 10 saves."""
     return TrainConfig(max_steps=total, time_budget=budget, lr=lr, schedule="cosine",
                        warmup=max(1, int(warmup_frac * total)), grad_clip=None, amp=False, log_every=10,
-                       save_every=max(1, total // 10), seed=seed, progress=progress)
+                       save_every=max(1, total // 10), seed=seed, progress=progress, rate=None)
 
 
 def curve(rows: list[dict]) -> dict:

@@ -2,7 +2,8 @@
 
     POST /v1/completions         {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"}
     POST /v1/chat/completions    {"model", "messages": [{"role", "content"}], ...}: chapter 11's chat template
-    GET  /v1/models  /health  /metrics (Prometheus text: running/waiting requests, blocks, tokens/s, TTFT)
+    GET  /v1/models  /metrics (Prometheus text: running/waiting requests, blocks, tokens/s, TTFT)
+    GET  /health                 the engine's state and settings (blocks, block size, queue limits, dtype)
 
 The engine runs in its own thread (`EngineThread`), stepping while there is work; a request handler
 queues its prompt and waits on an asyncio queue that the engine's callbacks fill. PyTorch releases the
@@ -305,9 +306,13 @@ def build_app(model, tokenizer, name: str = "tformer", api_key: str | None = Non
             raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
                            "authentication_error", code="invalid_api_key")
 
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+
     @app.get("/health")
     async def health():
-        return {"status": "ok", **eng.stats()}
+        """The engine's state and how it was set up (what `tformer serve`'s options chose)."""
+        return {"status": "ok", **eng.stats(), "block_size": eng.bs, "max_running": eng.max_running,
+                "max_waiting": eng.max_waiting, "dtype": dtype}
 
     @app.get("/metrics")
     async def metrics():

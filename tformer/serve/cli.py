@@ -19,17 +19,22 @@ def _load(args):
     return model.to(getattr(torch, args.dtype)), tok, name
 
 
-def _load_float32(args):
+def _check_source(args) -> None:
     from ..utils.errors import UserError
-    from .runs import demo_model, load_gpt_run, load_hf
     chosen = [x for x in (args.run, args.hf) if x] + (["demo"] if args.demo else [])
     if len(chosen) != 1:
         raise UserError("give exactly one of --run RUN, --hf DIR or --demo")
+    if not args.demo and not Path(args.run or args.hf).is_dir():
+        raise UserError(f"{args.run or args.hf}: no such folder")
+
+
+def _load_float32(args):
+    from ..utils.errors import UserError
+    from .runs import demo_model, load_gpt_run, load_hf
+    _check_source(args)
     if args.demo:
         return (*demo_model(), "demo")
     path = Path(args.run or args.hf)
-    if not path.is_dir():
-        raise UserError(f"{path}: no such folder")
     try:
         if args.run:
             model, tok, _ = load_gpt_run(path)
@@ -40,17 +45,48 @@ def _load_float32(args):
     return model, tok, args.name or path.name
 
 
+def _listen(host: str, port: int):
+    """The socket the server will listen on, bound here (with SO_REUSEADDR, as uvicorn binds) so that a port in
+    use or an address this machine does not have is one line before the model loads, and `--port 0` prints the
+    port the system chose."""
+    import socket
+
+    from ..utils.errors import UserError
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"--host {host}: not an address to listen on ({getattr(e, 'strerror', None) or e})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e} (another server on that port? give "
+                        f"another --port)") from None
+    return sock
+
+
 def serve(args) -> int:
     import uvicorn
 
     from ..inference.engine import BLOCK_SIZE
+    from ..utils.errors import UserError
     from .app import build_app
-    model, tok, name = _load(args)
-    app = build_app(model, tok, name=args.name or name, api_key=args.api_key, block_size=args.block_size or BLOCK_SIZE,
-                    n_blocks=args.n_blocks, max_running=args.max_running, max_waiting=args.max_waiting)
-    print(f"tformer serve: {args.name or name} ({model.num_params() / 1e6:.1f}M parameters) on "
-          f"http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    _check_source(args)
+    sock = _listen(args.host, args.port)
+    with sock:
+        model, tok, name = _load(args)
+        try:
+            app = build_app(model, tok, name=args.name or name, api_key=args.api_key,
+                            block_size=args.block_size or BLOCK_SIZE, n_blocks=args.n_blocks,
+                            max_running=args.max_running, max_waiting=args.max_waiting)
+        except ValueError as e:                         # the pool cannot hold one sequence
+            raise UserError(f"{str(e).removeprefix('Engine: ')}: give a larger --n-blocks (or leave it out)") from None
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"tformer serve: {args.name or name} ({model.num_params() / 1e6:.1f}M parameters) on "
+              f"http://{host}:{sock.getsockname()[1]}/v1", flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     return 0
 
 
@@ -73,7 +109,7 @@ def export(args) -> int:
 
 
 def add_cli(sub) -> None:
-    from ..cli import add_debug, positive_int
+    from ..cli import _number, add_debug, positive_int
     p = sub.add_parser("serve", help="an OpenAI-compatible server (continuous batching over a paged cache)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="a run folder (config.json, model.safetensors, tokenizer.json)")
@@ -81,7 +117,8 @@ def add_cli(sub) -> None:
     p.add_argument("--demo", action="store_true", help="a small randomly initialised model (offline, seconds)")
     p.add_argument("--name", help="the model name clients send (default: the folder's name, or 'demo')")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=_number(int, lo=0, hi=65535, what=" (a TCP port)"), default=8000,
+                   help="port to listen on (default 8000; 0: any free port)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ routes")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="weights and KV cache (bfloat16: half the bytes; on a CPU with bf16 units, Intel AMX or "

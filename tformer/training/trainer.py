@@ -92,6 +92,8 @@ class TrainConfig:
     snapshot_minutes: float = 0.0      # ... or every M minutes of training (0 = off)
     keep_snapshots: int = 5            # snapshots kept for checkpoint averaging
     log_every: int = 10                # steps between progress-bar/log updates
+    rate: str | None = "tok_s"         # the progress bar's name for loss_fn's count per second (None: not shown,
+                                       # for a loss_fn that counts 1 a step: the bar's it/s says it)
     seed: int | None = 0               # seeds torch/python at the start of a fresh run; None: leave them as they are
     progress: bool = True              # tqdm progress bar and validation lines (TQDM_DISABLE=1 also turns them off)
     resume: bool = True                # continue from out_dir/last.pt when it exists
@@ -390,8 +392,8 @@ class Trainer:
                 record = {"step": st.step, "loss": win_loss / win_n, "lr": self.scheduler.get_last_lr()[0],
                           "tokens_per_s": win_tok / max(win_t, 1e-9), "minutes": st.elapsed / 60}
                 left = {} if budget is None else {"left": f"{max(budget - st.elapsed, 0) / 60:.1f}min"}
-                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
-                                tok_s=f"{record['tokens_per_s']:.0f}", **left)
+                rate = {cfg.rate: f"{record['tokens_per_s']:.0f}"} if cfg.rate else {}
+                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}", **rate, **left)
                 self._log(record)
                 win_loss, win_n, win_tok, win_t = 0.0, 0, 0.0, 0.0
             if cfg.eval_every and st.step % cfg.eval_every == 0 and st.step < stop_at:

@@ -38,7 +38,8 @@ def add_cli(subparsers) -> None:
     t = sub.add_parser("train", help="train (or resume) a run")
     t.add_argument("--data", help="folder with line-aligned train.<lang> and val.<lang> (Multi30k layout)")
     t.add_argument("--dataset", choices=["wmt14", "multi30k"], help="fetch real data instead of --data")
-    t.add_argument("--pair", default="en-de", choices=["en-de", "de-en", "en-fr", "fr-en"], help="WMT14 pair")
+    t.add_argument("--pair", choices=["en-de", "de-en", "en-fr", "fr-en"],
+                   help="with --dataset wmt14: the pair (default en-de); --src/--tgt choose the direction elsewhere")
     t.add_argument("--src", help="source language (default: de with --data, the pair's first, en offline)")
     t.add_argument("--tgt", help="target language")
     t.add_argument("--preset", choices=sorted(PRESETS), help="model and recipe (default: tiny; on resume the run's)")
@@ -93,11 +94,18 @@ def _train(args) -> int:
     from .pipeline import train_run
     from ..utils.errors import UserError
     overrides = _parse_sets(args.set)                   # before anything is loaded or written
+    if args.pair is not None and args.dataset != "wmt14":
+        other = "--data" if args.data else f"--dataset {args.dataset}" if args.dataset else "the built-in corpus"
+        raise UserError(f"--pair {args.pair} chooses a WMT14 pair: it goes with --dataset wmt14; with {other} give "
+                        f"--src and --tgt")
     max_steps = args.max_steps
     if "max_steps" in overrides:
         if max_steps is not None and max_steps != overrides["max_steps"]:
             raise UserError(f"--max-steps {max_steps} and --set max_steps={overrides['max_steps']} disagree; give one")
         max_steps = overrides.pop("max_steps")
+    if args.device is not None:                         # a device this machine lacks: one line, before a folder
+        from ..utils.device import resolve
+        resolve(args.device)
     if args.threads:
         from ..utils.runtime import set_threads
         set_threads(args.threads)

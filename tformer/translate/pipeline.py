@@ -153,7 +153,7 @@ def _resume_changes(out: Path, info: dict, preset, data, dataset, pair, src, tgt
         refuse("--data", info["data"], data)
     if dataset is not None and "dataset" in info and dataset != info["dataset"]:
         refuse("--dataset", info["dataset"], dataset)
-    if dataset == "wmt14" and info.get("dataset") == "wmt14" and pair != info.get("pair", pair):
+    if pair is not None and info.get("dataset") == "wmt14" and pair != info.get("pair", pair):
         refuse("--pair", info.get("pair"), pair)
     run_p = info["preset"]
     changes = {}
@@ -168,7 +168,7 @@ def _resume_changes(out: Path, info: dict, preset, data, dataset, pair, src, tgt
 
 
 def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | os.PathLike | None = None,
-              dataset: str | None = None, pair: str = "en-de", src: str | None = None, tgt: str | None = None,
+              dataset: str | None = None, pair: str | None = None, src: str | None = None, tgt: str | None = None,
               time_budget: float | None = None, max_steps: int | None = None, device: str | None = None,
               progress: bool = True, stop_after: int | None = None, **overrides) -> dict:
     """Train (or resume) the run in `out`; returns the final log record (loss, lr, tokens/s, val_loss), the
@@ -176,7 +176,8 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
     run, the steps before a resume included (`Trainer.fit`).
 
     Without `data`/`dataset` it trains on the built-in offline corpus (English -> German unless src/tgt
-    say otherwise); `preset` defaults to "tiny" for a new run and to the run's own on resume.
+    say otherwise); `preset` defaults to "tiny" for a new run and to the run's own on resume, and `pair`
+    (WMT14's, with dataset="wmt14") to "en-de" and to the run's own.
     `stop_after` stops after that many steps in this call (to show an interruption).
 
     On resume, a setting that defines the model, the data or the tokenizer and differs from the run's
@@ -211,7 +212,7 @@ def train_run(out: str | os.PathLike, preset: str | None = None, *, data: str | 
                 atomic_write_text(cfg_path, json.dumps(info, indent=2))
         else:
             changes = {}
-            preset = preset or "tiny"
+            preset, pair = preset or "tiny", pair or "en-de"
             try:
                 p = get_preset(preset, **given)
             except ValueError as e:

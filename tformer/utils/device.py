@@ -199,7 +199,11 @@ def resolve(device: torch.device | str | None = None, *, capstone: bool = True,
     """A run's device: `device` if given (a --device option), else the policy's (capstone: small mode does not
     apply). A CUDA device gets its index: `local_rank` (one GPU per rank), else torch's current device."""
     if device is not None:
-        dev = torch.device(device)
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise DeviceError(f"device must be one of {', '.join(KINDS)} (cuda:1: a GPU by index), got "
+                              f"{str(device)!r}") from None
         if dev.type not in KINDS:
             raise DeviceError(f"device must be one of {', '.join(KINDS)}, got {str(device)!r}")
         if (dev.type == "cuda" and not cuda_available()) or (dev.type == "mps" and not mps_available()):
