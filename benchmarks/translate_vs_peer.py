@@ -4,7 +4,7 @@ Two processes start together, each on `--threads` CPU threads (1 + 1 on a 2-core
   * ours: `tformer capstone translate --recipe CLASS` (BPE, training, averaging, greedy and beam-4 scoring),
     CLASS the machine class the probe finds (or `--recipe`),
   * the peer: `tformer translate train --preset P --set arch=torch`, P the preset that class's recipe
-    trains (small on every CPU): `torch.nn.Transformer` of the
+    trains (small-avx2 on a CPU without bf16 units, small with them): `torch.nn.Transformer` of the
     same size (tformer/translate/peer.py) through the same pipeline, so the data, the BPE, the batches,
     the loss, the schedule and the budget are the same; the model differs, and the precision: ours takes
     the preset's bf16 autocast where the CPU has bf16 matrix units (AMX, AVX512-BF16), the peer trains in
@@ -81,7 +81,7 @@ def main() -> None:
                             stdout=open(out / "tformer.log", "a"), stderr=subprocess.STDOUT)
     precision = "true" if args.peer_bf16 else "false"
     # nn.Transformer has one dropout for everything: the peer drops attention weights and FFN units at the
-    # preset's `dropout` where small leaves them (a choice the peer's user does not have)
+    # preset's `dropout` where small-avx2 leaves them (a choice the peer's user does not have)
     peer = subprocess.Popen(py + ["translate", "train", "--preset", config["preset"], *smoke, "--set", "arch=torch", "--set", f"cpu_bf16={precision}",
                                   "--set", "attn_dropout=none", "--set", "ffn_dropout=none",
                                   "--no-progress",

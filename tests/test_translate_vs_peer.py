@@ -20,7 +20,7 @@ def _script():
     return translate_vs_peer
 
 
-@pytest.mark.parametrize("name, preset, alpha", [("cpu-avx2", "small", 1.0), ("cpu-bf16", "small", 1.0)])
+@pytest.mark.parametrize("name, preset, alpha", [("cpu-avx2", "small-avx2", 1.0), ("cpu-bf16", "small", 0.6)])
 def test_the_peer_trains_the_preset_of_the_capstones_recipe(name, preset, alpha, tmp_path):
     machine_class, config = _script().recipe(tmp_path / "tformer", 1, name)
     assert (machine_class, config["preset"], config["alpha"]) == (name, preset, alpha)
@@ -30,9 +30,9 @@ def test_a_resumed_run_keeps_the_class_it_recorded(tmp_path):
     """As the capstone does: without --recipe, the class an earlier session wrote in config.json, not the probe's."""
     out = tmp_path / "tformer"
     out.mkdir()
-    (out / "config.json").write_text(json.dumps({"machine_class": "cpu-fast"}))
+    (out / "config.json").write_text(json.dumps({"machine_class": "cpu-bf16"}))
     machine_class, config = _script().recipe(out, 1, None)
-    assert (machine_class, config["preset"]) == ("cpu-fast", "small")
+    assert (machine_class, config["preset"]) == ("cpu-bf16", "small")
 
 
 def test_smoke_runs_both_and_prints_one_table(multi30k, tmp_path):

@@ -1,6 +1,6 @@
 """The translation capstone (chapter 10).
 
-    presets   TranslatePreset: small (a CPU: bf16 where it has bf16 units), gpu (one GPU), base and big (WMT14, the paper)
+    presets   TranslatePreset: small (a CPU with bf16 units), small-avx2 (one without), gpu (one GPU), base and big (WMT14, the paper)
     pipeline  build_model, train_run (BPE, batches, Trainer, run folder), load_run, score_files (sacreBLEU);
               a published Marian model converted and scored: load_published, score_published, card_bleu
     peer      TorchTransformer: nn.Transformer of the same size, the capstone's peer (`--set arch=torch`)

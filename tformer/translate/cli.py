@@ -1,7 +1,7 @@
 """`tformer translate`: train, score, or translate stdin.
 
     tformer translate train [--data DIR | --dataset wmt14 --pair en-de] --src de --tgt en \\
-                            --preset {tiny,small,gpu,base,big} --out RUN [--time-budget MIN] [--max-steps N]
+                            --preset {tiny,small,small-avx2,gpu,base,big} --out RUN [--time-budget MIN] [--max-steps N]
     tformer translate score --run RUN --src FILE --ref FILE [--beam 4] [--json]
     tformer translate score --hf NAME_OR_DIR --src FILE --ref FILE [--beam 4] [--testset newstest2014]
     tformer translate --run RUN [--beam 4] < sentences.txt
