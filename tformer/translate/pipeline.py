@@ -79,7 +79,8 @@ def build_model(p: TranslatePreset, vocab_size: int, pad_id: int = 0) -> Transfo
         from .peer import TorchTransformer
         if p.attn_dropout not in (None, p.dropout) or p.ffn_dropout not in (None, p.dropout):
             raise RunInputError(f"arch=torch: nn.Transformer has one dropout for everything; unset attn_dropout "
-                                f"({p.attn_dropout}) and ffn_dropout ({p.ffn_dropout})")
+                                f"({p.attn_dropout}) and ffn_dropout ({p.ffn_dropout}): --set attn_dropout=none "
+                                f"--set ffn_dropout=none")
         return TorchTransformer(vocab_size, p.d_model, p.n_heads, p.n_layers, p.d_ff, p.dropout, context_length,
                                 pad_id, p.norm_first)
     cfg = TransformerConfig(src_vocab_size=vocab_size, d_model=p.d_model, n_heads=p.n_heads, d_ff=p.d_ff,
