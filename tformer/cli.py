@@ -93,6 +93,10 @@ def positive_int(text: str) -> int:
     return _number(int, lo=1)(text)
 
 
+def tcp_port(text: str) -> int:
+    return _number(int, lo=0, hi=65535, what=" (a TCP port)")(text)
+
+
 def positive_float(text: str) -> float:
     return _number(float, lo=0, lo_open=True)(text)
 

@@ -52,14 +52,13 @@ def _listen(host: str, port: int):
     import socket
 
     from ..utils.errors import UserError
-    try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except (socket.gaierror, UnicodeError) as e:
-        raise UserError(f"--host {host}: not an address to listen on ({getattr(e, 'strerror', None) or e})") from None
-    sock = socket.socket(family, kind, proto)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)    # as uvicorn picks the family
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(addr)
+        sock.bind((host, port))
+    except (socket.gaierror, UnicodeError) as e:
+        sock.close()
+        raise UserError(f"--host {host}: not an address to listen on ({getattr(e, 'strerror', None) or e})") from None
     except OSError as e:
         sock.close()
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e} (another server on that port? give "
@@ -109,7 +108,7 @@ def export(args) -> int:
 
 
 def add_cli(sub) -> None:
-    from ..cli import _number, add_debug, positive_int
+    from ..cli import add_debug, positive_int, tcp_port
     p = sub.add_parser("serve", help="an OpenAI-compatible server (continuous batching over a paged cache)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="a run folder (config.json, model.safetensors, tokenizer.json)")
@@ -117,7 +116,7 @@ def add_cli(sub) -> None:
     p.add_argument("--demo", action="store_true", help="a small randomly initialised model (offline, seconds)")
     p.add_argument("--name", help="the model name clients send (default: the folder's name, or 'demo')")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_number(int, lo=0, hi=65535, what=" (a TCP port)"), default=8000,
+    p.add_argument("--port", type=tcp_port, default=8000,
                    help="port to listen on (default 8000; 0: any free port)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ routes")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
