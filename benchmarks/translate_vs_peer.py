@@ -12,7 +12,8 @@ Two processes start together, each on `--threads` CPU threads (1 + 1 on a 2-core
     both ways).
 Then the peer is scored like ours (test_2016_flickr, greedy and beam 4 at the recipe's length penalty;
 test_2017_flickr as well when the data folder has it) and one table compares them: BLEU with the steps and
-tokens/s beside, since machines differ. Re-running with the same --out resumes both runs. Not run by CI (about 35 minutes).
+tokens/s beside, since machines differ. Re-running with the same --out resumes both runs. Not run by CI
+(about 35 minutes).
 
     python benchmarks/translate_vs_peer.py --data ../shared/data/multi30k [--minutes 30] [--threads 1]
 """
@@ -82,10 +83,9 @@ def main() -> None:
     precision = "true" if args.peer_bf16 else "false"
     # nn.Transformer has one dropout for everything: the peer drops attention weights and FFN units at the
     # preset's `dropout` where small-avx2 leaves them (a choice the peer's user does not have)
-    peer = subprocess.Popen(py + ["translate", "train", "--preset", config["preset"], *smoke, "--set", "arch=torch", "--set", f"cpu_bf16={precision}",
-                                  "--set", "attn_dropout=none", "--set", "ffn_dropout=none",
-                                  "--no-progress",
-                                  "--out", str(out / "torch"), *common],
+    peer = subprocess.Popen(py + ["translate", "train", "--preset", config["preset"], *smoke, "--set", "arch=torch",
+                                  "--set", f"cpu_bf16={precision}", "--set", "attn_dropout=none",
+                                  "--set", "ffn_dropout=none", "--no-progress", "--out", str(out / "torch"), *common],
                             stdout=open(out / "torch.log", "a"), stderr=subprocess.STDOUT)
     print(f"training both for {args.minutes:g} min (logs: {out}/tformer.log, {out}/torch.log) ...", flush=True)
     if peer.wait() or ours.wait():
@@ -98,7 +98,7 @@ def main() -> None:
                         "test_2016_flickr beam4": res["value"]},
             "nn.Transformer": {**_training(out / "torch"), **_score(out / "torch", data, tests, config["alpha"])}}
     if len(tests) > 1:
-        rows["tformer"].update({k: v for k, v in _score(out / "tformer" / "train", data, tests[1:], config["alpha"]).items()})
+        rows["tformer"].update(_score(out / "tformer" / "train", data, tests[1:], config["alpha"]))
     (out / "result.json").write_text(json.dumps(rows, indent=1))
     keys = ["steps", "minutes", "tokens_per_s"] + [f"{t} beam{b}" for t in tests for b in (1, 4)]
     print("| model | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys))

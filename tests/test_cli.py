@@ -370,12 +370,13 @@ def test_translate_options_as_typed(base_run, tmp_path):
     model, bpe, _ = load_run(run)
     assert r.returncode == 0 and r.stdout.splitlines() == translate(model, bpe, lines, beam=2, alpha=1.5), r.stderr
     r = typed("translate", "score", "--run", run, "--src", src, "--ref", ref, "--beam", 2, "--alpha", 1.5, "--json",
-              "--no-progress", cwd=tmp_path)
+              "--weights", "last", "--no-progress", cwd=tmp_path)
     res = json.loads(r.stdout)
     assert r.returncode == 0 and (res["beam"], res["alpha"], res["sentences"]) == (2, 1.5, 3) and 0 <= res["bleu"] <= 100
+    assert res["weights"] == "last"                                  # --weights: not the averaged ones auto picks
     new = tmp_path / "new"
     r = typed("translate", "train", "--out", new, "--preset", "tiny", "--max-steps", 2, "--device", "cpu",
-              *sets(*TINY_SETS), cwd=tmp_path)
+              "--threads", 1, *sets(*TINY_SETS), cwd=tmp_path)
     assert r.returncode == 0 and "training in float32 on cpu" in r.stdout + r.stderr, r.stderr[-2000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["step"] == 2
     bad = [(["--device", "banana"], ["device must be one of cpu, cuda, mps", "banana"]),

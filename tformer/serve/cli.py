@@ -29,9 +29,9 @@ def _check_source(args) -> None:
 
 
 def _load_float32(args):
+    """The model `_check_source` accepted (serve checks it before binding its socket)."""
     from ..utils.errors import UserError
     from .runs import demo_model, load_gpt_run, load_hf
-    _check_source(args)
     if args.demo:
         return (*demo_model(), "demo")
     path = Path(args.run or args.hf)
