@@ -633,10 +633,10 @@ translate_capstone = show("translate")
 # as 2 cores of a Xeon with AMX in bf16), so the cell above prints the run's steps, tokens/s and precision
 # beside its greedy and beam-4 sacreBLEU on test_2016_flickr.
 #
-# Measured elsewhere: `python benchmarks/translate_vs_peer.py --data DIR --minutes 30 --threads 1` trains
-# the capstone and a plain `nn.Transformer` of the same size side by side, by the same pipeline for the
-# same 30 minutes. In that one run the capstone's model scored 39.4 beam-4 and the peer 37.1 (the README's
-# Results, `benchmarks/RESULTS.md`).
+# Measured elsewhere: `python benchmarks/translate_vs_peer.py --data DIR --recipe cpu-avx2` trains the
+# capstone's float32 recipe and a plain `nn.Transformer` of the same size side by side, one thread each, by
+# the same pipeline for the same 30 minutes. In that one run the capstone's model scored 40.50 beam-4 and
+# the peer 38.74 (the README's Results, `benchmarks/RESULTS.md`).
 # For scale, the paper's transformer-base scores 27.3 tokenized BLEU on WMT14 EN-DE and the big model
 # 28.4: news text with a 37k vocabulary, a harder task than image captions. On one GPU, use
 # `--preset gpu --time-budget 5` instead.
