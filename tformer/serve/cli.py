@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 
@@ -67,8 +68,6 @@ def _listen(host: str, port: int):
 
 
 def serve(args) -> int:
-    import uvicorn
-
     from ..inference.engine import BLOCK_SIZE
     from ..utils.errors import UserError
     from .app import build_app
@@ -85,8 +84,28 @@ def serve(args) -> int:
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(f"tformer serve: {args.name or name} ({model.num_params() / 1e6:.1f}M parameters) on "
               f"http://{host}:{sock.getsockname()[1]}/v1", flush=True)
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        server = _uvicorn_server(app)
+        server.run(sockets=[sock])
+    if signal.SIGINT in server.stopped_by:
+        raise KeyboardInterrupt                         # the CLI's word for Ctrl-C: one line, exit 130
     return 0
+
+
+def _uvicorn_server(app):
+    """uvicorn's server for app, remembering the signals that stopped it (`stopped_by`). uvicorn shuts down
+    gracefully on Ctrl-C, then raises the signal again; inside asyncio.run that KeyboardInterrupt is lost when
+    the handler runs after the serving task has finished (run() then returns as if nothing happened), so
+    serve() decides from what this records."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            self.stopped_by.append(sig)
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, log_level="warning"))
+    server.stopped_by = []
+    return server
 
 
 def export(args) -> int:
