@@ -78,7 +78,8 @@ def test_every_option_as_typed(tmp_path):
             proc.kill()
             raise
     err = proc.stderr.read()
-    assert code == 130 and err.strip() == "tformer serve: interrupted", err[-2000:]
+    assert code == 130 and err.strip() == "tformer serve: interrupted", (code, err[-2000:],
+                                                                         proc.stdout.read()[-2000:])
 
 
 def test_bad_options_are_one_line_before_a_model_loads(tmp_path):

@@ -93,9 +93,9 @@ def serve(args) -> int:
 
 def _uvicorn_server(app):
     """uvicorn's server for app, remembering the signals that stopped it (`stopped_by`). uvicorn shuts down
-    gracefully on Ctrl-C, then raises the signal again; inside asyncio.run that KeyboardInterrupt is lost when
-    the handler runs after the serving task has finished (run() then returns as if nothing happened), so
-    serve() decides from what this records."""
+    gracefully on Ctrl-C, then raises the signal again for the caller to see as KeyboardInterrupt, through
+    asyncio's runner and its own SIGINT handler; one loaded test run saw the process end with exit 0 and no
+    line instead (not reproduced since), so serve() does not rely on that path: it decides from this record."""
     import uvicorn
 
     class Server(uvicorn.Server):
